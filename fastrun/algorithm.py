@@ -1,0 +1,134 @@
+"""Algorithms and their identity.
+
+An :class:`Algorithm` is one way to compute an operator.  Its :class:`AlgorithmDesc` (operator,
+name, parameters) is what caches store, so it must stay stable across processes and versions:
+a tile configuration is part of the identity, the Python object is not.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Protocol
+
+from fastrun.attribute import AlgoAttribute
+
+if TYPE_CHECKING:
+    from fastrun.operator import Problem
+
+
+def _value_text(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (tuple, list)):
+        return "(" + ",".join(_value_text(v) for v in value) + ")"
+    return str(value)
+
+
+def parse_value(text: str) -> Any:
+    """Read a parameter value written as text: 'true', '3', '0.5', '1,1' (a tuple), 'SAME'."""
+    if "," in text:
+        return tuple(parse_value(part) for part in text.split(","))
+    if text.lower() in ("true", "false"):
+        return text.lower() == "true"
+    for kind in (int, float):
+        try:
+            return kind(text)
+        except ValueError:
+            pass
+    return text
+
+
+@dataclass(frozen=True, slots=True)
+class AlgorithmDesc:
+    """The identity of an algorithm: what a cache entry refers to."""
+
+    operator: str
+    name: str
+    param: tuple[tuple[str, Any], ...] = ()
+
+    @property
+    def text(self) -> str:
+        """Canonical text, e.g. ``blocked(kb=256,mb=64,nb=64)``; parameters sorted by name."""
+        if not self.param:
+            return self.name
+        inner = ",".join(f"{key}={_value_text(value)}" for key, value in sorted(self.param))
+        return f"{self.name}({inner})"
+
+    @classmethod
+    def parse(cls, operator: str, text: str) -> AlgorithmDesc:
+        """Inverse of :attr:`text` for scalar parameters (what the cache tools need)."""
+        name, _, rest = text.partition("(")
+        param: list[tuple[str, Any]] = []
+        if rest:
+            for item in rest.rstrip(")").split(","):
+                key, _, value = item.partition("=")
+                param.append((key, parse_value(value)))
+        return cls(operator, name, tuple(sorted(param)))
+
+    def __str__(self) -> str:
+        return f"{self.operator}:{self.text}"
+
+
+class RunContext(Protocol):
+    """What an algorithm may ask of the framework while it runs."""
+
+    def call(self, problem: Problem, *inputs: Any) -> Any:
+        """Compute a declared sub-problem with the algorithm chosen for it."""
+
+
+class Algorithm:
+    """Base class of every algorithm.
+
+    Subclasses set ``operator``, ``name`` and ``attributes`` and implement :meth:`run`.  Everything
+    else has a sensible default: usable everywhere, no workspace, no sub-problems, no weight
+    preprocessing.
+    """
+
+    operator: str = ""
+    name: str = ""
+    attributes: AlgoAttribute = AlgoAttribute.NONE
+
+    def __init__(self, param: dict[str, Any] | None = None):
+        self.param = dict(param or {})
+        self.desc = AlgorithmDesc(self.operator, self.name, tuple(sorted(self.param.items())))
+
+    def unusable_reason(self, problem: Problem) -> str | None:
+        """Why this algorithm cannot compute ``problem``, or None when it can.
+
+        A reason rather than a boolean so that "no usable algorithm" errors can say why each
+        candidate was excluded.
+        """
+        return None
+
+    def usable(self, problem: Problem) -> bool:
+        return self.unusable_reason(problem) is None
+
+    def workspace_bytes(self, problem: Problem) -> int:
+        """Bytes of temporary memory the algorithm allocates itself while it runs.
+
+        Its own output is excluded, and so is the workspace its sub-problems' algorithms need
+        (the framework adds that along the execution policy); sub-problem *results* the
+        algorithm holds on to are its own temporaries and count.
+        """
+        return 0
+
+    def sub_problems(self, problem: Problem) -> Sequence[Problem]:
+        """Problems this algorithm will hand to :meth:`RunContext.call`; they are searched first."""
+        return ()
+
+    def preprocess(self, problem: Problem, inputs: Sequence[Any]) -> Any:
+        """Transform constant weights once (e.g. a winograd filter transform).
+
+        Called outside the timed region when the problem has weight preprocessing on; the result
+        is handed back to :meth:`run` as ``prepared``.  When preprocessing is off, :meth:`run`
+        is called with ``prepared=None`` and must do the transform itself, inside the timing.
+        """
+        return None
+
+    def run(self, problem: Problem, inputs: Sequence[Any], ctx: RunContext,
+            prepared: Any = None) -> Any:
+        raise NotImplementedError(f"{self.desc} does not implement run()")
+
+    def __repr__(self) -> str:
+        return f"<{type(self).__name__} {self.desc}>"

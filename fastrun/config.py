@@ -1,0 +1,90 @@
+"""The one place where fastrun reads its settings.
+
+Explicit arguments win; otherwise a ``FASTRUN_*`` environment variable; otherwise the default.
+Variables are read when a setting is used, never at import, so that a test or an embedding
+program can change them at any time.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Callable
+from typing import TypeVar
+
+T = TypeVar("T")
+
+#: Every variable fastrun reads, with its meaning (shown by ``fastrun config``).
+VARIABLES: dict[str, str] = {
+    "FASTRUN_STRATEGY": "default strategy of fastrun.call outside a session (heuristic, "
+    "fast-run, full-run, optionally +reproducible)",
+    "FASTRUN_CACHE": "path of a cache file used as the default process-wide cache",
+    "FASTRUN_WORKSPACE_LIMIT": "default workspace limit, e.g. 64MiB",
+    "FASTRUN_NUM_THREADS": "thread count the CPU device reports in its category and gives numba",
+    "FASTRUN_PROFILE_BUDGET": "seconds of timed repeats per candidate (default 0.2)",
+    "FASTRUN_PROGRESS": "1 forces a progress bar, 0 hides it (default: on a terminal)",
+}
+
+_SIZE_UNITS = {
+    "": 1, "b": 1,
+    "k": 1000, "kb": 1000, "kib": 1024,
+    "m": 1000**2, "mb": 1000**2, "mib": 1024**2,
+    "g": 1000**3, "gb": 1000**3, "gib": 1024**3,
+}
+
+
+def parse_size(text: str | int | None) -> int | None:
+    """Parse '64MiB', '1.5GB', '4096' into bytes; None, '', 'none' and 'inf' mean unlimited."""
+    if text is None or isinstance(text, int):
+        return text
+    raw = text.strip().lower()
+    if raw in ("", "none", "inf", "unlimited"):
+        return None
+    match = re.fullmatch(r"([0-9]*\.?[0-9]+)\s*([a-z]*)", raw)
+    if not match or match.group(2) not in _SIZE_UNITS:
+        raise ValueError(
+            f"cannot read size {text!r}: expected a number of bytes with an optional unit "
+            "(B, KB, KiB, MB, MiB, GB, GiB), e.g. 64MiB"
+        )
+    return int(float(match.group(1)) * _SIZE_UNITS[match.group(2)])
+
+
+def setting(explicit: T | None, variable: str, default: T, parse: Callable[[str], T]) -> T:
+    """Resolve one setting: explicit argument, then environment variable, then default."""
+    if explicit is not None:
+        return explicit
+    raw = os.environ.get(variable)
+    if raw is None or raw == "":
+        return default
+    try:
+        return parse(raw)
+    except ValueError as error:
+        raise ValueError(f"environment variable {variable}={raw!r}: {error}") from None
+
+
+def num_threads(explicit: int | None = None) -> int:
+    default = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    return setting(explicit, "FASTRUN_NUM_THREADS", default or 1, int)
+
+
+def profile_budget(explicit: float | None = None) -> float:
+    return setting(explicit, "FASTRUN_PROFILE_BUDGET", 0.2, float)
+
+
+def workspace_limit(explicit: int | str | None = None) -> int | None:
+    if explicit is not None:
+        return parse_size(explicit)
+    return parse_size(os.environ.get("FASTRUN_WORKSPACE_LIMIT"))
+
+
+def strategy_text(explicit: str | None = None) -> str:
+    return setting(explicit, "FASTRUN_STRATEGY", "heuristic", str)
+
+
+def cache_path(explicit: str | None = None) -> str | None:
+    return setting(explicit, "FASTRUN_CACHE", None, str)
+
+
+def progress(explicit: bool | None = None) -> bool | None:
+    """True/False when forced; None means 'decide by whether stderr is a terminal'."""
+    return setting(explicit, "FASTRUN_PROGRESS", None, lambda raw: raw.strip() not in ("0", ""))

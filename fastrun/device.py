@@ -1,0 +1,133 @@
+"""Devices and their category strings.
+
+The category is the cache namespace for a device: measurements taken on one processor, thread
+count or library build say nothing about another, so everything that changes timings belongs in
+it and nothing that doesn't (hostnames, paths) may appear.
+"""
+
+from __future__ import annotations
+
+import functools
+import platform
+import time
+from importlib.metadata import PackageNotFoundError, version
+
+import numpy as np
+
+from fastrun import config
+
+
+class Device:
+    kind: str = ""
+
+    @property
+    def category(self) -> str:
+        raise NotImplementedError
+
+    def clock_ns(self) -> int:
+        """The clock timings are taken with."""
+        return time.perf_counter_ns()
+
+    def synchronize(self) -> None:
+        """Wait until queued work is done (a no-op for synchronous devices)."""
+
+    def __str__(self) -> str:
+        return self.kind
+
+
+def _package_version(name: str) -> str:
+    try:
+        return version(name)
+    except PackageNotFoundError:
+        return "none"
+
+
+def _cpu_model_and_flags() -> tuple[str, set[str]]:
+    model, flags = "", set()
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as handle:
+            for line in handle:
+                name, _, value = line.partition(":")
+                name = name.strip()
+                if name in ("model name", "Hardware", "CPU part") and not model:
+                    model = value.strip()
+                elif name in ("flags", "Features") and not flags:
+                    flags = set(value.split())
+                if model and flags:
+                    break
+    except OSError:
+        pass
+    return model or platform.processor() or platform.machine() or "unknown", flags
+
+
+def _isa_level(machine: str, flags: set[str]) -> str:
+    """x86-64 micro-architecture level (v1..v4) or the ARM feature that matters most."""
+    if machine in ("x86_64", "AMD64"):
+        if {"avx512f", "avx512bw", "avx512cd", "avx512dq", "avx512vl"} <= flags:
+            return "x86-64-v4"
+        if {"avx2", "fma", "bmi2", "movbe"} <= flags:
+            return "x86-64-v3"
+        if {"sse4_2", "ssse3", "popcnt"} <= flags:
+            return "x86-64-v2"
+        return "x86-64-v1"
+    if machine in ("aarch64", "arm64"):
+        for feature in ("sve2", "sve", "asimddp", "asimd"):
+            if feature in flags:
+                return f"aarch64-{feature}"
+        return "aarch64"
+    return machine or "unknown"
+
+
+def _blas_name() -> str:
+    try:
+        blas = np.show_config(mode="dicts")["Build Dependencies"]["blas"]
+        return f"{blas.get('name', '?')}-{blas.get('version', '?')}"
+    except Exception:
+        return "unknown"
+
+
+@functools.lru_cache(maxsize=8)
+def _cpu_category(threads: int) -> str:
+    model, flags = _cpu_model_and_flags()
+    parts = [
+        "cpu",
+        model.replace(";", ","),
+        _isa_level(platform.machine(), flags),
+        f"threads={threads}",
+        f"numpy={np.__version__}",
+        f"blas={_blas_name()}",
+        f"numba={_package_version('numba')}",
+    ]
+    return ";".join(parts)
+
+
+class CPUDevice(Device):
+    kind = "cpu"
+
+    def __init__(self, threads: int | None = None):
+        self.threads = config.num_threads(threads)
+
+    @property
+    def category(self) -> str:
+        return _cpu_category(self.threads)
+
+    def apply_threads(self) -> None:
+        """Run numba kernels on the thread count the category promises."""
+        import numba
+
+        numba.set_num_threads(min(self.threads, numba.config.NUMBA_NUM_THREADS))
+
+
+def get_device(spec: str | Device | None = None) -> Device:
+    """A device from a spec: a Device, 'cpu' (the default) or 'cpu:THREADS'."""
+    if isinstance(spec, Device):
+        return spec
+    text = (spec or "cpu").strip().lower()
+    kind, _, rest = text.partition(":")
+    if kind == "cpu":
+        return CPUDevice(int(rest) if rest else None)
+    if kind == "opencl":
+        raise ValueError(
+            "device 'opencl' is not available in this version of fastrun yet; use 'cpu'"
+        )
+    raise ValueError(f"unknown device {spec!r}: expected 'cpu' or 'cpu:THREADS'")

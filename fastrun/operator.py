@@ -1,0 +1,133 @@
+"""Operators and problems.
+
+An :class:`Operator` defines *what* is computed (shape rules, the reference result, how to check
+a candidate's output); a :class:`Problem` is one concrete instance of it.  The problem's
+canonical :attr:`Problem.key` is the cache key, so everything that decides which algorithms are
+usable must be in it and nothing else may be.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from fastrun.algorithm import _value_text
+
+if TYPE_CHECKING:
+    from fastrun.algorithm import Algorithm
+
+Shape = tuple[int, ...]
+
+
+def _freeze(value: Any) -> Any:
+    if isinstance(value, (list, tuple)):
+        return tuple(_freeze(v) for v in value)
+    if isinstance(value, np.generic):
+        return value.item()
+    return value
+
+
+@dataclass(frozen=True)
+class Problem:
+    """One concrete operator instance: input shapes, dtypes and parameters."""
+
+    operator: str
+    shapes: tuple[Shape, ...]
+    dtypes: tuple[str, ...]
+    params: tuple[tuple[str, Any], ...] = ()
+    key: str = field(init=False, compare=False, repr=False)
+
+    def __post_init__(self) -> None:
+        tensors = ",".join(
+            f"{dtype}[{'x'.join(str(d) for d in shape)}]"
+            for shape, dtype in zip(self.shapes, self.dtypes, strict=True)
+        )
+        params = ",".join(f"{name}={_value_text(value)}" for name, value in self.params)
+        object.__setattr__(self, "key", f"{tensors};{params}" if params else tensors)
+
+    @classmethod
+    def create(cls, operator: str, shapes: Sequence[Sequence[int]], dtypes: Sequence[Any],
+               params: Mapping[str, Any] | None = None) -> Problem:
+        return cls(
+            operator,
+            tuple(tuple(int(d) for d in shape) for shape in shapes),
+            tuple(np.dtype(d).name for d in dtypes),
+            tuple(sorted((k, _freeze(v)) for k, v in (params or {}).items())),
+        )
+
+    def param(self, name: str, default: Any = None) -> Any:
+        for key, value in self.params:
+            if key == name:
+                return value
+        return default
+
+    @property
+    def weight_preprocess(self) -> bool:
+        return bool(self.param("weight_preprocess", False))
+
+    def __str__(self) -> str:
+        return f"{self.operator}({self.key})"
+
+
+class Operator:
+    """Base class of operators. Subclasses define the shape rules and the reference."""
+
+    #: Registry name, e.g. "matmul".
+    name: str = ""
+    #: Version of this operator's algorithm set.  Bump it when an algorithm is added, removed or
+    #: changes attributes: it is part of the cache category, so only this operator's cache
+    #: entries are invalidated.
+    version: int = 1
+
+    def problem(self, shapes: Sequence[Sequence[int]], dtypes: Sequence[Any],
+                **params: Any) -> Problem:
+        """Build and validate a problem from shapes (used by CLIs and suites)."""
+        problem = Problem.create(self.name, shapes, dtypes, params)
+        self.validate(problem)
+        return problem
+
+    def problem_for(self, inputs: Sequence[Any], **params: Any) -> Problem:
+        """Build and validate the problem that computing ``inputs`` poses."""
+        return self.problem([x.shape for x in inputs], [x.dtype for x in inputs], **params)
+
+    def validate(self, problem: Problem) -> None:
+        """Raise ValueError with a clear message when the problem is not well formed."""
+
+    def output_shape(self, problem: Problem) -> Shape:
+        raise NotImplementedError
+
+    def reference(self, problem: Problem, inputs: Sequence[np.ndarray]) -> np.ndarray:
+        """The trusted result every candidate is checked against."""
+        raise NotImplementedError
+
+    def random_inputs(self, problem: Problem, rng: np.random.Generator) -> list[np.ndarray]:
+        """Inputs for profiling: values in [-1, 1] of the problem's dtypes."""
+        return [
+            rng.uniform(-1.0, 1.0, size=shape).astype(dtype)
+            for shape, dtype in zip(problem.shapes, problem.dtypes, strict=True)
+        ]
+
+    def error(self, problem: Problem, output: Any, reference: np.ndarray) -> float:
+        """Maximum absolute difference relative to the largest reference magnitude."""
+        output = np.asarray(output)
+        if output.shape != reference.shape:
+            return float("inf")
+        scale = float(np.max(np.abs(reference))) if reference.size else 0.0
+        diff = np.abs(output.astype(np.float64) - reference.astype(np.float64))
+        worst = float(np.max(diff)) if diff.size else 0.0
+        if not np.isfinite(worst):
+            return float("inf")
+        return worst / max(scale, np.finfo(np.float64).tiny)
+
+    def tolerance(self, problem: Problem) -> float:
+        """Largest acceptable :meth:`error` for this problem."""
+        return 1e-3 if "float32" in problem.dtypes else 1e-9
+
+    def heuristic_order(self, problem: Problem,
+                        candidates: Sequence[Algorithm]) -> list[Algorithm]:
+        """Candidates best-first by rule of thumb: what HEURISTIC picks, and the order the
+        profiler times them in (a good first candidate makes early stopping effective)."""
+        return list(candidates)

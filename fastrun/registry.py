@@ -1,0 +1,107 @@
+"""Registry of operators and algorithms.
+
+The framework knows operators only through a registry.  Compute libraries (ours included) add
+theirs through the ``fastrun.plugins`` entry point: a callable that receives the registry.  Plugins
+are loaded on the first lookup, not at import, so ``import fastrun`` stays cheap.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from importlib.metadata import entry_points
+
+from fastrun.algorithm import Algorithm
+from fastrun.operator import Operator
+
+log = logging.getLogger(__name__)
+
+PLUGIN_GROUP = "fastrun.plugins"
+
+
+class RegistryError(LookupError):
+    pass
+
+
+class Registry:
+    def __init__(self, load_plugins: bool = True):
+        self._operators: dict[str, Operator] = {}
+        self._algorithms: dict[str, dict[str, Algorithm]] = {}
+        self._plugins_loaded = not load_plugins
+        self._lock = threading.RLock()
+        #: plugin name -> error text, for plugins that failed to load
+        self.plugin_errors: dict[str, str] = {}
+
+    # -- registration ------------------------------------------------------------------------
+    def register_operator(self, operator: Operator) -> Operator:
+        with self._lock:
+            if operator.name in self._operators:
+                raise RegistryError(f"operator {operator.name!r} is already registered")
+            self._operators[operator.name] = operator
+            self._algorithms[operator.name] = {}
+        return operator
+
+    def register_algorithm(self, algorithm: Algorithm) -> Algorithm:
+        with self._lock:
+            table = self._algorithms.get(algorithm.operator)
+            if table is None:
+                raise RegistryError(
+                    f"cannot register {algorithm.desc}: operator {algorithm.operator!r} is not "
+                    "registered; register the operator first"
+                )
+            if algorithm.desc.text in table:
+                raise RegistryError(f"algorithm {algorithm.desc} is already registered")
+            table[algorithm.desc.text] = algorithm
+        return algorithm
+
+    # -- lookup ------------------------------------------------------------------------------
+    def operator(self, name: str) -> Operator:
+        self._ensure_plugins()
+        try:
+            return self._operators[name]
+        except KeyError:
+            known = ", ".join(sorted(self._operators)) or "none"
+            raise RegistryError(f"unknown operator {name!r} (registered: {known})") from None
+
+    def operators(self) -> list[str]:
+        self._ensure_plugins()
+        return sorted(self._operators)
+
+    def algorithms(self, operator: str) -> list[Algorithm]:
+        self.operator(operator)
+        return list(self._algorithms[operator].values())
+
+    def find(self, operator: str, desc_text: str) -> Algorithm | None:
+        """The algorithm a cache entry names, or None if this build no longer has it."""
+        self._ensure_plugins()
+        return self._algorithms.get(operator, {}).get(desc_text)
+
+    # -- plugins -----------------------------------------------------------------------------
+    def _ensure_plugins(self) -> None:
+        if self._plugins_loaded:
+            return
+        with self._lock:
+            if self._plugins_loaded:
+                return
+            self._plugins_loaded = True
+            for entry in entry_points(group=PLUGIN_GROUP):
+                try:
+                    entry.load()(self)
+                    log.debug("loaded fastrun plugin %s (%s)", entry.name, entry.value)
+                except Exception as error:
+                    self.plugin_errors[entry.name] = f"{type(error).__name__}: {error}"
+                    log.warning("fastrun plugin %r (%s) failed to load: %s: %s",
+                                entry.name, entry.value, type(error).__name__, error)
+
+
+_default: Registry | None = None
+_default_lock = threading.Lock()
+
+
+def default_registry() -> Registry:
+    """The process-wide registry, with every installed plugin."""
+    global _default
+    with _default_lock:
+        if _default is None:
+            _default = Registry()
+        return _default

@@ -1,0 +1,147 @@
+"""What the user asks for (:class:`Strategy`, :class:`SearchOptions`) and what was chosen
+(:class:`ExecutionPolicy`)."""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from fastrun import config
+from fastrun.attribute import AlgoAttribute
+
+
+class Strategy(enum.Flag):
+    #: Pick by rule of thumb; never time anything.
+    HEURISTIC = enum.auto()
+    #: Time every usable candidate on a cache miss.
+    PROFILE = enum.auto()
+    #: Never consider NAIVE algorithms (``--fast-run``).
+    OPTIMIZED = enum.auto()
+    #: Choose only REPRODUCIBLE algorithms (profiling still times all of them).
+    REPRODUCIBLE = enum.auto()
+
+    @classmethod
+    def parse(cls, text: str | Strategy) -> Strategy:
+        """'heuristic', 'fast-run', 'full-run', 'profile', 'optimized', 'reproducible',
+        combined with '+' or ',' (e.g. 'fast-run+reproducible')."""
+        if isinstance(text, Strategy):
+            return text
+        result = cls(0)
+        for word in text.replace(",", "+").split("+"):
+            word = word.strip().lower().replace("_", "-")
+            if not word:
+                continue
+            if word not in _WORDS:
+                raise ValueError(
+                    f"unknown strategy {word!r}; expected one of {', '.join(_WORDS)} "
+                    "(combine with '+', e.g. fast-run+reproducible)"
+                )
+            result |= _WORDS[word]
+        if not result & (cls.HEURISTIC | cls.PROFILE):
+            result |= cls.HEURISTIC
+        return result
+
+    @property
+    def profiles(self) -> bool:
+        return bool(self & Strategy.PROFILE)
+
+    def required(self) -> AlgoAttribute:
+        """Attributes a chosen algorithm must have."""
+        return AlgoAttribute.REPRODUCIBLE if self & Strategy.REPRODUCIBLE else AlgoAttribute.NONE
+
+    def forbidden(self) -> AlgoAttribute:
+        """Attributes that exclude an algorithm from profiling and from the choice."""
+        return AlgoAttribute.NAIVE if self & Strategy.OPTIMIZED else AlgoAttribute.NONE
+
+    def text(self) -> str:
+        return "+".join(m.name.lower() for m in Strategy if m in self) or "none"
+
+
+_WORDS = {
+    "heuristic": Strategy.HEURISTIC,
+    "profile": Strategy.PROFILE,
+    "full-run": Strategy.PROFILE,
+    "fast-run": Strategy.PROFILE | Strategy.OPTIMIZED,
+    "optimized": Strategy.OPTIMIZED,
+    "reproducible": Strategy.REPRODUCIBLE,
+}
+
+
+@dataclass(frozen=True)
+class SearchOptions:
+    """Everything that steers a search.  Defaults come from :mod:`fastrun.config`."""
+
+    strategy: Strategy = Strategy.HEURISTIC
+    #: Bytes of workspace an algorithm (with its sub-problems) may use; None = unlimited.
+    workspace_limit: int | None = None
+    #: Seconds of timed repeats per candidate.
+    budget_s: float = 0.2
+    min_repeats: int = 3
+    max_repeats: int = 100
+    #: Stop timing a candidate once its fastest run is this many times the best median so far.
+    early_stop_ratio: float = 1.5
+    #: Check each candidate's output against the operator's reference before it can be chosen.
+    check_numerics: bool = True
+    #: Seed of the random profiling inputs.
+    seed: int = 0
+
+    @classmethod
+    def create(cls, strategy: str | Strategy | None = None,
+               workspace_limit: int | str | None = None,
+               budget_s: float | None = None, **others: Any) -> SearchOptions:
+        return cls(
+            strategy=Strategy.parse(strategy if strategy is not None else config.strategy_text()),
+            workspace_limit=config.workspace_limit(workspace_limit),
+            budget_s=config.profile_budget(budget_s),
+            **others,
+        )
+
+    def with_(self, **changes: Any) -> SearchOptions:
+        return replace(self, **changes)
+
+    def describe(self) -> str:
+        limit = "unlimited" if self.workspace_limit is None else f"{self.workspace_limit} B"
+        return f"strategy={self.strategy.text()}, workspace limit={limit}"
+
+
+@dataclass(frozen=True)
+class ExecutionPolicy:
+    """The algorithm chosen for one problem and, recursively, for its sub-problems."""
+
+    operator: str
+    key: str
+    algorithm: str
+    #: 'cache', 'profiled' or 'heuristic'
+    source: str
+    time_s: float | None = None
+    workspace_bytes: int = 0
+    children: tuple[ExecutionPolicy, ...] = field(default_factory=tuple)
+
+    @property
+    def total_workspace(self) -> int:
+        """Own workspace plus the largest of the sub-problems' (they run one after another)."""
+        return self.workspace_bytes + max((c.total_workspace for c in self.children), default=0)
+
+    def walk(self):
+        yield self
+        for child in self.children:
+            yield from child.walk()
+
+    def render(self, indent: str = "") -> str:
+        timing = f" {self.time_s * 1e3:.3f} ms" if self.time_s is not None else ""
+        lines = [f"{indent}{self.operator}({self.key}) -> {self.algorithm} "
+                 f"[{self.source}{timing}, workspace {self.workspace_bytes} B]"]
+        lines.extend(child.render(indent + "  ") for child in self.children)
+        return "\n".join(lines)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "operator": self.operator,
+            "key": self.key,
+            "algorithm": self.algorithm,
+            "source": self.source,
+            "time_s": self.time_s,
+            "workspace_bytes": self.workspace_bytes,
+            "children": [c.to_dict() for c in self.children],
+        }
