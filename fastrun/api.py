@@ -1,0 +1,129 @@
+"""The public entry point: a session binds a device, a cache and a strategy to a chooser.
+
+``with fastrun.session(strategy="fast-run", cache="cache.bin"):`` makes every ``fastrun.call``
+inside it search (once per problem) and dispatch through that session.  Outside any ``with``,
+calls go to a process-wide default session configured from ``FASTRUN_*`` variables.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import os
+import threading
+from collections.abc import Sequence
+from typing import Any
+
+from fastrun.cache import FileCache, PersistentCache, default_cache
+from fastrun.chooser import AlgoChooser, Decision
+from fastrun.device import CPUDevice, Device, get_device
+from fastrun.operator import Problem
+from fastrun.progress import Progress, make_progress
+from fastrun.registry import Registry, default_registry
+from fastrun.strategy import ExecutionPolicy, SearchOptions, Strategy
+
+
+def open_cache(cache: PersistentCache | str | os.PathLike | None) -> PersistentCache:
+    """A cache from a path, an existing cache, or None (the process-wide default)."""
+    if cache is None:
+        return default_cache()
+    if isinstance(cache, (str, os.PathLike)):
+        return FileCache(os.fspath(cache))
+    return cache
+
+
+class Session:
+    def __init__(self, device: str | Device | None = None,
+                 cache: PersistentCache | str | os.PathLike | None = None,
+                 strategy: str | Strategy | None = None,
+                 workspace_limit: int | str | None = None,
+                 registry: Registry | None = None,
+                 progress: Progress | bool | None = None,
+                 budget_s: float | None = None, **options: Any):
+        self.device = get_device(device)
+        if isinstance(self.device, CPUDevice):
+            self.device.apply_threads()
+        self.cache = open_cache(cache)
+        self.options = SearchOptions.create(strategy, workspace_limit, budget_s, **options)
+        self.registry = registry or default_registry()
+        if not isinstance(progress, Progress):
+            progress = make_progress(progress)
+        self.chooser = AlgoChooser(self.registry, self.device, self.cache, self.options,
+                                   progress=progress)
+        self._tokens: list[contextvars.Token] = []
+
+    # -- computing -----------------------------------------------------------------------------
+    def call(self, operator: str, *inputs: Any, **params: Any) -> Any:
+        """Compute ``operator`` on ``inputs`` with the fastest allowed algorithm."""
+        return self.chooser.dispatch(operator, *inputs, **params)
+
+    # -- inspecting ----------------------------------------------------------------------------
+    def problem(self, operator: str, shapes: Sequence[Sequence[int]], dtypes: Sequence[Any],
+                **params: Any) -> Problem:
+        return self.registry.operator(operator).problem(shapes, dtypes, **params)
+
+    def decide(self, problem: Problem) -> Decision:
+        """Decide a problem (searching if the strategy says so) and return how it was decided."""
+        return self.chooser.decide(problem)
+
+    def policy(self, operator: str, *inputs: Any, **params: Any) -> ExecutionPolicy:
+        """The execution policy a call with these inputs follows."""
+        problem = self.registry.operator(operator).problem_for(inputs, **params)
+        return self.chooser.policy(problem)
+
+    @property
+    def stats(self):
+        return self.chooser.stats
+
+    # -- context manager -----------------------------------------------------------------------
+    def __enter__(self) -> Session:
+        self._tokens.append(_current.set(self))
+        return self
+
+    def __exit__(self, *exc_info: Any) -> None:
+        _current.reset(self._tokens.pop())
+
+    def __repr__(self) -> str:
+        return f"<fastrun.Session {self.device} {self.options.describe()} cache={self.cache!r}>"
+
+
+_current: contextvars.ContextVar[Session | None] = contextvars.ContextVar(
+    "fastrun_session", default=None)
+_default_session: Session | None = None
+_default_lock = threading.Lock()
+
+
+def session(device: str | Device | None = None,
+            cache: PersistentCache | str | os.PathLike | None = None,
+            strategy: str | Strategy | None = None,
+            workspace_limit: int | str | None = None, **options: Any) -> Session:
+    """Create a session; use it with ``with`` to make it current for :func:`call`.
+
+    ``strategy``: 'heuristic' (default), 'fast-run', 'full-run', optionally '+reproducible'.
+    ``cache``: a path (a shared, resumable :class:`FileCache`), a cache object, or None for the
+    process-wide default cache.  ``workspace_limit``: bytes or text such as '64MiB'.
+    """
+    return Session(device, cache, strategy, workspace_limit, **options)
+
+
+def current_session() -> Session:
+    """The innermost ``with`` session, or the process-wide default one."""
+    active = _current.get()
+    if active is not None:
+        return active
+    global _default_session
+    with _default_lock:
+        if _default_session is None:
+            _default_session = Session()
+        return _default_session
+
+
+def reset_default_session() -> None:
+    """Forget the default session (after changing FASTRUN_* variables, e.g. in tests)."""
+    global _default_session
+    with _default_lock:
+        _default_session = None
+
+
+def call(operator: str, *inputs: Any, **params: Any) -> Any:
+    """Compute ``operator`` on ``inputs`` through the current session."""
+    return current_session().call(operator, *inputs, **params)

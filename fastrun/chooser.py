@@ -1,0 +1,300 @@
+"""AlgoChooser: cache -> profile -> heuristic, with attribute filters and the workspace limit.
+
+Order of business for a problem (MegEngine's Fast Run, with the improvements DESIGN.md names):
+
+1. already decided in this process -> the decision (a dictionary lookup);
+2. the persistent cache has an entry that satisfies the strategy and the limit -> take it;
+3. the strategy profiles -> choose the sub-problems of every candidate first (children before
+   parents, with a cycle check), time the candidates, write the measurements to the cache at
+   once (so an interrupted search resumes), take the fastest eligible one;
+4. otherwise the operator's rule of thumb;
+5. nothing left -> :class:`NoUsableAlgorithmError`, naming every candidate and why it was excluded.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from fastrun.algorithm import Algorithm
+from fastrun.cache import CACHE_FORMAT_VERSION, Entry, PersistentCache
+from fastrun.device import Device
+from fastrun.operator import Operator, Problem
+from fastrun.profiler import Failure, Profiler, ProfileResult
+from fastrun.progress import Progress
+from fastrun.registry import Registry
+from fastrun.strategy import ExecutionPolicy, SearchOptions
+
+log = logging.getLogger(__name__)
+
+
+class NoUsableAlgorithmError(RuntimeError):
+    """No algorithm of an operator can compute a problem under the given strategy and limit."""
+
+    def __init__(self, problem: Problem, options: SearchOptions, excluded: dict[str, str]):
+        self.problem = problem
+        self.options = options
+        self.excluded = dict(excluded)
+        lines = [f"no usable algorithm for {problem} ({options.describe()})"]
+        if excluded:
+            lines += [f"  {name}: {reason}" for name, reason in excluded.items()]
+        else:
+            lines.append("  the operator has no registered algorithms")
+        hint = _hint(options, excluded)
+        if hint:
+            lines.append(hint)
+        super().__init__("\n".join(lines))
+
+
+def _hint(options: SearchOptions, excluded: dict[str, str]) -> str:
+    reasons = " ".join(excluded.values())
+    if "NAIVE" in reasons:
+        return "hint: --full-run (strategy 'full-run') also considers NAIVE algorithms"
+    if "workspace" in reasons:
+        return "hint: raise the workspace limit"
+    return ""
+
+
+class SubProblemCycleError(RuntimeError):
+    """An algorithm's sub-problems lead back to a problem that is still being decided."""
+
+    def __init__(self, chain: Sequence[str]):
+        self.chain = list(chain)
+        super().__init__("sub-problem cycle: " + " -> ".join(self.chain))
+
+
+@dataclass
+class Decision:
+    """How one problem was decided; :attr:`policy` is what dispatch follows."""
+
+    problem: Problem
+    algorithm: Algorithm
+    policy: ExecutionPolicy
+    category: str
+    #: The ranking the decision was made from: the profiled entries, or the cached ones.
+    entries: list[Entry] = field(default_factory=list)
+    failures: list[Failure] = field(default_factory=list)
+    #: desc text -> why it could not be chosen (usability, attributes, workspace, failures)
+    excluded: dict[str, str] = field(default_factory=dict)
+    search_seconds: float = 0.0
+
+    @property
+    def source(self) -> str:
+        return self.policy.source
+
+
+@dataclass
+class SearchStats:
+    profiled: int = 0
+    cache_hits: int = 0
+    heuristic: int = 0
+    search_seconds: float = 0.0
+
+
+class AlgoChooser:
+    """Decides, remembers and dispatches.  Implements :class:`fastrun.algorithm.RunContext`."""
+
+    def __init__(self, registry: Registry, device: Device, cache: PersistentCache,
+                 options: SearchOptions, clock: Callable[[], int] | None = None,
+                 progress: Progress | None = None):
+        self.registry = registry
+        self.device = device
+        self.cache = cache
+        self.options = options
+        self.profiler = Profiler(device, options, clock=clock, progress=progress)
+        self.stats = SearchStats()
+        self._decisions: dict[tuple[str, str], Decision] = {}
+        #: call signature -> (algorithm, problem): the dispatch fast path
+        self._bound: dict[tuple, tuple[Algorithm, Problem]] = {}
+        self._deciding: list[tuple[str, str]] = []
+        self._lock = threading.RLock()
+
+    # -- public --------------------------------------------------------------------------------
+    def category(self, operator: Operator) -> str:
+        """Cache namespace: device, operator and its algorithm-set version, cache format."""
+        return (f"{self.device.category}|{operator.name}@{operator.version}"
+                f"|format={CACHE_FORMAT_VERSION}")
+
+    def decide(self, problem: Problem) -> Decision:
+        ident = (problem.operator, problem.key)
+        decision = self._decisions.get(ident)
+        if decision is not None:
+            return decision
+        with self._lock:
+            decision = self._decisions.get(ident)
+            if decision is not None:
+                return decision
+            if ident in self._deciding:
+                chain = [f"{op}({key})" for op, key in self._deciding[self._deciding.index(ident):]]
+                raise SubProblemCycleError([*chain, f"{ident[0]}({ident[1]})"])
+            self._deciding.append(ident)
+            try:
+                decision = self._decide(problem)
+            finally:
+                self._deciding.pop()
+            self._decisions[ident] = decision
+            return decision
+
+    def policy(self, problem: Problem) -> ExecutionPolicy:
+        return self.decide(problem).policy
+
+    def dispatch(self, operator: str, *inputs: Any, **params: Any) -> Any:
+        """Compute ``operator`` on ``inputs`` with the chosen algorithm.
+
+        After the first call of a signature this is one tuple build and one dict lookup.
+        """
+        try:
+            signature = (operator, *[(x.shape, x.dtype) for x in inputs],
+                         *sorted(params.items()))
+            bound = self._bound.get(signature)
+        except (AttributeError, TypeError):  # not arrays, or unhashable parameters
+            signature, bound = None, None
+        if bound is None:
+            import numpy as np
+
+            inputs = tuple(np.asarray(x) for x in inputs)
+            problem = self.registry.operator(operator).problem_for(inputs, **params)
+            bound = (self.decide(problem).algorithm, problem)
+            if signature is not None:
+                self._bound[signature] = bound
+        algorithm, problem = bound
+        return algorithm.run(problem, inputs, self)
+
+    def call(self, problem: Problem, *inputs: Any) -> Any:
+        """RunContext: compute a (sub-)problem with the algorithm decided for it."""
+        return self.decide(problem).algorithm.run(problem, inputs, self)
+
+    # -- deciding ------------------------------------------------------------------------------
+    def _decide(self, problem: Problem) -> Decision:
+        operator = self.registry.operator(problem.operator)
+        operator.validate(problem)
+        category = self.category(operator)
+        excluded: dict[str, str] = {}
+        candidates = self._candidates(problem, excluded)
+
+        decision = self._from_cache(problem, category, candidates, excluded)
+        if decision is not None:
+            self.stats.cache_hits += 1
+        elif self.options.strategy.profiles:
+            decision = self._from_profile(problem, operator, category, candidates, excluded)
+            self.stats.profiled += 1
+            self.stats.search_seconds += decision.search_seconds
+        else:
+            decision = self._from_heuristic(problem, operator, category, candidates, excluded)
+            self.stats.heuristic += 1
+        log.debug("%s -> %s [%s]", problem, decision.policy.algorithm, decision.source)
+        return decision
+
+    def _candidates(self, problem: Problem, excluded: dict[str, str]) -> list[Algorithm]:
+        """Usable algorithms whose attributes the strategy does not forbid."""
+        forbidden = self.options.strategy.forbidden()
+        candidates = []
+        for algorithm in self.registry.algorithms(problem.operator):
+            reason = algorithm.unusable_reason(problem)
+            if reason is not None:
+                excluded[algorithm.desc.text] = f"not usable: {reason}"
+            elif algorithm.attributes & forbidden:
+                excluded[algorithm.desc.text] = (
+                    f"{(algorithm.attributes & forbidden).text()} excluded by strategy "
+                    f"{self.options.strategy.text()}")
+            else:
+                candidates.append(algorithm)
+        return candidates
+
+    def _children(self, algorithm: Algorithm, problem: Problem) -> tuple[ExecutionPolicy, ...]:
+        """Decide every distinct sub-problem first (children before parents)."""
+        unique = {(sub.operator, sub.key): sub for sub in algorithm.sub_problems(problem)}
+        return tuple(self.decide(sub).policy for sub in unique.values())
+
+    def _fit(self, algorithm: Algorithm, problem: Problem, excluded: dict[str, str],
+             check_required: bool = True) -> tuple[ExecutionPolicy, ...] | None:
+        """Children of a candidate if it may be chosen, else None (reason in ``excluded``)."""
+        name = algorithm.desc.text
+        required = self.options.strategy.required()
+        if check_required and (algorithm.attributes & required) != required:
+            excluded[name] = (f"lacks {required.text()} required by strategy "
+                              f"{self.options.strategy.text()}")
+            return None
+        try:
+            children = self._children(algorithm, problem)
+        except SubProblemCycleError as error:
+            excluded[name] = str(error)
+            log.warning("%s on %s excluded: %s", name, problem, error)
+            return None
+        except NoUsableAlgorithmError as error:
+            excluded[name] = f"sub-problem {error.problem} has no usable algorithm"
+            return None
+        total = algorithm.workspace_bytes(problem) + max(
+            (child.total_workspace for child in children), default=0)
+        limit = self.options.workspace_limit
+        if limit is not None and total > limit:
+            excluded[name] = f"needs {total} B of workspace, over the limit of {limit} B"
+            return None
+        return children
+
+    def _policy(self, algorithm: Algorithm, problem: Problem, source: str,
+                children: tuple[ExecutionPolicy, ...], time_s: float | None) -> ExecutionPolicy:
+        return ExecutionPolicy(problem.operator, problem.key, algorithm.desc.text, source,
+                               time_s, algorithm.workspace_bytes(problem), children)
+
+    def _pick(self, problem: Problem, entries: Sequence[Entry], candidates: Sequence[Algorithm],
+              excluded: dict[str, str], source: str) -> tuple[Algorithm, ExecutionPolicy] | None:
+        """The fastest entry that names a current candidate and fits strategy and limit."""
+        by_name = {c.desc.text: c for c in candidates}
+        for entry in sorted(entries, key=lambda e: e.time_s):
+            algorithm = by_name.get(entry.algorithm)
+            if algorithm is None:
+                continue
+            children = self._fit(algorithm, problem, excluded)
+            if children is not None:
+                return algorithm, self._policy(algorithm, problem, source, children, entry.time_s)
+        return None
+
+    def _from_cache(self, problem: Problem, category: str, candidates: list[Algorithm],
+                    excluded: dict[str, str]) -> Decision | None:
+        entries = self.cache.get(category, problem.key)
+        if not entries:
+            return None
+        picked = self._pick(problem, entries, candidates, excluded, "cache")
+        if picked is None:
+            log.info("cache entries for %s satisfy neither strategy nor limit; ignoring them",
+                     problem)
+            return None
+        algorithm, policy = picked
+        return Decision(problem, algorithm, policy, category, list(entries), [], excluded)
+
+    def _from_profile(self, problem: Problem, operator: Operator, category: str,
+                      candidates: list[Algorithm], excluded: dict[str, str]) -> Decision:
+        timed: list[Algorithm] = []
+        workspace: dict[str, int] = {}
+        # Profiling times every candidate the strategy does not forbid, including those it
+        # will not *choose* (REPRODUCIBLE), so that one cache serves both kinds of run.
+        for algorithm in operator.heuristic_order(problem, candidates):
+            children = self._fit(algorithm, problem, excluded, check_required=False)
+            if children is not None:
+                timed.append(algorithm)
+                workspace[algorithm.desc.text] = algorithm.workspace_bytes(problem) + max(
+                    (c.total_workspace for c in children), default=0)
+        result: ProfileResult = self.profiler.profile(problem, operator, timed, self, workspace)
+        for failure in result.failures:
+            excluded[failure.algorithm] = failure.reason
+        if result.entries:
+            self.cache.put(category, problem.key, result.entries)
+        picked = self._pick(problem, result.entries, timed, excluded, "profiled")
+        if picked is None:
+            raise NoUsableAlgorithmError(problem, self.options, excluded)
+        algorithm, policy = picked
+        return Decision(problem, algorithm, policy, category, result.entries, result.failures,
+                        excluded, result.seconds)
+
+    def _from_heuristic(self, problem: Problem, operator: Operator, category: str,
+                        candidates: list[Algorithm], excluded: dict[str, str]) -> Decision:
+        for algorithm in operator.heuristic_order(problem, candidates):
+            children = self._fit(algorithm, problem, excluded)
+            if children is not None:
+                policy = self._policy(algorithm, problem, "heuristic", children, None)
+                return Decision(problem, algorithm, policy, category, [], [], excluded)
+        raise NoUsableAlgorithmError(problem, self.options, excluded)

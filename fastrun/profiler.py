@@ -1,0 +1,179 @@
+"""Timing candidates: warm-up, repeats within a budget, median and spread, early stop, and the
+numerical check against the operator's reference.
+
+The profiler times what it is given; *which* candidates and in what order is the chooser's
+business.  Sub-problems are not its concern either: when a candidate calls ``ctx.call``, the
+chooser dispatches to the algorithm already chosen for that sub-problem.
+"""
+
+from __future__ import annotations
+
+import gc
+import logging
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from fastrun._version import __version__
+from fastrun.algorithm import Algorithm, RunContext
+from fastrun.cache import Entry
+from fastrun.device import Device
+from fastrun.operator import Operator, Problem
+from fastrun.progress import Progress
+from fastrun.strategy import SearchOptions
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Failure:
+    """A candidate that cannot be chosen: it raised, or its output disagreed with the reference."""
+
+    algorithm: str
+    reason: str
+    error: float | None = None
+
+
+@dataclass
+class ProfileResult:
+    problem: Problem
+    #: Every timed candidate, fastest first (not pruned: the full ranking).
+    entries: list[Entry] = field(default_factory=list)
+    failures: list[Failure] = field(default_factory=list)
+    #: Candidates whose timing stopped early because they were clearly slower than the best.
+    early_stopped: list[str] = field(default_factory=list)
+    seconds: float = 0.0
+
+
+@dataclass
+class _Timing:
+    times_ns: list[int]
+    early_stopped: bool
+
+    @property
+    def median_s(self) -> float:
+        return float(np.median(self.times_ns)) * 1e-9
+
+    @property
+    def spread_s(self) -> float:
+        if len(self.times_ns) < 2:
+            return 0.0
+        q75, q25 = np.percentile(self.times_ns, [75, 25])
+        return float(q75 - q25) * 1e-9
+
+
+class Profiler:
+    def __init__(self, device: Device, options: SearchOptions,
+                 clock: Callable[[], int] | None = None, progress: Progress | None = None):
+        self.device = device
+        self.options = options
+        #: Nanosecond clock; injectable so tests can drive timings deterministically.
+        self.clock = clock or device.clock_ns
+        self.progress = progress or Progress()
+
+    def profile(self, problem: Problem, operator: Operator, candidates: Sequence[Algorithm],
+                ctx: RunContext, workspace: Mapping[str, int] | None = None) -> ProfileResult:
+        """Time ``candidates`` (best guess first) on random inputs of ``problem``.
+
+        ``workspace`` maps an algorithm's desc text to its total workspace (own plus
+        sub-problems'), which is what its cache entry records.
+        """
+        started = time.perf_counter()
+        result = ProfileResult(problem)
+        rng = np.random.default_rng(self.options.seed)
+        inputs = operator.random_inputs(problem, rng)
+        reference = operator.reference(problem, inputs) if self.options.check_numerics else None
+        tolerance = operator.tolerance(problem)
+        best_ns: float | None = None
+
+        self.progress.begin(str(problem), len(candidates))
+        for algorithm in candidates:
+            label = algorithm.desc.text
+            try:
+                timing, output = self._time(algorithm, problem, inputs, ctx, best_ns)
+            except Exception as error:  # an algorithm that raises is skipped, never fatal
+                reason = f"raised {type(error).__name__}: {error}"
+                log.warning("%s on %s %s", label, problem, reason)
+                result.failures.append(Failure(label, reason))
+                self.progress.step(label, reason)
+                continue
+
+            error_value = None
+            if reference is not None:
+                error_value = operator.error(problem, output, reference)
+                if not error_value <= tolerance:  # also catches NaN
+                    reason = f"numerical error {error_value:.3g} exceeds tolerance {tolerance:.3g}"
+                    log.warning("%s on %s: %s; excluded", label, problem, reason)
+                    result.failures.append(Failure(label, reason, error_value))
+                    self.progress.step(label, reason)
+                    continue
+
+            median_ns = timing.median_s * 1e9
+            if not timing.early_stopped and (best_ns is None or median_ns < best_ns):
+                best_ns = median_ns
+            if timing.early_stopped:
+                result.early_stopped.append(label)
+            result.entries.append(Entry(
+                algorithm=label,
+                attributes=algorithm.attributes,
+                time_s=timing.median_s,
+                spread_s=timing.spread_s,
+                workspace_bytes=(workspace or {}).get(label, algorithm.workspace_bytes(problem)),
+                error=error_value,
+                repeats=len(timing.times_ns) if timing.times_ns else 0,
+                measured_at=time.time(),
+                version=__version__,
+            ))
+            stopped = " (stopped early: clearly slower)" if timing.early_stopped else ""
+            self.progress.step(label, f"{timing.median_s * 1e3:.4f} ms "
+                                      f"x{len(timing.times_ns)}{stopped}")
+
+        result.entries.sort(key=lambda e: e.time_s)
+        result.seconds = time.perf_counter() - started
+        winner = result.entries[0].algorithm if result.entries else "nothing usable"
+        self.progress.end(f"{winner} ({result.seconds:.2f} s)")
+        return result
+
+    def _time(self, algorithm: Algorithm, problem: Problem, inputs: list[np.ndarray],
+              ctx: RunContext, best_ns: float | None) -> tuple[_Timing, object]:
+        options, clock, sync = self.options, self.clock, self.device.synchronize
+        prepared = algorithm.preprocess(problem, inputs) if problem.weight_preprocess else None
+
+        # Warm-up: numba compiles and OpenCL drivers build kernels on the first call.  Its output
+        # is the one checked against the reference.
+        start = clock()
+        output = algorithm.run(problem, inputs, ctx, prepared)
+        sync()
+        warmup_ns = clock() - start
+        if best_ns is not None and warmup_ns > options.early_stop_ratio * best_ns \
+                and warmup_ns * 1e-9 > options.budget_s:
+            # A single run already costs more than the budget and is clearly slower than the
+            # best: another run would teach nothing.  The warm-up time is an upper bound.
+            return _Timing([warmup_ns], early_stopped=True), output
+
+        times: list[int] = []
+        gc_was_enabled = gc.isenabled()
+        gc.disable()
+        try:
+            began = clock()
+            while True:
+                start = clock()
+                algorithm.run(problem, inputs, ctx, prepared)
+                sync()
+                end = clock()
+                times.append(end - start)
+                elapsed_s = (end - began) * 1e-9
+                if best_ns is not None and len(times) >= 2 \
+                        and min(times) > options.early_stop_ratio * best_ns:
+                    return _Timing(times, early_stopped=True), output
+                if len(times) >= options.max_repeats:
+                    break
+                if elapsed_s >= options.budget_s and (
+                        len(times) >= options.min_repeats or elapsed_s >= 4 * options.budget_s):
+                    break
+        finally:
+            if gc_was_enabled:
+                gc.enable()
+        return _Timing(times, early_stopped=False), output

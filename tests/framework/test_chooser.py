@@ -1,0 +1,302 @@
+"""Chooser semantics with fake algorithms on a fake clock: every strategy, attribute filter,
+workspace limit, failure mode, recursive search and error message."""
+
+from __future__ import annotations
+
+import pytest
+
+from fastrun.attribute import AlgoAttribute
+from fastrun.cache import Entry, InMemoryCache
+from fastrun.chooser import AlgoChooser, NoUsableAlgorithmError
+from fastrun.strategy import SearchOptions, Strategy
+from tests.framework.fakes import FakeAlgo, FakeClock, FakeDevice, N, R, make_registry, problem
+
+MS = 1_000_000
+
+
+@pytest.fixture
+def clock():
+    return FakeClock()
+
+
+def chooser(registry, clock, strategy="fast-run", cache=None, **options):
+    opts = SearchOptions(strategy=Strategy.parse(strategy), budget_s=0.01, **options)
+    return AlgoChooser(registry, FakeDevice(clock), cache if cache is not None else InMemoryCache(),
+                       opts, clock=clock)
+
+
+def algos(clock, *specs, operator="fake"):
+    return [FakeAlgo(operator, name, cost, clock, **kw) for name, cost, kw in specs]
+
+
+def test_profile_picks_fastest_and_records_exact_timings(clock):
+    slow, fast, mid = algos(clock, ("slow", 5 * MS, {}), ("fast", 1 * MS, {}), ("mid", 2 * MS, {}))
+    cache = InMemoryCache()
+    c = chooser(make_registry(slow, fast, mid), clock, cache=cache)
+    decision = c.decide(problem())
+    assert decision.algorithm is fast
+    assert decision.source == "profiled"
+    assert [e.algorithm for e in decision.entries][:2] == ["fast", "mid"]
+    assert decision.entries[0].time_s == pytest.approx(1e-3)
+    assert decision.entries[0].spread_s == 0.0
+    assert decision.entries[0].error == 0.0
+    # written to the cache at once, under the device/operator category
+    (category, key, entries), = list(cache)
+    assert category.startswith("fake-device|fake@1|format=")
+    assert key == problem().key
+    assert entries[0].algorithm == "fast"
+
+
+def test_repeats_fill_the_budget(clock):
+    (one,) = algos(clock, ("one", 1 * MS, {}))
+    c = chooser(make_registry(one), clock)
+    entry = c.decide(problem()).entries[0]
+    assert entry.repeats == 10  # 10 ms budget / 1 ms per run
+    assert one.runs == 11  # plus the warm-up
+
+
+def test_clearly_slower_candidate_is_stopped_early(clock):
+    fast, slow = algos(clock, ("fast", 1 * MS, {"heuristic_rank": 0}),
+                       ("slow", 3 * MS, {"heuristic_rank": 1}))
+    c = chooser(make_registry(fast, slow), clock)
+    decision = c.decide(problem())
+    by_name = {e.algorithm: e for e in decision.entries}
+    assert by_name["slow"].repeats == 2 < by_name["fast"].repeats
+    assert by_name["slow"].time_s == pytest.approx(3e-3)
+
+
+def test_warmup_alone_can_stop_a_hopeless_candidate(clock):
+    fast, glacial = algos(clock, ("fast", 1 * MS, {"heuristic_rank": 0}),
+                          ("glacial", 500 * MS, {"heuristic_rank": 1}))
+    c = chooser(make_registry(fast, glacial), clock)
+    c.decide(problem())
+    assert glacial.runs == 1
+
+
+def test_optimized_never_runs_naive(clock):
+    naive, other = algos(clock, ("naive", 1, {"attributes": N | R}), ("other", 5 * MS, {}))
+    decision = chooser(make_registry(naive, other), clock, "fast-run").decide(problem())
+    assert decision.algorithm is other
+    assert naive.runs == 0
+    assert "NAIVE excluded by strategy" in decision.excluded["naive"]
+
+
+def test_full_run_considers_naive(clock):
+    naive, other = algos(clock, ("naive", 1 * MS, {"attributes": N | R}), ("other", 5 * MS, {}))
+    decision = chooser(make_registry(naive, other), clock, "full-run").decide(problem())
+    assert decision.algorithm is naive
+
+
+def test_reproducible_profiles_all_but_chooses_reproducible(clock):
+    fast, repro = algos(clock, ("fast", 1 * MS, {"attributes": AlgoAttribute.NONE}),
+                        ("repro", 3 * MS, {"attributes": R}))
+    cache = InMemoryCache()
+    decision = chooser(make_registry(fast, repro), clock, "fast-run+reproducible",
+                       cache=cache).decide(problem())
+    assert decision.algorithm is repro
+    assert fast.runs > 0  # timed anyway, so the cache also serves non-reproducible runs
+    assert "lacks REPRODUCIBLE" in decision.excluded["fast"]
+    (_, _, entries), = list(cache)
+    assert {e.algorithm for e in entries} == {"fast", "repro"}
+    # and the same cache serves a plain run with the faster algorithm, with no new timing
+    runs = fast.runs
+    plain = chooser(make_registry(*algos(clock, ("fast", 1 * MS, {"attributes":
+                    AlgoAttribute.NONE}), ("repro", 3 * MS, {}))), clock, "fast-run", cache=cache)
+    assert plain.decide(problem()).algorithm.name == "fast"
+    assert plain.decide(problem()).source == "cache"
+    assert fast.runs == runs
+
+
+def test_heuristic_times_nothing_and_follows_the_rule(clock):
+    first, second = algos(clock, ("first", 9 * MS, {"heuristic_rank": 0}),
+                          ("second", 1 * MS, {"heuristic_rank": 1}))
+    c = chooser(make_registry(first, second), clock, "heuristic")
+    decision = c.decide(problem())
+    assert decision.algorithm is first and decision.source == "heuristic"
+    assert first.runs == second.runs == 0
+    assert decision.policy.time_s is None
+
+
+def test_heuristic_respects_required_attributes_and_workspace(clock):
+    big, nonrepro, ok = algos(
+        clock, ("big", 1, {"heuristic_rank": 0, "workspace": 1 << 20}),
+        ("nonrepro", 1, {"heuristic_rank": 1, "attributes": AlgoAttribute.NONE}),
+        ("ok", 1, {"heuristic_rank": 2}))
+    c = chooser(make_registry(big, nonrepro, ok), clock, "heuristic+reproducible",
+                workspace_limit=1024)
+    decision = c.decide(problem())
+    assert decision.algorithm is ok
+    assert "over the limit of 1024 B" in decision.excluded["big"]
+    assert "lacks REPRODUCIBLE" in decision.excluded["nonrepro"]
+
+
+def test_cache_given_without_profile_is_used_before_heuristic(clock):
+    first, second = algos(clock, ("first", 9 * MS, {"heuristic_rank": 0}),
+                          ("second", 1 * MS, {"heuristic_rank": 1}))
+    registry = make_registry(first, second)
+    cache = InMemoryCache()
+    chooser(registry, clock, "fast-run", cache=cache).decide(problem())  # search once
+    runs = (first.runs, second.runs)
+    c = chooser(registry, clock, "heuristic", cache=cache)
+    decision = c.decide(problem())
+    assert decision.algorithm is second and decision.source == "cache"
+    assert (first.runs, second.runs) == runs
+    # a miss falls back to the heuristic, still without timing
+    other = c.decide(problem(n=16))
+    assert other.source == "heuristic" and (first.runs, second.runs) == runs
+    assert c.stats.cache_hits == 1 and c.stats.heuristic == 1 and c.stats.profiled == 0
+
+
+def test_second_search_with_same_cache_profiles_nothing(clock):
+    a, b = algos(clock, ("a", 2 * MS, {}), ("b", 1 * MS, {}))
+    registry = make_registry(a, b)
+    cache = InMemoryCache()
+    chooser(registry, clock, cache=cache).decide(problem())
+    before = (a.runs, b.runs)
+    again = chooser(registry, clock, cache=cache)
+    assert again.decide(problem()).source == "cache"
+    assert (a.runs, b.runs) == before
+    assert again.stats.profiled == 0
+
+
+def test_workspace_limit_excludes_from_profiling_and_from_cache_choice(clock):
+    greedy, frugal = algos(clock, ("greedy", 1 * MS, {"workspace": 4096}),
+                           ("frugal", 2 * MS, {"workspace": 16}))
+    registry = make_registry(greedy, frugal)
+    cache = InMemoryCache()
+    unlimited = chooser(registry, clock, cache=cache).decide(problem())
+    assert unlimited.algorithm is greedy
+    limited = chooser(registry, clock, cache=cache, workspace_limit=1024)
+    decision = limited.decide(problem())
+    assert decision.algorithm is frugal and decision.source == "cache"
+    greedy.runs = 0
+    fresh = chooser(registry, clock, workspace_limit=1024).decide(problem())
+    assert fresh.algorithm is frugal and greedy.runs == 0
+    assert "needs 4096 B of workspace" in fresh.excluded["greedy"]
+
+
+def test_cache_without_eligible_entry_triggers_profiling(clock):
+    fast, repro = algos(clock, ("fast", 1 * MS, {"attributes": AlgoAttribute.NONE}),
+                        ("repro", 3 * MS, {}))
+    registry = make_registry(fast, repro)
+    cache = InMemoryCache()
+    category = chooser(registry, clock).category(registry.operator("fake"))
+    entry = Entry("fast", AlgoAttribute.NONE, 1e-3, 0.0, 0, 0.0, 5, 0.0, "test")
+    cache.put(category, problem().key, [entry])
+    decision = chooser(registry, clock, "fast-run+reproducible", cache=cache).decide(problem())
+    assert decision.algorithm is repro and decision.source == "profiled"
+    assert {e.algorithm for e in cache.get(category, problem().key)} == {"fast", "repro"}
+
+
+def test_cache_entry_of_unknown_algorithm_is_ignored(clock):
+    (only,) = algos(clock, ("only", 1 * MS, {}))
+    registry = make_registry(only)
+    cache = InMemoryCache()
+    category = chooser(registry, clock).category(registry.operator("fake"))
+    gone = Entry("removed-algorithm", R, 1e-9, 0.0, 0, 0.0, 5, 0.0, "old")
+    cache.put(category, problem().key, [gone])
+    decision = chooser(registry, clock, "heuristic", cache=cache).decide(problem())
+    assert decision.algorithm is only and decision.source == "heuristic"
+
+
+def test_wrong_and_crashing_algorithms_are_excluded_and_recorded(clock):
+    wrong, crash, good = algos(clock, ("wrong", 1, {"wrong": True}), ("crash", 1, {"raises": True}),
+                               ("good", 5 * MS, {}))
+    decision = chooser(make_registry(wrong, crash, good), clock).decide(problem())
+    assert decision.algorithm is good
+    failures = {f.algorithm: f for f in decision.failures}
+    assert "numerical error" in failures["wrong"].reason and failures["wrong"].error > 0.1
+    assert "raised RuntimeError: crash crashed" in failures["crash"].reason
+    assert [e.algorithm for e in decision.entries] == ["good"]
+
+
+def test_no_usable_algorithm_names_problem_strategy_and_every_reason(clock):
+    naive, odd, big, crash = algos(
+        clock, ("naive", 1, {"attributes": N | R}), ("odd", 1, {"unusable": "needs even n"}),
+        ("big", 1, {"workspace": 10**9}), ("crash", 1, {"raises": True}))
+    c = chooser(make_registry(naive, odd, big, crash), clock, "fast-run", workspace_limit=1000)
+    with pytest.raises(NoUsableAlgorithmError) as info:
+        c.decide(problem())
+    message = str(info.value)
+    assert "fake(float64[8])" in message
+    assert "strategy=profile+optimized" in message and "workspace limit=1000 B" in message
+    assert "naive: NAIVE excluded by strategy" in message
+    assert "odd: not usable: needs even n" in message
+    assert "big: needs 1000000000 B of workspace, over the limit of 1000 B" in message
+    assert "crash: raised RuntimeError" in message
+    assert "hint: --full-run" in message
+
+
+def test_dispatch_after_decision_is_a_lookup(clock, monkeypatch):
+    (only,) = algos(clock, ("only", 1 * MS, {}))
+    c = chooser(make_registry(only), clock)
+    import numpy as np
+
+    x = np.ones(8)
+    np.testing.assert_array_equal(c.dispatch("fake", x), 2 * x)
+    calls = []
+    monkeypatch.setattr(c, "decide", lambda p: calls.append(p))
+    monkeypatch.setattr(c.registry, "operator", lambda name: calls.append(name))
+    np.testing.assert_array_equal(c.dispatch("fake", x), 2 * x)
+    assert calls == []
+
+
+def test_sub_problems_are_decided_first_and_parent_runs_the_childs_pick(clock):
+    log: list[str] = []
+    child_problem = problem("child", 4)
+    c_slow, c_fast = algos(clock, ("c_slow", 4 * MS, {}), ("c_fast", 1 * MS, {}),
+                           operator="child")
+    parent, plain = algos(clock, ("parent", 1 * MS, {"subs": [child_problem, child_problem]}),
+                          ("plain", 10 * MS, {}))
+    for algorithm in (c_slow, c_fast, parent, plain):
+        algorithm.log = log
+    c = chooser(make_registry(c_slow, c_fast, parent, plain), clock)
+    decision = c.decide(problem())
+    # children were profiled before any parent candidate ran
+    first_parent_run = min(i for i, line in enumerate(log) if line.startswith("run fake:"))
+    assert all(line.startswith("run child:") for line in log[:first_parent_run])
+    # while the parent is timed, its sub-problem dispatches to the child's winner only
+    slow_runs = c_slow.runs
+    assert decision.algorithm is parent
+    assert decision.entries[0].time_s == pytest.approx(3e-3)  # 1 ms + 2 x 1 ms (c_fast)
+    assert c_slow.runs == slow_runs
+    policy = decision.policy
+    assert [child.algorithm for child in policy.children] == ["c_fast"]  # de-duplicated
+    assert policy.children[0].source == "profiled"
+
+
+def test_workspace_of_a_parent_includes_its_sub_problems(clock):
+    child_problem = problem("child", 4)
+    (child,) = algos(clock, ("child_alg", 1, {"workspace": 600}), operator="child")
+    parent, other = algos(clock, ("parent", 1, {"workspace": 500, "subs": [child_problem]}),
+                          ("other", 5 * MS, {}))
+    c = chooser(make_registry(child, parent, other), clock, workspace_limit=1000)
+    decision = c.decide(problem())
+    assert decision.algorithm is other
+    assert "needs 1100 B of workspace" in decision.excluded["parent"]
+
+
+def test_cycle_is_detected_and_excludes_the_candidate(clock):
+    selfish, honest = algos(clock, ("selfish", 1, {"subs": [problem()]}), ("honest", 2 * MS, {}))
+    decision = chooser(make_registry(selfish, honest), clock).decide(problem())
+    assert decision.algorithm is honest
+    assert decision.excluded["selfish"] == (
+        "sub-problem cycle: fake(float64[8]) -> fake(float64[8])")
+
+
+def test_indirect_cycle_is_reported_with_its_chain(clock):
+    there = FakeAlgo("fake", "there", 1, clock, subs=[problem("child", 8)])
+    back = FakeAlgo("child", "back", 1, clock, subs=[problem("fake", 8)])
+    with pytest.raises(NoUsableAlgorithmError) as info:
+        chooser(make_registry(there, back), clock).decide(problem())
+    assert "sub-problem child(float64[8]) has no usable algorithm" in str(info.value)
+
+
+def test_strategy_parse():
+    assert Strategy.parse("fast-run") == Strategy.PROFILE | Strategy.OPTIMIZED
+    assert Strategy.parse("full-run") == Strategy.PROFILE
+    assert Strategy.parse("reproducible") == Strategy.HEURISTIC | Strategy.REPRODUCIBLE
+    assert Strategy.parse("fast-run+reproducible").required() == AlgoAttribute.REPRODUCIBLE
+    assert Strategy.parse("fast-run").forbidden() == AlgoAttribute.NAIVE
+    with pytest.raises(ValueError, match="unknown strategy 'fastest'"):
+        Strategy.parse("fastest")
