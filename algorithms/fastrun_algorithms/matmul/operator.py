@@ -1,0 +1,126 @@
+"""The matmul operator: numpy ``matmul`` semantics for float32 and float64."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+import numba
+import numpy as np
+
+from fastrun.operator import Operator, Problem, Shape
+from fastrun_algorithms.matmul._batch import MatmulLayout, layout_of, matmul_layout
+
+if TYPE_CHECKING:
+    from fastrun.algorithm import Algorithm
+
+SUPPORTED_DTYPES = ("float32", "float64")
+
+#: Strassen goes right after BLAS from this size of the smallest of M, K and N on.  One level
+#: saves 1/8 of the multiply-adds but adds 18 memory-bound quadrant additions.  Measured here
+#: (2 cores, OpenBLAS products, square float32/float64): from 256 on it is ahead of every
+#: blocked tile and within 2x of BLAS (1.1x at 2048); at 128 it only ties the best tile.
+STRASSEN_MIN_SIZE = 256
+
+
+class MatmulOperator(Operator):
+    """``C = A @ B`` exactly as ``np.matmul`` defines it: 2-D products, batches with broadcast
+    batch dimensions, and 1-D operands promoted to a row (A) or a column (B) whose dimension is
+    dropped from the result.  Both operands float32 or both float64.
+
+    The error measure and tolerance are the base class's (max abs difference relative to the
+    largest reference magnitude; 1e-3 for float32, 1e-9 for float64): they fit matmul well, as
+    its rounding error grows with K times the operands' magnitude, which is what the reference
+    magnitude scales with for the [-1, 1] profiling inputs.
+    """
+
+    name = "matmul"
+    version = 1
+
+    def validate(self, problem: Problem) -> None:
+        if problem.operator != self.name:
+            raise ValueError(f"matmul cannot validate a {problem.operator!r} problem")
+        if len(problem.shapes) != 2:
+            raise ValueError(
+                f"matmul takes exactly 2 inputs (A, B), got {len(problem.shapes)} with shapes "
+                f"{list(problem.shapes)}"
+            )
+        unsupported = [d for d in problem.dtypes if d not in SUPPORTED_DTYPES]
+        if unsupported:
+            raise ValueError(
+                f"matmul supports dtypes {' and '.join(SUPPORTED_DTYPES)}, got "
+                f"{', '.join(unsupported)} (A {problem.dtypes[0]}, B {problem.dtypes[1]}); "
+                "cast the operands first"
+            )
+        if problem.dtypes[0] != problem.dtypes[1]:
+            raise ValueError(
+                f"matmul needs both operands of the same dtype, got A {problem.dtypes[0]} and "
+                f"B {problem.dtypes[1]}; cast one of them"
+            )
+        matmul_layout(*problem.shapes)  # raises ValueError for shapes numpy would refuse
+
+    def layout(self, problem: Problem) -> MatmulLayout:
+        """Batch shape, M, K, N and the mapping onto the batched 3-D form the kernels use."""
+        return layout_of(problem)
+
+    def output_shape(self, problem: Problem) -> Shape:
+        return layout_of(problem).out_shape
+
+    def reference(self, problem: Problem, inputs: Sequence[np.ndarray]) -> np.ndarray:
+        """``np.matmul`` in float64, so float32 candidates are checked against a result with
+        far less rounding error than their own."""
+        a = np.asarray(inputs[0], dtype=np.float64)
+        b = np.asarray(inputs[1], dtype=np.float64)
+        return np.asarray(np.matmul(a, b))
+
+    def heuristic_order(self, problem: Problem,
+                        candidates: Sequence[Algorithm]) -> list[Algorithm]:
+        """Candidates best-first by rule of thumb (every candidate is returned):
+
+        1. ``blas``: OpenBLAS beats the numba kernels at every size measured here.  Even for
+           tiny products numpy's call (~1.0 us for 1 x 1 to 16 x 16) is cheaper than the
+           naive kernel's run() (~1.8 us, mostly dispatch), so there is no tiny-problem rule.
+        2. ``strassen``, when usable and min(M, K, N) >= ``STRASSEN_MIN_SIZE``.
+        3. ``blocked`` configurations, the best fitting tile first: a tile fits well when
+           little of it hangs over the edges of the M x N output (edge tiles run short loops
+           and reuse less) and when there are enough tiles to keep every numba thread busy;
+           ties go to the larger tile (more reuse per loaded element), then to registration
+           order.
+        4. ``strassen`` for other shapes, then algorithms this rule does not know.
+        5. ``naive`` last.
+        """
+        layout = layout_of(problem)
+        threads = numba.get_num_threads()
+        strassen_early = min(layout.m, layout.k, layout.n) >= STRASSEN_MIN_SIZE
+
+        def rank(algorithm: Algorithm) -> tuple[float, ...]:
+            name = algorithm.desc.name
+            if name == "blas":
+                return (0,)
+            if name == "strassen" and strassen_early and algorithm.usable(problem):
+                return (1,)
+            if name == "blocked" and {"mb", "nb", "kb"} <= algorithm.param.keys():
+                fit, area = _tile_fit(layout, algorithm.param, threads)
+                return (2, -fit, -area)
+            if name == "strassen":
+                return (3,)
+            if name == "naive":
+                return (5,)
+            return (4,)
+
+        return sorted(candidates, key=rank)
+
+
+def _tile_fit(layout: MatmulLayout, param: dict[str, Any], threads: int) -> tuple[float, int]:
+    """(fit in [0, 1], tile area) of a blocked tile for this shape.
+
+    fit = the fraction of the tiles' M x N area the output covers (edge tiles that hang over
+    run short, poorly vectorised loops) x the fraction of the threads the tiles keep busy.  K
+    does not enter: a K step shorter than kb merely leaves part of the panel buffer unused.
+    """
+    mb, nb = int(param["mb"]), int(param["nb"])
+    m, n = max(layout.m, 1), max(layout.n, 1)
+    tiles_m, tiles_n = -(-m // mb), -(-n // nb)
+    covered = (m * n) / (tiles_m * mb * tiles_n * nb)
+    busy = min(1.0, max(layout.batch, 1) * tiles_m * tiles_n / max(threads, 1))
+    return covered * busy, mb * nb
