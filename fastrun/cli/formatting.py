@@ -1,0 +1,106 @@
+"""Turning decisions into the JSON object and the table the CLIs print."""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+def human_bytes(count: int | None) -> str:
+    if count is None:
+        return "unlimited"
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if count < 1024 or unit == "GiB":
+            return f"{count:.0f} {unit}" if unit == "B" else f"{count:.1f} {unit}"
+        count /= 1024
+    return f"{count} B"
+
+
+def human_seconds(seconds: float | None) -> str:
+    if seconds is None:
+        return "-"
+    if seconds < 1e-3:
+        return f"{seconds * 1e6:.2f} us"
+    if seconds < 1:
+        return f"{seconds * 1e3:.3f} ms"
+    return f"{seconds:.3f} s"
+
+
+def decision_dict(decision, session) -> dict[str, Any]:
+    """The ``--json`` object: problem, category, chosen, source, entries, exclusions, policy."""
+    problem = decision.problem
+    return {
+        "problem": {
+            "operator": problem.operator,
+            "key": problem.key,
+            "shapes": [list(s) for s in problem.shapes],
+            "dtypes": list(problem.dtypes),
+            "params": {name: value for name, value in problem.params},
+        },
+        "category": decision.category,
+        "strategy": session.options.strategy.text(),
+        "workspace_limit": session.options.workspace_limit,
+        "chosen": decision.algorithm.desc.text,
+        "source": decision.source,
+        "search_seconds": decision.search_seconds,
+        "entries": [
+            {
+                "algorithm": e.algorithm,
+                "time_s": e.time_s,
+                "spread_s": e.spread_s,
+                "workspace_bytes": e.workspace_bytes,
+                "attributes": e.attributes.names(),
+                "error": e.error,
+                "repeats": e.repeats,
+                "measured_at": e.measured_at,
+                "version": e.version,
+            }
+            for e in decision.entries
+        ],
+        "failures": [{"algorithm": f.algorithm, "reason": f.reason, "error": f.error}
+                     for f in decision.failures],
+        "excluded": dict(decision.excluded),
+        "policy": decision.policy.to_dict(),
+    }
+
+
+def _policy_lines(policy: dict[str, Any], indent: str = "  ") -> list[str]:
+    lines = [f"{indent}{policy['operator']}({policy['key']}) -> {policy['algorithm']} "
+             f"[{policy['source']}, {human_seconds(policy['time_s'])}, "
+             f"workspace {human_bytes(policy['workspace_bytes'])}]"]
+    for child in policy["children"]:
+        lines += _policy_lines(child, indent + "  ")
+    return lines
+
+
+def decision_text(report: dict[str, Any]) -> str:
+    problem = report["problem"]
+    lines = [
+        f"problem   {problem['operator']}({problem['key']})",
+        f"category  {report['category']}",
+        f"strategy  {report['strategy']}, workspace limit "
+        f"{human_bytes(report['workspace_limit'])}",
+        f"source    {report['source']}"
+        + (f" (search {report['search_seconds']:.2f} s)" if report["source"] == "profiled"
+           else ""),
+        "",
+    ]
+    if report["entries"]:
+        header = (f"  {'rank':<5} {'algorithm':<34} {'median':>11} {'spread':>11} "
+                  f"{'workspace':>11} {'error':>9} {'n':>4}  attributes")
+        lines.append(header)
+        for rank, entry in enumerate(report["entries"], 1):
+            mark = "*" if entry["algorithm"] == report["chosen"] else " "
+            error = "-" if entry["error"] is None else f"{entry['error']:.1e}"
+            lines.append(
+                f"  {mark}{rank:<4} {entry['algorithm']:<34} {human_seconds(entry['time_s']):>11} "
+                f"{human_seconds(entry['spread_s']):>11} "
+                f"{human_bytes(entry['workspace_bytes']):>11} {error:>9} {entry['repeats']:>4}  "
+                f"{'|'.join(entry['attributes']) or '-'}")
+        lines.append("  (* chosen)")
+    else:
+        lines.append(f"  chosen without timing: {report['chosen']}")
+    if report["excluded"]:
+        lines += ["", "excluded:"]
+        lines += [f"  {name}: {reason}" for name, reason in report["excluded"].items()]
+    lines += ["", "execution policy:", *_policy_lines(report["policy"])]
+    return "\n".join(lines)

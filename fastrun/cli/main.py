@@ -1,0 +1,165 @@
+"""The ``fastrun`` command: profile one problem, list algorithms, show the configuration."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+from collections.abc import Sequence
+from typing import Any
+
+from fastrun import config
+from fastrun.algorithm import parse_value
+from fastrun.cli import formatting
+
+
+def _parse_shape(text: str) -> tuple[int, ...]:
+    try:
+        dims = tuple(int(d) for d in text.lower().split("x"))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"bad shape {text!r}: expected e.g. 256x512") from None
+    if any(d < 0 for d in dims):
+        raise argparse.ArgumentTypeError(f"bad shape {text!r}: negative dimension")
+    return dims
+
+
+def _parse_shapes(text: str) -> list[tuple[int, ...]]:
+    return [_parse_shape(part) for part in text.split(",") if part]
+
+
+def _parse_attr(text: str) -> tuple[str, Any]:
+    name, sep, value = text.partition("=")
+    if not sep or not name:
+        raise argparse.ArgumentTypeError(f"bad attribute {text!r}: expected NAME=VALUE")
+    return name, parse_value(value)
+
+
+def add_strategy_arguments(parser: argparse.ArgumentParser) -> None:
+    """The search flags, with MegEngine's load_and_run meaning."""
+    search = parser.add_mutually_exclusive_group()
+    search.add_argument("--fast-run", action="store_true",
+                        help="profile every usable non-NAIVE algorithm on a cache miss")
+    search.add_argument("--full-run", action="store_true",
+                        help="profile every usable algorithm, NAIVE included, on a cache miss")
+    parser.add_argument("--reproducible", action="store_true",
+                        help="choose only REPRODUCIBLE algorithms")
+    parser.add_argument("--workspace-limit", type=config.parse_size, default=None,
+                        metavar="SIZE", help="workspace limit, e.g. 64MiB (default: unlimited)")
+    parser.add_argument("--algo-policy", "--fast-run-algo-policy", dest="algo_policy",
+                        metavar="FILE",
+                        help="cache file: read first; with a search flag, searched problems "
+                             "are added as they are measured")
+    parser.add_argument("--budget", type=float, default=None, metavar="SECONDS",
+                        help="timed repeats per candidate (default 0.2 s, FASTRUN_PROFILE_BUDGET)")
+
+
+def strategy_from(args: argparse.Namespace) -> str:
+    words = ["fast-run" if args.fast_run else "full-run" if args.full_run else "heuristic"]
+    if args.reproducible:
+        words.append("reproducible")
+    return "+".join(words)
+
+
+def _cmd_profile(args: argparse.Namespace) -> int:
+    from fastrun.api import Session
+    from fastrun.cache import InMemoryCache
+
+    session = Session(
+        device=args.device,
+        cache=args.algo_policy if args.algo_policy else InMemoryCache(),
+        strategy=strategy_from(args),
+        workspace_limit=args.workspace_limit,
+        budget_s=args.budget,
+        progress=None if not args.json else False,
+    )
+    dtypes = [args.dtype] * len(args.inputs)
+    problem = session.problem(args.operator, args.inputs, dtypes, **dict(args.attrs))
+    decision = session.decide(problem)
+    report = formatting.decision_dict(decision, session)
+    if args.json:
+        print(json.dumps(report, indent=2))
+    else:
+        print(formatting.decision_text(report))
+    return 0
+
+
+def _cmd_algorithms(args: argparse.Namespace) -> int:
+    from fastrun.registry import default_registry
+
+    registry = default_registry()
+    names = [args.operator] if args.operator else registry.operators()
+    for name in names:
+        operator = registry.operator(name)
+        print(f"{name} (algorithm set version {operator.version})")
+        for algorithm in registry.algorithms(name):
+            print(f"  {algorithm.desc.text:<36} {algorithm.attributes.text()}")
+    for plugin, error in registry.plugin_errors.items():
+        print(f"plugin {plugin} failed to load: {error}", file=sys.stderr)
+    return 0
+
+
+def _cmd_config(args: argparse.Namespace) -> int:
+    import os
+
+    from fastrun.device import get_device
+
+    print(f"device category: {get_device(args.device).category}")
+    for name, meaning in config.VARIABLES.items():
+        print(f"{name}={os.environ.get(name, '')!s:<12} {meaning}")
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    from fastrun._version import __version__
+
+    parser = argparse.ArgumentParser(
+        prog="fastrun", description="Fast-Run algorithm selection: profile, cache, dispatch.")
+    parser.add_argument("--version", action="version", version=f"fastrun {__version__}")
+    parser.add_argument("-v", "--verbose", action="count", default=0,
+                        help="log the search (-vv for debug detail)")
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    profile = commands.add_parser(
+        "profile", help="search (or look up) the best algorithm for one problem",
+        description="Profile one operator problem, or read its decision from a cache, and print "
+                    "the ranking. Without --fast-run/--full-run nothing is timed: the cache is "
+                    "read and misses fall back to the heuristic.")
+    profile.add_argument("operator", help="operator name, e.g. matmul")
+    profile.add_argument("--inputs", type=_parse_shapes, required=True, metavar="SHAPES",
+                         help="comma-separated input shapes, e.g. 256x512,512x128")
+    profile.add_argument("--dtype", default="float32", help="input dtype (default float32)")
+    profile.add_argument("--attrs", nargs="*", type=_parse_attr, default=[], metavar="NAME=VALUE",
+                         help="operator parameters, e.g. strides=1,1 group=1")
+    profile.add_argument("--device", default="cpu", help="device (default cpu)")
+    profile.add_argument("--json", action="store_true", help="print one JSON object")
+    add_strategy_arguments(profile)
+    profile.set_defaults(handler=_cmd_profile)
+
+    algorithms = commands.add_parser("algorithms", help="list registered algorithms")
+    algorithms.add_argument("operator", nargs="?", help="only this operator")
+    algorithms.set_defaults(handler=_cmd_algorithms)
+
+    show_config = commands.add_parser("config", help="show the device category and settings")
+    show_config.add_argument("--device", default="cpu")
+    show_config.set_defaults(handler=_cmd_config)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    level = {0: logging.WARNING, 1: logging.INFO}.get(args.verbose, logging.DEBUG)
+    logging.basicConfig(level=level, format="%(levelname)s %(name)s: %(message)s")
+    from fastrun.chooser import NoUsableAlgorithmError
+    from fastrun.registry import RegistryError
+
+    try:
+        return args.handler(args)
+    except (NoUsableAlgorithmError, RegistryError, ValueError) as error:
+        print(f"fastrun: error: {error}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())
