@@ -141,6 +141,11 @@ class AlgoChooser:
     def policy(self, problem: Problem) -> ExecutionPolicy:
         return self.decide(problem).policy
 
+    def decisions(self) -> list[Decision]:
+        """Every problem decided so far in this process, sub-problems included, in the order
+        the decisions were completed (children before parents)."""
+        return list(self._decisions.values())
+
     def dispatch(self, operator: str, *inputs: Any, **params: Any) -> Any:
         """Compute ``operator`` on ``inputs`` with the chosen algorithm.
 

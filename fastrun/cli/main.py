@@ -28,6 +28,13 @@ def _parse_shapes(text: str) -> list[tuple[int, ...]]:
     return [_parse_shape(part) for part in text.split(",") if part]
 
 
+def _parse_size(text: str) -> int | None:
+    try:
+        return config.parse_size(text)
+    except ValueError as error:
+        raise argparse.ArgumentTypeError(str(error)) from None
+
+
 def _parse_attr(text: str) -> tuple[str, Any]:
     name, sep, value = text.partition("=")
     if not sep or not name:
@@ -44,7 +51,7 @@ def add_strategy_arguments(parser: argparse.ArgumentParser) -> None:
                         help="profile every usable algorithm, NAIVE included, on a cache miss")
     parser.add_argument("--reproducible", action="store_true",
                         help="choose only REPRODUCIBLE algorithms")
-    parser.add_argument("--workspace-limit", type=config.parse_size, default=None,
+    parser.add_argument("--workspace-limit", type=_parse_size, default=None,
                         metavar="SIZE", help="workspace limit, e.g. 64MiB (default: unlimited)")
     parser.add_argument("--algo-policy", "--fast-run-algo-policy", dest="algo_policy",
                         metavar="FILE",

@@ -318,11 +318,13 @@ def test_blocked_workspace_is_what_run_allocates(algorithm: Algorithm, shapes: t
 
 
 def test_blocked_workspace_counts_only_busy_workers() -> None:
-    """One tile keeps one worker busy, however many threads numba has."""
+    """One tile keeps one worker busy, however many threads numba has; a tile larger than the
+    problem is clamped to it (a 10x20 output with K=30 needs a 10x20 accumulator and a 30x20
+    panel, not 128x128 and 64x128)."""
     algorithm = BY_TEXT["blocked(kb=64,mb=128,nb=128)"]
     problem = OPERATOR.problem([(10, 30), (30, 20)], ["float32", "float32"])
-    assert algorithm.workspace_bytes(problem) == (128 * 128 + 64 * 128) * 4
-    many = OPERATOR.problem([(8, 512, 30), (30, 512)], ["float32", "float32"])
+    assert algorithm.workspace_bytes(problem) == (10 * 20 + 30 * 20) * 4
+    many = OPERATOR.problem([(8, 512, 300), (300, 512)], ["float32", "float32"])
     threads = numba.get_num_threads()
     assert algorithm.workspace_bytes(many) == threads * (128 * 128 + 64 * 128) * 4
 

@@ -83,3 +83,29 @@ def test_parse_size():
     assert parse_size("1.5GB") == 1_500_000_000
     assert parse_size("4096") == 4096
     assert parse_size("none") is None
+
+
+def test_one_session_used_from_many_threads(registry):
+    import threading
+
+    session = fastrun.session(DEVICE, cache=InMemoryCache(), strategy="fast-run",
+                              registry=registry, budget_s=0.001)
+    errors = []
+
+    def work(offset):
+        try:
+            for n in range(1, 30):
+                x = np.arange(float(n + offset % 3))
+                np.testing.assert_array_equal(session.call("fake", x), 2 * x)
+        except Exception as error:  # reported below: a thread's assertion would be lost
+            errors.append(error)
+
+    threads = [threading.Thread(target=work, args=(i,)) for i in range(6)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert errors == []
+    keys = [d.problem.key for d in session.chooser.decisions()]
+    assert len(keys) == len(set(keys)) == 31  # each problem decided exactly once
+    assert session.stats.profiled == 31

@@ -121,9 +121,16 @@ class BlockedMatmul(Algorithm):
         self.nb: int = self.param["nb"]
         self.kb: int = self.param["kb"]
 
+    def tile(self, layout: MatmulLayout) -> tuple[int, int, int]:
+        """(mb, nb, kb) clamped to the problem: a tile never exceeds the output or K, so a
+        small product neither allocates nor zeroes buffers it cannot fill."""
+        return (max(1, min(self.mb, layout.m)), max(1, min(self.nb, layout.n)),
+                max(1, min(self.kb, layout.k)))
+
     def tiles(self, layout: MatmulLayout) -> int:
         """Number of output tiles: the units of parallel work."""
-        return layout.batch * -(-layout.m // self.mb) * -(-layout.n // self.nb)
+        mb, nb, _ = self.tile(layout)
+        return layout.batch * -(-layout.m // mb) * -(-layout.n // nb)
 
     def workers(self, layout: MatmulLayout) -> int:
         """Workers the kernel runs: one per numba thread, but never more than there are tiles
@@ -133,10 +140,12 @@ class BlockedMatmul(Algorithm):
     def workspace_bytes(self, problem: Problem) -> int:
         """Bytes of the per-worker buffers :meth:`run` allocates: each of
         ``min(numba threads, tiles)`` workers gets an mb x nb accumulator and a kb x nb packed
-        B panel of the problem's dtype.  These are allocated once per call with numpy, before
-        the kernel starts (the kernel itself allocates nothing), so this is the exact peak."""
+        B panel of the problem's dtype (the tile clamped to the problem, see :meth:`tile`).
+        These are allocated once per call with numpy, before the kernel starts (the kernel
+        itself allocates nothing), so this is the exact peak."""
         layout = layout_of(problem)
-        per_worker = (self.mb * self.nb + self.kb * self.nb) * np.dtype(problem.dtypes[0]).itemsize
+        mb, nb, kb = self.tile(layout)
+        per_worker = (mb * nb + kb * nb) * np.dtype(problem.dtypes[0]).itemsize
         return self.workers(layout) * per_worker
 
     def run(self, problem: Problem, inputs: Sequence[Any], ctx: RunContext,
@@ -146,7 +155,8 @@ class BlockedMatmul(Algorithm):
         dtype = a3.dtype
         out = np.empty(layout.out3_shape, dtype=dtype)
         workers = self.workers(layout)
-        acc_ws = np.empty((workers, self.mb, self.nb), dtype=dtype)
-        panel_ws = np.empty((workers, self.kb, self.nb), dtype=dtype)
-        _compiled(dtype)(a3, b3, out, self.mb, self.nb, self.kb, acc_ws, panel_ws)
+        mb, nb, kb = self.tile(layout)
+        acc_ws = np.empty((workers, mb, nb), dtype=dtype)
+        panel_ws = np.empty((workers, kb, nb), dtype=dtype)
+        _compiled(dtype)(a3, b3, out, mb, nb, kb, acc_ws, panel_ws)
         return layout.from_3d(out)
