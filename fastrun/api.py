@@ -126,4 +126,5 @@ def reset_default_session() -> None:
 
 def call(operator: str, *inputs: Any, **params: Any) -> Any:
     """Compute ``operator`` on ``inputs`` through the current session."""
-    return current_session().call(operator, *inputs, **params)
+    active = _current.get() or current_session()
+    return active.chooser.dispatch(operator, *inputs, **params)
