@@ -1,0 +1,49 @@
+"""Shared by the benchmark scripts: machine description and robust timing."""
+
+from __future__ import annotations
+
+import datetime
+import gc
+import os
+import platform
+import statistics
+import time
+from collections.abc import Callable
+
+
+def machine() -> str:
+    from fastrun.device import _cpu_model_and_flags
+
+    model, _ = _cpu_model_and_flags()
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    return f"{model}, {cores} cores, Python {platform.python_version()}"
+
+
+def header(title: str) -> str:
+    today = datetime.date.today().isoformat()
+    return f"# {title}\n# {today} on {machine()}"
+
+
+def time_calls(function: Callable[[], object], number: int) -> float:
+    """Seconds per call over ``number`` back-to-back calls, garbage collector off."""
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        start = time.perf_counter()
+        for _ in range(number):
+            function()
+        return (time.perf_counter() - start) / number
+    finally:
+        if was_enabled:
+            gc.enable()
+
+
+def interleaved_medians(functions: dict[str, Callable[[], object]], rounds: int,
+                        number: int) -> dict[str, float]:
+    """Median seconds per call of each function, measured in alternating rounds so that drift
+    of a shared machine hits every function alike."""
+    samples: dict[str, list[float]] = {name: [] for name in functions}
+    for _ in range(rounds):
+        for name, function in functions.items():
+            samples[name].append(time_calls(function, number))
+    return {name: statistics.median(values) for name, values in samples.items()}
