@@ -39,11 +39,19 @@ def time_calls(function: Callable[[], object], number: int) -> float:
 
 
 def interleaved_medians(functions: dict[str, Callable[[], object]], rounds: int,
-                        number: int) -> dict[str, float]:
+                        number: int, settle_s: float = 0.0) -> dict[str, float]:
     """Median seconds per call of each function, measured in alternating rounds so that drift
-    of a shared machine hits every function alike."""
+    of a shared machine hits every function alike.
+
+    ``settle_s``: before each sample, run the function untimed for this long, so that thread
+    pools the previous function used (OpenBLAS workers spin for about 0.1 s after a call) have
+    gone idle and each function is measured in its own steady state.
+    """
     samples: dict[str, list[float]] = {name: [] for name in functions}
     for _ in range(rounds):
         for name, function in functions.items():
+            deadline = time.perf_counter() + settle_s
+            while time.perf_counter() < deadline:
+                function()
             samples[name].append(time_calls(function, number))
     return {name: statistics.median(values) for name, values in samples.items()}

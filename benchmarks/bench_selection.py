@@ -49,22 +49,24 @@ def oracle(session, problem, seconds_per_sample: float, rounds: int) -> dict[str
     candidates = [a for a in session.registry.algorithms("matmul")
                   if a.usable(problem) and not a.attributes & AlgoAttribute.NAIVE]
     functions = {}
+    slowest = 0.0
     for algorithm in candidates:
         def run(algorithm=algorithm):
             return algorithm.run(problem, inputs, chooser)
+        run()  # warm-up (compilation)
         start = time.perf_counter()
-        run()  # warm-up
-        single = time.perf_counter() - start
+        run()
+        slowest = max(slowest, time.perf_counter() - start)
         functions[algorithm.desc.text] = run
-    # one call count for all, sized on the slowest so every sample is long enough
-    number = max(1, int(seconds_per_sample / max(single, 1e-7)))
-    return interleaved_medians(functions, rounds, number)
+    # one call count for all, sized on the slowest so that every sample is long enough
+    number = max(1, int(seconds_per_sample / max(slowest, 1e-7)))
+    return interleaved_medians(functions, rounds, number, settle_s=0.15)
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--quick", action="store_true", help="a five-shape subset")
-    parser.add_argument("--rounds", type=int, default=7, help="oracle rounds per algorithm")
+    parser.add_argument("--rounds", type=int, default=5, help="oracle rounds per algorithm")
     parser.add_argument("--sample", type=float, default=0.05, help="oracle seconds per sample")
     args = parser.parse_args()
     suite = [s for s in SUITE if not args.quick or s[0] in QUICK]

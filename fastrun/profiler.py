@@ -122,7 +122,7 @@ class Profiler:
                 spread_s=timing.spread_s,
                 workspace_bytes=(workspace or {}).get(label, algorithm.workspace_bytes(problem)),
                 error=error_value,
-                repeats=len(timing.times_ns) if timing.times_ns else 0,
+                repeats=len(timing.times_ns),
                 measured_at=time.time(),
                 version=__version__,
             ))
