@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -81,6 +82,7 @@ class Decision:
     failures: list[Failure] = field(default_factory=list)
     #: desc text -> why it could not be chosen (usability, attributes, workspace, failures)
     excluded: dict[str, str] = field(default_factory=dict)
+    #: Wall time of the search, sub-problems' searches included (0 when not profiled).
     search_seconds: float = 0.0
 
     @property
@@ -190,9 +192,13 @@ class AlgoChooser:
         if decision is not None:
             self.stats.cache_hits += 1
         elif self.options.strategy.profiles:
+            started = time.perf_counter()
             decision = self._from_profile(problem, operator, category, candidates, excluded)
+            # Sub-problems searched on the way are part of this problem's search time.
+            decision.search_seconds = time.perf_counter() - started
             self.stats.profiled += 1
-            self.stats.search_seconds += decision.search_seconds
+            if len(self._deciding) == 1:  # nested searches are inside their parent's time
+                self.stats.search_seconds += decision.search_seconds
         else:
             decision = self._from_heuristic(problem, operator, category, candidates, excluded)
             self.stats.heuristic += 1
@@ -299,7 +305,7 @@ class AlgoChooser:
             raise NoUsableAlgorithmError(problem, self.options, excluded)
         algorithm, policy = picked
         return Decision(problem, algorithm, policy, category, result.entries, result.failures,
-                        excluded, result.seconds)
+                        excluded)
 
     def _from_heuristic(self, problem: Problem, operator: Operator, category: str,
                         candidates: list[Algorithm], excluded: dict[str, str]) -> Decision:

@@ -141,17 +141,10 @@ class Profiler:
         options, clock, sync = self.options, self.clock, self.device.synchronize
         prepared = algorithm.preprocess(problem, inputs) if problem.weight_preprocess else None
 
-        # Warm-up: numba compiles and OpenCL drivers build kernels on the first call.  Its output
-        # is the one checked against the reference.
-        start = clock()
+        # Warm-up: numba compiles and OpenCL drivers build kernels on the first call, so its
+        # time is never a measurement.  Its output is the one checked against the reference.
         output = algorithm.run(problem, inputs, ctx, prepared)
         sync()
-        warmup_ns = clock() - start
-        if best_ns is not None and warmup_ns > options.early_stop_ratio * best_ns \
-                and warmup_ns * 1e-9 > options.budget_s:
-            # A single run already costs more than the budget and is clearly slower than the
-            # best: another run would teach nothing.  The warm-up time is an upper bound.
-            return _Timing([warmup_ns], early_stopped=True), output
 
         times: list[int] = []
         gc_was_enabled = gc.isenabled()
@@ -165,8 +158,10 @@ class Profiler:
                 end = clock()
                 times.append(end - start)
                 elapsed_s = (end - began) * 1e-9
-                if best_ns is not None and len(times) >= 2 \
-                        and min(times) > options.early_stop_ratio * best_ns:
+                # Clearly slower: its fastest run (of two, or of one that alone outlasted the
+                # budget) is early_stop_ratio times the best median so far.
+                if best_ns is not None and min(times) > options.early_stop_ratio * best_ns \
+                        and (len(times) >= 2 or elapsed_s >= options.budget_s):
                     return _Timing(times, early_stopped=True), output
                 if len(times) >= options.max_repeats:
                     break

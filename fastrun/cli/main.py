@@ -112,8 +112,11 @@ def _cmd_config(args: argparse.Namespace) -> int:
     from fastrun.device import get_device
 
     print(f"device category: {get_device(args.device).category}")
+    print("settings:")
     for name, meaning in config.VARIABLES.items():
-        print(f"{name}={os.environ.get(name, '')!s:<12} {meaning}")
+        value = os.environ.get(name)
+        shown = f"{name}={value}" if value else f"{name} (unset)"
+        print(f"  {shown:<32} {meaning}")
     return 0
 
 

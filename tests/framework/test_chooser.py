@@ -65,12 +65,22 @@ def test_clearly_slower_candidate_is_stopped_early(clock):
     assert by_name["slow"].time_s == pytest.approx(3e-3)
 
 
-def test_warmup_alone_can_stop_a_hopeless_candidate(clock):
+def test_one_run_over_budget_stops_a_hopeless_candidate(clock):
     fast, glacial = algos(clock, ("fast", 1 * MS, {"heuristic_rank": 0}),
                           ("glacial", 500 * MS, {"heuristic_rank": 1}))
     c = chooser(make_registry(fast, glacial), clock)
-    c.decide(problem())
-    assert glacial.runs == 1
+    entry = {e.algorithm: e for e in c.decide(problem()).entries}["glacial"]
+    assert glacial.runs == 2  # the warm-up and one timed run
+    assert entry.repeats == 1 and entry.time_s == pytest.approx(0.5)
+
+
+def test_warmup_cost_is_never_taken_for_the_time(clock):
+    fast, compiled = algos(clock, ("fast", 1 * MS, {"heuristic_rank": 0}),
+                           ("compiled", 1 * MS // 2, {"heuristic_rank": 1,
+                                                     "warmup_extra_ns": 2000 * MS}))
+    decision = chooser(make_registry(fast, compiled), clock).decide(problem())
+    assert decision.algorithm is compiled
+    assert decision.entries[0].time_s == pytest.approx(0.5e-3)
 
 
 def test_optimized_never_runs_naive(clock):
@@ -263,6 +273,11 @@ def test_sub_problems_are_decided_first_and_parent_runs_the_childs_pick(clock):
     policy = decision.policy
     assert [child.algorithm for child in policy.children] == ["c_fast"]  # de-duplicated
     assert policy.children[0].source == "profiled"
+    # the parent's search time contains the child's; the session total counts it once
+    child_decision = c.decide(child_problem)
+    assert decision.search_seconds >= child_decision.search_seconds > 0
+    assert c.stats.search_seconds == decision.search_seconds
+    assert c.stats.profiled == 2
 
 
 def test_workspace_of_a_parent_includes_its_sub_problems(clock):

@@ -1,5 +1,6 @@
 """The framework must not depend on the compute library, nor pull heavy imports at import."""
 
+import os
 import subprocess
 import sys
 
@@ -31,3 +32,17 @@ def test_the_library_arrives_through_the_entry_point():
     registry = Registry()
     assert "matmul" in registry.operators()
     assert not registry.plugin_errors
+
+
+def test_import_sets_quiet_thread_pool_defaults_but_keeps_the_users():
+    code = "import os, fastrun; print(os.environ['OMP_WAIT_POLICY'], " \
+           "os.environ['OPENBLAS_THREAD_TIMEOUT'])"
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("OMP_WAIT_POLICY", "OPENBLAS_THREAD_TIMEOUT")}
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
+                         check=True).stdout.split()
+    assert out == ["passive", "20"]
+    env["OPENBLAS_THREAD_TIMEOUT"] = "28"
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
+                         check=True).stdout.split()
+    assert out == ["passive", "28"]
