@@ -55,17 +55,6 @@ class AlgorithmDesc:
         inner = ",".join(f"{key}={_value_text(value)}" for key, value in sorted(self.param))
         return f"{self.name}({inner})"
 
-    @classmethod
-    def parse(cls, operator: str, text: str) -> AlgorithmDesc:
-        """Inverse of :attr:`text` for scalar parameters (what the cache tools need)."""
-        name, _, rest = text.partition("(")
-        param: list[tuple[str, Any]] = []
-        if rest:
-            for item in rest.rstrip(")").split(","):
-                key, _, value = item.partition("=")
-                param.append((key, parse_value(value)))
-        return cls(operator, name, tuple(sorted(param)))
-
     def __str__(self) -> str:
         return f"{self.operator}:{self.text}"
 

@@ -71,11 +71,6 @@ class Registry:
         self.operator(operator)
         return list(self._algorithms[operator].values())
 
-    def find(self, operator: str, desc_text: str) -> Algorithm | None:
-        """The algorithm a cache entry names, or None if this build no longer has it."""
-        self._ensure_plugins()
-        return self._algorithms.get(operator, {}).get(desc_text)
-
     # -- plugins -----------------------------------------------------------------------------
     def _ensure_plugins(self) -> None:
         if self._plugins_loaded:
