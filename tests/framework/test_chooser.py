@@ -315,3 +315,15 @@ def test_strategy_parse():
     assert Strategy.parse("fast-run").forbidden() == AlgoAttribute.NAIVE
     with pytest.raises(ValueError, match="unknown strategy 'fastest'"):
         Strategy.parse("fastest")
+
+
+def test_entries_of_another_device_category_are_kept_but_not_used(clock):
+    first, second = algos(clock, ("first", 9 * MS, {"heuristic_rank": 0}),
+                          ("second", 1 * MS, {"heuristic_rank": 1}))
+    registry = make_registry(first, second)
+    cache = InMemoryCache()
+    foreign = "other-device|fake@1|format=1"
+    cache.put(foreign, problem().key, [Entry("second", R, 1e-9, 0.0, 0, 0.0, 9, 0.0, "t")])
+    decision = chooser(registry, clock, "heuristic", cache=cache).decide(problem())
+    assert decision.source == "heuristic" and decision.algorithm is first
+    assert cache.get(foreign, problem().key)[0].algorithm == "second"
