@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from fastrun.cache import FileCache, PersistentCache, default_cache
-from fastrun.chooser import AlgoChooser, Decision
+from fastrun.chooser import AlgoChooser, Decision, PreparedCall
 from fastrun.device import CPUDevice, Device, get_device
 from fastrun.operator import Problem
 from fastrun.progress import Progress, make_progress
@@ -64,6 +64,15 @@ class Session:
     def decide(self, problem: Problem) -> Decision:
         """Decide a problem (searching if the strategy says so) and return how it was decided."""
         return self.chooser.decide(problem)
+
+    def prepare(self, operator: str, *inputs: Any, **params: Any) -> PreparedCall:
+        """Decide once and return a callable for repeated calls with these shapes.
+
+        With ``weight_preprocess=True`` among the parameters, the algorithm's weight transform
+        runs now, on the given (constant) weights; later calls pass the same inputs and skip it.
+        """
+        problem = self.registry.operator(operator).problem_for(inputs, **params)
+        return self.chooser.prepare(problem, inputs)
 
     def policy(self, operator: str, *inputs: Any, **params: Any) -> ExecutionPolicy:
         """The execution policy a call with these inputs follows."""

@@ -61,6 +61,28 @@ def _hint(options: SearchOptions, excluded: dict[str, str]) -> str:
     return ""
 
 
+class PreparedCall:
+    """One problem bound to its chosen algorithm, with constant weights preprocessed once.
+
+    What a runtime holds per node: calling it costs the algorithm's run and nothing else, and
+    with weight preprocessing on, the weight transform (e.g. winograd's filter transform) was
+    paid when the call was prepared, not on every call.
+    """
+
+    def __init__(self, chooser: AlgoChooser, decision: Decision, prepared: Any):
+        self.chooser = chooser
+        self.decision = decision
+        self.problem = decision.problem
+        self.algorithm = decision.algorithm
+        self.prepared = prepared
+
+    def __call__(self, *inputs: Any) -> Any:
+        return self.algorithm.run(self.problem, inputs, self.chooser, self.prepared)
+
+    def __repr__(self) -> str:
+        return f"<PreparedCall {self.problem} -> {self.algorithm.desc.text}>"
+
+
 class SubProblemCycleError(RuntimeError):
     """An algorithm's sub-problems lead back to a problem that is still being decided."""
 
@@ -175,6 +197,14 @@ class AlgoChooser:
                 self._bound[signature] = bound
         algorithm, problem = bound
         return algorithm.run(problem, inputs, self)
+
+    def prepare(self, problem: Problem, inputs: Sequence[Any]) -> PreparedCall:
+        """Decide ``problem`` and bind it, preprocessing the constant inputs in ``inputs`` once
+        when the problem has weight preprocessing on."""
+        decision = self.decide(problem)
+        prepared = (decision.algorithm.preprocess(problem, inputs)
+                    if problem.weight_preprocess else None)
+        return PreparedCall(self, decision, prepared)
 
     def call(self, problem: Problem, *inputs: Any) -> Any:
         """RunContext: compute a (sub-)problem with the algorithm decided for it."""

@@ -80,8 +80,17 @@ def _cmd_profile(args: argparse.Namespace) -> int:
         budget_s=args.budget,
         progress=None if not args.json else False,
     )
-    dtypes = [args.dtype] * len(args.inputs)
-    problem = session.problem(args.operator, args.inputs, dtypes, **dict(args.attrs))
+    shapes, params = list(args.inputs), dict(args.attrs)
+    if args.bias:
+        if len(shapes) < 2 or not shapes[1]:
+            raise ValueError("--bias needs a weight as the second input (its first dimension "
+                             "is the number of output channels)")
+        shapes.append((shapes[1][0],))
+    if args.epilogue:
+        params["activation"] = args.epilogue
+    if args.weight_preprocess:
+        params["weight_preprocess"] = True
+    problem = session.problem(args.operator, shapes, [args.dtype] * len(shapes), **params)
     decision = session.decide(problem)
     report = formatting.decision_dict(decision, session)
     if args.json:
@@ -141,6 +150,13 @@ def build_parser() -> argparse.ArgumentParser:
     profile.add_argument("--dtype", default="float32", help="input dtype (default float32)")
     profile.add_argument("--attrs", nargs="*", type=_parse_attr, default=[], metavar="NAME=VALUE",
                          help="operator parameters, e.g. strides=1,1 group=1")
+    profile.add_argument("--bias", action="store_true",
+                         help="add a bias input of shape (K,), K = the weight's first dimension")
+    profile.add_argument("--epilogue", choices=["none", "relu", "clip", "relu6"],
+                         help="activation fused into the output loop (conv)")
+    profile.add_argument("--weight-preprocess", action="store_true",
+                         help="profile with constant weights transformed once, outside the "
+                              "timing (recorded in the cache key)")
     profile.add_argument("--device", default="cpu", help="device (default cpu)")
     profile.add_argument("--json", action="store_true", help="print one JSON object")
     add_strategy_arguments(profile)

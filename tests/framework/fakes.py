@@ -111,3 +111,25 @@ def make_registry(*algorithms: FakeAlgo, operators=("fake", "child")) -> Registr
 
 def problem(operator: str = "fake", n: int = 8) -> Problem:
     return Problem.create(operator, [(n,)], ["float64"])
+
+
+class PreprocessingAlgo(FakeAlgo):
+    """Costs ``transform_ns`` for its weight transform: outside the timing when preprocessing
+    is on, inside every run when it is off."""
+
+    def __init__(self, *args, transform_ns: int, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.transform_ns = transform_ns
+        self.transforms = 0
+
+    def preprocess(self, problem, inputs):
+        self.transforms += 1
+        self.clock.now += self.transform_ns
+        return "transformed"
+
+    def run(self, problem, inputs, ctx, prepared=None):
+        if prepared is None:
+            self.preprocess(problem, inputs)
+        else:
+            assert prepared == "transformed"
+        return super().run(problem, inputs, ctx, prepared)

@@ -327,3 +327,30 @@ def test_entries_of_another_device_category_are_kept_but_not_used(clock):
     decision = chooser(registry, clock, "heuristic", cache=cache).decide(problem())
     assert decision.source == "heuristic" and decision.algorithm is first
     assert cache.get(foreign, problem().key)[0].algorithm == "second"
+
+
+def test_weight_preprocessing_is_outside_the_timing_and_in_the_key(clock):
+    from fastrun.operator import Problem
+    from tests.framework.fakes import PreprocessingAlgo
+
+    wino = PreprocessingAlgo("fake", "wino", 1 * MS, clock, transform_ns=3 * MS)
+    plain = FakeAlgo("fake", "plain", 2 * MS, clock)
+    registry = make_registry(wino, plain)
+    off = chooser(registry, clock).decide(problem())
+    assert off.algorithm is plain  # 1 ms + 3 ms of transform per call
+    assert {e.algorithm: e.time_s for e in off.entries}["wino"] == pytest.approx(4e-3)
+
+    on_problem = Problem.create("fake", [(8,)], ["float64"], {"weight_preprocess": True})
+    assert on_problem.key != problem().key and on_problem.key.endswith("weight_preprocess=true")
+    c = chooser(registry, clock)
+    on = c.decide(on_problem)
+    assert on.algorithm is wino
+    assert {e.algorithm: e.time_s for e in on.entries}["wino"] == pytest.approx(1e-3)
+
+    import numpy as np
+
+    bound = c.prepare(on_problem, [np.ones(8)])
+    before = wino.transforms
+    for _ in range(3):
+        np.testing.assert_array_equal(bound(np.ones(8)), 2 * np.ones(8))
+    assert wino.transforms == before  # transformed once, when prepared
