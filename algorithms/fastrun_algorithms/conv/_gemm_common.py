@@ -1,0 +1,104 @@
+"""What the GEMM-based conv algorithms (im2col, conv1x1, winograd) share.
+
+They all reduce a convolution to matmul sub-problems that the framework searches first and
+dispatches to its own best matmul algorithm, so they share how a sub-problem is spelled, how
+inputs are viewed without copies, and how the numba helpers are compiled: lazily, once per
+dtype, against explicit signatures, so that loading the plugin compiles nothing.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Sequence
+from typing import Any
+
+import numba
+import numpy as np
+from numba import types
+
+from fastrun.operator import Problem
+from fastrun_algorithms.conv.epilogue import activation_code, epilogue_value
+from fastrun_algorithms.conv.geometry import ConvGeometry
+
+#: fastmath flags of the transform kernels: contraction into fused multiply-adds only.  Whether
+#: LLVM fuses is decided once per instruction at compile time, so results stay bit-identical run
+#: to run; no reassociation is allowed, so every sum keeps the order it is written in.
+FASTMATH = {"contract"}
+
+
+def matmul_problem(a_shape: Sequence[int], b_shape: Sequence[int], dtype: str) -> Problem:
+    """The matmul sub-problem ``A @ B`` for operands of exactly these shapes."""
+    return Problem.create("matmul", (tuple(a_shape), tuple(b_shape)), (dtype, dtype))
+
+
+def operands(geo: ConvGeometry,
+             inputs: Sequence[Any]) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
+    """X as (N, C, H, W), W as (K, C/group, R, S) (views, never copies) and the bias or None."""
+    x, w = geo.as_4d(np.asarray(inputs[0]), np.asarray(inputs[1]))
+    bias = np.asarray(inputs[2]) if geo.has_bias else None
+    return x, w, bias
+
+
+@functools.cache
+def no_bias(dtype: np.dtype) -> np.ndarray:
+    """A shared, read-only one-element zero for kernels whose signature needs a bias array when
+    the problem has none (so that no call allocates one)."""
+    zero = np.zeros(1, dtype=dtype)
+    zero.flags.writeable = False
+    return zero
+
+
+def item_type(dtype: Any) -> types.Type:
+    """numba's scalar type for a numpy dtype."""
+    return numba.from_dtype(np.dtype(dtype))
+
+
+def readonly(dtype: Any, ndim: int) -> types.Array:
+    """An input operand of any layout: one compiled variant serves contiguous arrays and strided
+    views alike (writable arrays convert to it)."""
+    return types.Array(item_type(dtype), ndim, "A", readonly=True)
+
+
+def buffer(dtype: Any, ndim: int) -> types.Array:
+    """A C-contiguous array the caller allocated for the kernel to write."""
+    return types.Array(item_type(dtype), ndim, "C")
+
+
+def worker_count(items: int) -> int:
+    """Workers of a kernel that gives each worker its own scratch buffers: one per numba thread,
+    but never more than there are work items (an idle worker would only hold memory)."""
+    return max(1, min(numba.get_num_threads(), items))
+
+
+def _epilogue_kernel(out: np.ndarray, bias: np.ndarray, has_bias: bool, code: int, low: float,
+                     high: float) -> None:
+    """Bias and activation in place on ``out`` (images, channels, pixels), one pass."""
+    for n in range(out.shape[0]):
+        for k in range(out.shape[1]):
+            row = out[n, k]
+            b = bias[k] if has_bias else bias[0] * 0
+            for f in range(row.shape[0]):
+                row[f] = epilogue_value(row[f], b, code, low, high)
+
+
+@functools.cache
+def _compiled_epilogue(dtype: np.dtype) -> Any:
+    signature = types.void(buffer(dtype, 3), readonly(dtype, 1), types.boolean, types.intp,
+                           types.float64, types.float64)
+    return numba.njit(signature, cache=True, fastmath=FASTMATH)(_epilogue_kernel)
+
+
+def epilogue_in_place(out: np.ndarray, bias: np.ndarray | None, geo: ConvGeometry) -> None:
+    """The fused epilogue on a block of output (images, channels, ...), C-contiguous.
+
+    One pass instead of numpy's two (add, then maximum/clip), and without numpy's hidden
+    memory: numpy adds a broadcast bias through an iteration buffer of up to
+    ``np.getbufsize()`` elements when the output is small, which would make ``workspace_bytes``
+    untrue.  Nothing runs when there is neither bias nor activation.
+    """
+    if bias is None and geo.activation == "none":
+        return
+    kernel = _compiled_epilogue(out.dtype)
+    kernel(out.reshape(out.shape[0], out.shape[1], -1), no_bias(out.dtype) if bias is None
+           else bias, bias is not None, activation_code(geo), float(geo.clip_min),
+           float(geo.clip_max))

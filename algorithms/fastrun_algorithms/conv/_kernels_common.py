@@ -1,0 +1,436 @@
+"""What the numba conv kernels (naive, direct, depthwise) share: one calling convention, the staging
+of input rows, and the passes that do the arithmetic.
+
+Calling convention. Every kernel is ``kernel(x, w, bias, out, sh, sw, dh, dw, pt, pl, group,
+has_bias, code, low, high, *extra)`` on the 4-D views of :meth:`ConvGeometry.as_4d`: X (N, C, H, W)
+and W (K, C/group, R, S) read-only, ``out`` (N, K, OH, OW) C-contiguous, then strides, dilations,
+the top and left pads, the group, the epilogue (see :mod:`.epilogue`). A problem without bias
+passes a shared one-element zero array, so no call allocates a bias. Kernels are compiled per dtype
+and per operand layout: "C" for contiguous operands (the fast case, and what the runtime passes),
+"A" for any strided view, compiled only when one turns up; so a kernel never copies an input, and
+``workspace_bytes`` stays exact whatever the caller passes.
+
+Staged blocks. The fast kernels compute a block of ``ob`` consecutive output rows of one channel
+plane at a time. They first copy the input rows that block reads into a small per-worker buffer
+(:func:`stage_block`), padded, and for strides > 1 split into phases (padded row ``a*sh + ph``,
+column ``m*sw + pw`` goes to phase plane ``(ph, pw)``, position ``(a, m)``; every phase plane has
+``hb`` rows of ``wq`` positions). Then output ``(t, o)`` of the block, at flat position ``t*wq +
+o``, reads tap ``(i, j)`` at flat position ``t*wq + o + tap_offset(i, j)``: one contiguous,
+unit-stride, always-in-bounds stream per tap, whatever the strides, dilations and padding, with no
+bounds checks left in the inner loop. The ``wq - OW`` positions at the end of each output row are
+junk, computed and never stored; for a 3x3 stride-1 layer that is 2 of every OW + 2. The padding
+columns are the same for every row, so a worker zeroes its buffer once and from then on only copies
+input values (:func:`stage_row`).
+
+Passes. One pass adds up to four taps, taken in row-major order (so a pass may span two kernel
+rows), to four accumulator rows (four output channels) over the whole flat block: ``acc[u] =
+(((acc[u] + w0*x[u+d0]) + w1*x[u+d1]) + w2*x[u+d2]) + w3*x[u+d3]``. The loop over ``u`` is long,
+contiguous and vectorises; one load/store of an accumulator serves several multiply-adds and each
+input load serves four output channels, so a long pass runs near the core's peak (about 55 G
+float32 multiply-adds per second on one AVX-512 core of the development machine, measured in
+isolation). Each pass still pays ~70 cycles of setup, mostly LLVM's runtime checks that the
+accumulator rows and the staged input do not overlap (numba cannot tell it that arrays are
+distinct), hence long blocks. Details that each cost 15-50% when missed: indices are cast to
+unsigned (numba then emits no negative-index wraparound, which keeps LLVM from vectorising);
+accumulator lengths are a multiple of 16 and rows are aligned (:data:`LANES`, :data:`ALIGN`); the
+four rows of a pass live in four separate sub-buffers (``acc[0..3, group]``: LLVM hoists its
+aliasing check out of the loop over row groups, and rows of one buffer would then look
+overlapping); arrays are indexed in full, never sliced in a loop (a slice costs numba two atomic
+reference-count updates); helpers are inlined into the kernels.
+
+Numba's on-disk cache keys a kernel on its own file only: after editing this module, clear the
+``__pycache__`` entries of the kernels that use it (direct, depthwise), or they keep running the
+old helpers.
+
+Reproducibility. Every output value is computed by exactly one task, adding its products in an
+order fixed by the loop structure alone (input channel, then taps in row-major order), never by the
+thread count, the schedule or the block it falls in; padding contributes its zero products in the
+same place every time. The parenthesised sums above round exactly as one product at a time would.
+The fast kernels are compiled with ``fastmath={"contract"}`` and nothing else: LLVM may then fuse
+``a + w*x`` into one fused multiply-add (one rounding instead of two), in the vector loop and its
+scalar remainder alike. Which instructions are fused is decided at compile time, so a compiled
+kernel gives bit-identical results on every run and every thread count; no reassociation is
+allowed, so the summation order stays as written.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import numba
+import numpy as np
+from numba import types
+
+from fastrun_algorithms.conv.epilogue import activation_code, epilogue_value
+from fastrun_algorithms.conv.geometry import ConvGeometry
+
+#: fastmath flags of the fast kernels: contraction into FMA only (see the module docstring).
+FASTMATH = {"contract"}
+#: Unsigned index cast (see "Passes" in the module docstring).
+U = numba.uint64
+
+
+@functools.cache
+def _no_bias(dtype: np.dtype) -> np.ndarray:
+    zero = np.zeros(1, dtype=dtype)
+    zero.flags.writeable = False
+    return zero
+
+
+def operands(geo: ConvGeometry, inputs) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """X and W as 4-D views and the bias (or the shared zero placeholder), without copies."""
+    x, w = geo.as_4d(np.asarray(inputs[0]), np.asarray(inputs[1]))
+    bias = np.asarray(inputs[2]) if geo.has_bias else _no_bias(np.dtype(geo.dtype))
+    return x, w, bias
+
+
+def layout(x: np.ndarray, w: np.ndarray) -> str:
+    """'C' when both operands are C-contiguous (the fast compiled variant), else 'A'."""
+    return "C" if x.flags.c_contiguous and w.flags.c_contiguous else "A"
+
+
+def scalar_args(geo: ConvGeometry) -> tuple:
+    """The kernels' arguments after ``out``, in the order of :func:`kernel_signature`."""
+    return (geo.stride_h, geo.stride_w, geo.dil_h, geo.dil_w, geo.pad_top, geo.pad_left,
+            geo.group, geo.has_bias, activation_code(geo), float(geo.clip_min),
+            float(geo.clip_max))
+
+
+def kernel_signature(dtype: np.dtype, array_layout: str, *extra: types.Type) -> types.Signature:
+    """``void(x, w, bias, out, sh, sw, dh, dw, pt, pl, group, has_bias, code, low, high,
+    *extra)`` with X and W of the given layout, read-only (writable arrays convert)."""
+    item = numba.from_dtype(np.dtype(dtype))
+    operand = types.Array(item, 4, array_layout, readonly=True)
+    bias = types.Array(item, 1, "A", readonly=True)
+    ints = [types.intp] * 7
+    return types.void(operand, operand, bias, types.Array(item, 4, "C"), *ints, types.boolean,
+                      types.intp, types.float64, types.float64, *extra)
+
+
+# -- index arithmetic ------------------------------------------------------------------------
+# Divisions take tens of cycles; strides 1 and 2 (nearly every layer) get branches that the
+# compiler turns into nothing or a shift.
+
+@numba.njit(cache=True, inline="always")
+def floor_div(a, b):
+    if b == 1:
+        return a
+    if b == 2:
+        return a >> 1
+    return a // b
+
+
+@numba.njit(cache=True, inline="always")
+def first_inside(offset, stride):
+    """Smallest index m >= 0 with ``m * stride + offset >= 0``."""
+    return max(0, -floor_div(offset, stride))
+
+
+@numba.njit(cache=True, inline="always")
+def end_inside(offset, stride, size, count):
+    """One past the largest index m < count with ``m * stride + offset < size``, in
+    ``[0, count]``."""
+    return min(count, max(0, floor_div(size - 1 - offset, stride) + 1))
+
+
+@numba.njit(cache=True, inline="always")
+def tap_offset(i, j, dh, dw, sh, sw, hb, wq):
+    """Flat offset at which tap (i, j) reads a staged block, for output (0, 0) of the block."""
+    row, column = i * dh, j * dw
+    a, m = floor_div(row, sh), floor_div(column, sw)
+    phase = (row - a * sh) * sw + (column - m * sw)
+    return (phase * hb + a) * wq + m
+
+
+# -- staging ---------------------------------------------------------------------------------
+
+#: Accumulator lengths are rounded up to a multiple of this many values (a 64-byte vector of
+#: float32), so that the vector loop of a pass has no scalar remainder; the staged block gets as
+#: many values of slack so that the extra positions still read inside it.
+LANES = 16
+#: Alignment in bytes of the accumulators: with row lengths a multiple of LANES, every vector
+#: load and store of a row stays within one cache line (worth 15-20% on a pass).
+ALIGN = 64
+
+
+def round_up(value: int, multiple: int) -> int:
+    return -(-value // multiple) * multiple
+
+
+def aligned_empty(shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:
+    """``np.empty(shape)`` whose data starts on an :data:`ALIGN`-byte boundary (a view of a
+    slightly larger buffer: :func:`aligned_nbytes` bytes)."""
+    dtype = np.dtype(dtype)
+    count = int(np.prod(shape))
+    raw = np.empty(count + ALIGN // dtype.itemsize, dtype=dtype)
+    skip = (-raw.ctypes.data % ALIGN) // dtype.itemsize
+    return raw[skip:skip + count].reshape(shape)
+
+
+def aligned_nbytes(shape: tuple[int, ...], dtype: np.dtype) -> int:
+    """Bytes :func:`aligned_empty` allocates for ``shape``."""
+    dtype = np.dtype(dtype)
+    return (int(np.prod(shape)) + ALIGN // dtype.itemsize) * dtype.itemsize
+
+
+def block_rows(geo: ConvGeometry, ob: int) -> int:
+    """Rows of each phase plane of a block of ``ob`` output rows (``hb``)."""
+    return ob + (geo.r - 1) * geo.dil_h // geo.stride_h
+
+
+def block_width(geo: ConvGeometry) -> int:
+    """Positions per row of each phase plane (``wq``): enough for every tap of every output
+    column."""
+    return geo.ow + (geo.s - 1) * geo.dil_w // geo.stride_w
+
+
+def staged_size(geo: ConvGeometry, ob: int) -> int:
+    """Values in one staged block of ``ob`` output rows, plus :data:`LANES` of slack."""
+    return geo.stride_h * geo.stride_w * block_rows(geo, ob) * block_width(geo) + LANES
+
+
+def block_positions(geo: ConvGeometry, ob: int) -> int:
+    """Accumulator positions of a block of ``ob`` output rows, rounded up to :data:`LANES`."""
+    return round_up((ob - 1) * block_width(geo) + geo.ow, LANES)
+
+
+@numba.njit(cache=True, inline="always")
+def stage_row(dst, d0, pitch, x, n, c, ih, pl, sw, wq):
+    """Write input row ``x[n, c, ih]``, split into ``sw`` column phases, into a staged row
+    whose left ``pl`` columns (and the columns past the row's end) are padding: phase p at
+    ``dst[d0 + p*pitch:][:wq]`` holds padded columns ``m*sw + p``.
+
+    Only the input's own columns are written.  The padding columns are the same for every row,
+    so the kernels zero the whole staging buffer once, when a worker starts, and never write
+    there again (a row that falls into the top or bottom padding is zeroed whole); this saves
+    two short loops per row, which is what staging a small plane costs most.
+    """
+    width = x.shape[3]
+    if sw == 1:
+        for m in range(min(pl, wq), min(wq, pl + width)):
+            dst[U(d0 + m)] = x[n, c, ih, U(m - pl)]
+        return
+    lo0, hi0 = first_inside(-pl, sw), end_inside(-pl, sw, width, wq)
+    if sw == 2:
+        # Both phases in one loop where both are inside the row: LLVM turns the pair of
+        # stride-2 reads into wide loads and shuffles instead of gathers.  The two phases'
+        # ranges differ by at most one column at each end.
+        lo1, hi1 = first_inside(1 - pl, 2), end_inside(1 - pl, 2, width, wq)
+        lo, hi = max(lo0, lo1), min(hi0, hi1)
+        for m in range(lo, hi):
+            dst[U(d0 + m)] = x[n, c, ih, U(2 * m - pl)]
+            dst[U(d0 + pitch + m)] = x[n, c, ih, U(2 * m + 1 - pl)]
+        # The leftovers, with ifs rather than loops: a loop's vector preamble would cost more
+        # than the one value it copies.
+        hi = max(lo, hi)
+        if lo0 < min(lo, hi0):
+            dst[U(d0 + lo0)] = x[n, c, ih, U(2 * lo0 - pl)]
+        if max(hi, lo0) < hi0:
+            dst[U(d0 + hi0 - 1)] = x[n, c, ih, U(2 * (hi0 - 1) - pl)]
+        if lo1 < min(lo, hi1):
+            dst[U(d0 + pitch + lo1)] = x[n, c, ih, U(2 * lo1 + 1 - pl)]
+        if max(hi, lo1) < hi1:
+            dst[U(d0 + pitch + hi1 - 1)] = x[n, c, ih, U(2 * (hi1 - 1) + 1 - pl)]
+        return
+    for p in range(sw):
+        for m in range(first_inside(p - pl, sw), end_inside(p - pl, sw, width, wq)):
+            dst[U(d0 + p * pitch + m)] = x[n, c, ih, U(m * sw + p - pl)]
+
+
+@numba.njit(cache=True, inline="always")
+def stage_block(dst, x, n, c, row0, hb, wq, sh, sw, pt, pl):
+    """Stage the rows of input plane ``x[n, c]`` that a block of output rows reads (see the
+    module docstring): phase plane (ph, pw), row a holds padded input row
+    ``row0 + a*sh + ph``; rows in the padding are zero."""
+    height = x.shape[2]
+    pitch = hb * wq
+    zero = dst.dtype.type(0)
+    for ph in range(sh):
+        for a in range(hb):
+            d0 = (ph * sw * hb + a) * wq
+            ih = row0 + a * sh + ph - pt
+            if 0 <= ih < height:
+                stage_row(dst, d0, pitch, x, n, c, ih, pl, sw, wq)
+            else:
+                for pw in range(sw):
+                    for m in range(wq):
+                        dst[d0 + pw * pitch + m] = zero
+
+
+# -- passes ----------------------------------------------------------------------------------
+# Arrays are indexed in full rather than sliced into rows: a slice in a hot loop costs numba a
+# pair of atomic reference-count updates, more than a short pass itself.
+# acc: accumulators (4, groups, positions), g: the group of four rows; w: the weights, ks: the
+# four weight rows (output channels), c: the input channel (of the group); ij: (i, j) of up to
+# four taps, flattened; xs: the staged block; d: the taps' offsets (tap_offset); n: positions.
+
+@numba.njit(cache=True, inline="always")
+def next_tap(i, j, kernel_w):
+    """The tap after (i, j) in row-major order."""
+    return (i, j + 1) if j + 1 < kernel_w else (i + 1, 0)
+
+
+@numba.njit(cache=True, inline="always")
+def chunk_taps(remaining):
+    """Taps in the next pass: three or four, never a single tap left over where that can be
+    helped (a pass of one or two taps is bound by the accumulator's loads and stores, not by
+    arithmetic): 9 -> 3+3+3 (measured 3-8% faster than 4+3+2), 49 -> 4*10+3+3+3, 7 -> 3+4,
+    5 -> 3+2."""
+    if remaining % 3 == 0 and remaining <= 9:
+        return 3
+    if remaining >= 8 or remaining == 4:
+        return 4
+    if remaining >= 5:
+        return 3
+    return remaining
+
+
+@numba.njit(cache=True, fastmath=FASTMATH, inline="always")
+def rows4_taps4(acc, g, w, ks, c, ij, xs, d, n):
+    """Four accumulator rows ``acc[0..3, g]``, four taps."""
+    i0, j0, i1, j1, i2, j2, i3, j3 = ij
+    d0, d1, d2, d3 = d
+    k0, k1, k2, k3 = ks
+    a0, b0, c0, e0 = w[k0, c, i0, j0], w[k0, c, i1, j1], w[k0, c, i2, j2], w[k0, c, i3, j3]
+    a1, b1, c1, e1 = w[k1, c, i0, j0], w[k1, c, i1, j1], w[k1, c, i2, j2], w[k1, c, i3, j3]
+    a2, b2, c2, e2 = w[k2, c, i0, j0], w[k2, c, i1, j1], w[k2, c, i2, j2], w[k2, c, i3, j3]
+    a3, b3, c3, e3 = w[k3, c, i0, j0], w[k3, c, i1, j1], w[k3, c, i2, j2], w[k3, c, i3, j3]
+    for o in range(n):
+        x0, x1, x2, x3 = xs[U(o + d0)], xs[U(o + d1)], xs[U(o + d2)], xs[U(o + d3)]
+        u = U(o)
+        acc[0, g, u] = (((acc[0, g, u] + a0 * x0) + b0 * x1) + c0 * x2) + e0 * x3
+        acc[1, g, u] = (((acc[1, g, u] + a1 * x0) + b1 * x1) + c1 * x2) + e1 * x3
+        acc[2, g, u] = (((acc[2, g, u] + a2 * x0) + b2 * x1) + c2 * x2) + e2 * x3
+        acc[3, g, u] = (((acc[3, g, u] + a3 * x0) + b3 * x1) + c3 * x2) + e3 * x3
+
+
+@numba.njit(cache=True, fastmath=FASTMATH, inline="always")
+def rows4_taps3(acc, g, w, ks, c, ij, xs, d, n):
+    i0, j0, i1, j1, i2, j2, _, _ = ij
+    d0, d1, d2, _ = d
+    k0, k1, k2, k3 = ks
+    a0, b0, c0 = w[k0, c, i0, j0], w[k0, c, i1, j1], w[k0, c, i2, j2]
+    a1, b1, c1 = w[k1, c, i0, j0], w[k1, c, i1, j1], w[k1, c, i2, j2]
+    a2, b2, c2 = w[k2, c, i0, j0], w[k2, c, i1, j1], w[k2, c, i2, j2]
+    a3, b3, c3 = w[k3, c, i0, j0], w[k3, c, i1, j1], w[k3, c, i2, j2]
+    for o in range(n):
+        x0, x1, x2 = xs[U(o + d0)], xs[U(o + d1)], xs[U(o + d2)]
+        u = U(o)
+        acc[0, g, u] = ((acc[0, g, u] + a0 * x0) + b0 * x1) + c0 * x2
+        acc[1, g, u] = ((acc[1, g, u] + a1 * x0) + b1 * x1) + c1 * x2
+        acc[2, g, u] = ((acc[2, g, u] + a2 * x0) + b2 * x1) + c2 * x2
+        acc[3, g, u] = ((acc[3, g, u] + a3 * x0) + b3 * x1) + c3 * x2
+
+
+@numba.njit(cache=True, fastmath=FASTMATH, inline="always")
+def rows4_taps2(acc, g, w, ks, c, ij, xs, d, n):
+    i0, j0, i1, j1, _, _, _, _ = ij
+    d0, d1, _, _ = d
+    k0, k1, k2, k3 = ks
+    a0, b0 = w[k0, c, i0, j0], w[k0, c, i1, j1]
+    a1, b1 = w[k1, c, i0, j0], w[k1, c, i1, j1]
+    a2, b2 = w[k2, c, i0, j0], w[k2, c, i1, j1]
+    a3, b3 = w[k3, c, i0, j0], w[k3, c, i1, j1]
+    for o in range(n):
+        x0, x1 = xs[U(o + d0)], xs[U(o + d1)]
+        u = U(o)
+        acc[0, g, u] = (acc[0, g, u] + a0 * x0) + b0 * x1
+        acc[1, g, u] = (acc[1, g, u] + a1 * x0) + b1 * x1
+        acc[2, g, u] = (acc[2, g, u] + a2 * x0) + b2 * x1
+        acc[3, g, u] = (acc[3, g, u] + a3 * x0) + b3 * x1
+
+
+@numba.njit(cache=True, fastmath=FASTMATH, inline="always")
+def rows4_taps1(acc, g, w, ks, c, ij, xs, d, n):
+    i0, j0, _, _, _, _, _, _ = ij
+    d0, _, _, _ = d
+    k0, k1, k2, k3 = ks
+    a0, a1, a2, a3 = w[k0, c, i0, j0], w[k1, c, i0, j0], w[k2, c, i0, j0], w[k3, c, i0, j0]
+    for o in range(n):
+        x0 = xs[U(o + d0)]
+        u = U(o)
+        acc[0, g, u] += a0 * x0
+        acc[1, g, u] += a1 * x0
+        acc[2, g, u] += a2 * x0
+        acc[3, g, u] += a3 * x0
+
+
+@numba.njit(cache=True, fastmath=FASTMATH, inline="always")
+def row_taps(acc, wv, xs, d, taps, n):
+    """One accumulator row ``acc[0, 0]``, ``taps`` (1 to 4) taps with weights ``wv``."""
+    a, b, c, e = wv
+    d0, d1, d2, d3 = d
+    if taps == 4:
+        for o in range(n):
+            u = U(o)
+            acc[0, 0, u] = ((((acc[0, 0, u] + a * xs[U(o + d0)]) + b * xs[U(o + d1)])
+                             + c * xs[U(o + d2)]) + e * xs[U(o + d3)])
+    elif taps == 3:
+        for o in range(n):
+            u = U(o)
+            acc[0, 0, u] = (((acc[0, 0, u] + a * xs[U(o + d0)]) + b * xs[U(o + d1)])
+                            + c * xs[U(o + d2)])
+    elif taps == 2:
+        for o in range(n):
+            u = U(o)
+            acc[0, 0, u] = (acc[0, 0, u] + a * xs[U(o + d0)]) + b * xs[U(o + d1)]
+    else:
+        for o in range(n):
+            acc[0, 0, U(o)] += a * xs[U(o + d0)]
+
+
+# -- epilogue --------------------------------------------------------------------------------
+
+@numba.njit(cache=True, inline="always")
+def store_rows(out, n, k, oh0, rows, acc, t, g, wq, bias_k, code, low, high):
+    """``out[n, k, oh0 + r, :] = epilogue(acc[t, g, r*wq:][:OW])`` for ``rows`` output rows.
+
+    The clip bounds are rounded to the output dtype first: for a value already of that dtype,
+    clipping to the rounded bounds gives exactly the rounded result of clipping to the exact
+    ones, and the loop then stays in one precision and vectorises.
+    """
+    low_v = out.dtype.type(low)
+    high_v = out.dtype.type(high)
+    out_w = out.shape[3]
+    for r in range(rows):
+        base = r * wq
+        for o in range(out_w):
+            out[n, k, oh0 + r, U(o)] = epilogue_value(acc[t, g, U(base + o)], bias_k, code,
+                                                      low_v, high_v)
+
+
+@numba.njit(cache=True, fastmath=FASTMATH, inline="always")
+def store_taps3x3(out, n, k, oh0, rows, w, i, xs, d, wq, bias_k, code, low, high):
+    """For a 3x3 kernel in one pass: ``out[n, k, oh0 + r, o] = epilogue(sum of the nine taps)``
+    straight from the staged block, without an accumulator buffer (taps (i..i+2, 0..2) in
+    row-major order, tap (i+a, b) reading at offset ``d[3*a + b]``)."""
+    w00, w01, w02 = w[k, 0, i, 0], w[k, 0, i, 1], w[k, 0, i, 2]
+    w10, w11, w12 = w[k, 0, i + 1, 0], w[k, 0, i + 1, 1], w[k, 0, i + 1, 2]
+    w20, w21, w22 = w[k, 0, i + 2, 0], w[k, 0, i + 2, 1], w[k, 0, i + 2, 2]
+    d00, d01, d02, d10, d11, d12, d20, d21, d22 = d
+    low_v = out.dtype.type(low)
+    high_v = out.dtype.type(high)
+    out_w = out.shape[3]
+    for r in range(rows):
+        for o in range(out_w):
+            p = r * wq + o
+            s = (w00 * xs[U(p + d00)] + w01 * xs[U(p + d01)]) + w02 * xs[U(p + d02)]
+            s = ((s + w10 * xs[U(p + d10)]) + w11 * xs[U(p + d11)]) + w12 * xs[U(p + d12)]
+            s = ((s + w20 * xs[U(p + d20)]) + w21 * xs[U(p + d21)]) + w22 * xs[U(p + d22)]
+            out[n, k, oh0 + r, U(o)] = epilogue_value(s, bias_k, code, low_v, high_v)
+
+
+@numba.njit(cache=True, fastmath=FASTMATH, inline="always")
+def flat_taps3x3(acc, w, k, xs, d, n):
+    """``acc[0, 0, u] = sum of the nine taps`` of weight plane ``w[k, 0]`` (a 3x3 kernel, taps
+    in row-major order, tap (a, b) reading at offset ``d[3*a + b]``) over ``n`` flat
+    positions: :func:`store_taps3x3` as one long loop, for planes whose rows are too short for
+    a vector loop of their own."""
+    w00, w01, w02 = w[k, 0, 0, 0], w[k, 0, 0, 1], w[k, 0, 0, 2]
+    w10, w11, w12 = w[k, 0, 1, 0], w[k, 0, 1, 1], w[k, 0, 1, 2]
+    w20, w21, w22 = w[k, 0, 2, 0], w[k, 0, 2, 1], w[k, 0, 2, 2]
+    d00, d01, d02, d10, d11, d12, d20, d21, d22 = d
+    for o in range(n):
+        s = (w00 * xs[U(o + d00)] + w01 * xs[U(o + d01)]) + w02 * xs[U(o + d02)]
+        s = ((s + w10 * xs[U(o + d10)]) + w11 * xs[U(o + d11)]) + w12 * xs[U(o + d12)]
+        acc[0, 0, U(o)] = ((s + w20 * xs[U(o + d20)]) + w21 * xs[U(o + d21)]) + w22 * xs[U(o + d22)]

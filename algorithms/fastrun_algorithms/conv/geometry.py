@@ -1,0 +1,216 @@
+"""Conv parameters in one canonical form, and the geometry every algorithm computes from.
+
+ONNX lets one convolution be written many ways (auto_pad or explicit pads, defaults left out,
+1-D or 2-D).  The problem key must not depend on the spelling, so :func:`canonical_params`
+resolves everything to explicit 2-D values before the problem is built, and algorithms read one
+:class:`ConvGeometry` instead of re-deriving shapes.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from fastrun.operator import Problem
+
+AUTO_PADS = ("NOTSET", "SAME_UPPER", "SAME_LOWER", "VALID")
+ACTIVATIONS = ("none", "relu", "clip")
+SUPPORTED_DTYPES = ("float32", "float64")
+
+
+def _pair(value: Any, spatial: int, name: str, default: int) -> tuple[int, ...]:
+    if value is None:
+        return (default,) * spatial
+    values = tuple(int(v) for v in (value if isinstance(value, (list, tuple)) else [value]))
+    if len(values) == 1 and spatial > 1:
+        values = values * spatial
+    if len(values) != spatial:
+        raise ValueError(f"conv {name} needs {spatial} value(s) for a {spatial}-D convolution, "
+                         f"got {list(values)}")
+    if any(v < 1 for v in values):
+        raise ValueError(f"conv {name} must be positive, got {list(values)}")
+    return values
+
+
+def canonical_params(shapes: Sequence[Sequence[int]], params: Mapping[str, Any]) -> dict[str, Any]:
+    """Resolve ONNX Conv attributes (and fastrun's epilogue options) to one explicit form.
+
+    Result keys: strides, dilations, pads (top, left, bottom, right), group, and only when not
+    at their defaults: activation (+ clip_min, clip_max), weight_preprocess.  1-D convolutions
+    are expressed as 2-D ones with a height of 1.
+    """
+    known = {"strides", "dilations", "pads", "auto_pad", "group", "kernel_shape", "activation",
+             "clip_min", "clip_max", "weight_preprocess"}
+    unknown = sorted(set(params) - known)
+    if unknown:
+        raise ValueError(f"conv has no parameter(s) {', '.join(unknown)}; "
+                         f"known: {', '.join(sorted(known))}")
+    if len(shapes) not in (2, 3):
+        raise ValueError(f"conv takes 2 or 3 inputs (X, W[, B]), got {len(shapes)}")
+    x_shape, w_shape = tuple(shapes[0]), tuple(shapes[1])
+    if len(x_shape) not in (3, 4):
+        raise ValueError(f"conv supports 1-D and 2-D convolutions: X must be (N, C, W) or "
+                         f"(N, C, H, W), got shape {x_shape}")
+    if len(w_shape) != len(x_shape):
+        raise ValueError(f"conv weight must have the rank of X ({len(x_shape)}), got shape "
+                         f"{w_shape} for X {x_shape}")
+    spatial = len(x_shape) - 2
+    kernel = w_shape[2:]
+    if params.get("kernel_shape") is not None and \
+            tuple(int(k) for k in params["kernel_shape"]) != kernel:
+        raise ValueError(f"conv kernel_shape {list(params['kernel_shape'])} does not match the "
+                         f"weight's spatial shape {list(kernel)}")
+    strides = _pair(params.get("strides"), spatial, "strides", 1)
+    dilations = _pair(params.get("dilations"), spatial, "dilations", 1)
+    auto_pad = str(params.get("auto_pad", "NOTSET") or "NOTSET").upper()
+    if auto_pad not in AUTO_PADS:
+        raise ValueError(f"conv auto_pad must be one of {', '.join(AUTO_PADS)}, got {auto_pad!r}")
+    if auto_pad == "NOTSET":
+        pads = tuple(int(p) for p in params.get("pads") or (0,) * (2 * spatial))
+        if len(pads) != 2 * spatial:
+            raise ValueError(f"conv pads needs {2 * spatial} values (begins then ends), got "
+                             f"{list(pads)}")
+        if any(p < 0 for p in pads):
+            raise ValueError(f"conv pads must not be negative, got {list(pads)}")
+        begins, ends = pads[:spatial], pads[spatial:]
+    elif auto_pad == "VALID":
+        begins = ends = (0,) * spatial
+    else:
+        begins, ends = [], []
+        for size, k, stride, dilation in zip(x_shape[2:], kernel, strides, dilations,
+                                             strict=True):
+            out = -(-size // stride)
+            total = max(0, (out - 1) * stride + (k - 1) * dilation + 1 - size)
+            small, large = total // 2, total - total // 2
+            begins.append(small if auto_pad == "SAME_UPPER" else large)
+            ends.append(large if auto_pad == "SAME_UPPER" else small)
+    if spatial == 1:  # as 2-D with height 1
+        strides, dilations = (1, *strides), (1, *dilations)
+        begins, ends = (0, *begins), (0, *ends)
+    group = int(params.get("group", 1) or 1)
+    if group < 1:
+        raise ValueError(f"conv group must be positive, got {group}")
+    result: dict[str, Any] = {
+        "strides": tuple(strides),
+        "dilations": tuple(dilations),
+        "pads": (*begins, *ends),
+        "group": group,
+    }
+    activation = str(params.get("activation", "none") or "none").lower()
+    if activation == "relu6":  # the common spelling of clip(0, 6)
+        activation = "clip"
+    if activation not in ACTIVATIONS:
+        raise ValueError(f"conv activation must be one of {', '.join(ACTIVATIONS)} (or relu6), "
+                         f"got {activation!r}")
+    if activation != "none":
+        result["activation"] = activation
+    if activation == "clip":
+        low = float(params.get("clip_min", 0.0) if params.get("clip_min") is not None else 0.0)
+        high = float(params.get("clip_max", 6.0) if params.get("clip_max") is not None else 6.0)
+        if low > high:
+            raise ValueError(f"conv clip_min {low} is above clip_max {high}")
+        result["clip_min"], result["clip_max"] = low, high
+    elif params.get("clip_min") is not None or params.get("clip_max") is not None:
+        raise ValueError("conv clip_min/clip_max need activation='clip'")
+    if params.get("weight_preprocess"):
+        result["weight_preprocess"] = True
+    return result
+
+
+@dataclass(frozen=True)
+class ConvGeometry:
+    """Everything about one conv problem, always as 2-D (a 1-D conv has h == r == 1)."""
+
+    n: int
+    c: int
+    h: int
+    w: int
+    k: int  # output channels
+    r: int  # kernel height
+    s: int  # kernel width
+    oh: int
+    ow: int
+    stride_h: int
+    stride_w: int
+    dil_h: int
+    dil_w: int
+    pad_top: int
+    pad_left: int
+    pad_bottom: int
+    pad_right: int
+    group: int
+    has_bias: bool
+    activation: str
+    clip_min: float
+    clip_max: float
+    one_d: bool
+    dtype: str
+
+    @property
+    def cg(self) -> int:
+        """Input channels per group."""
+        return self.c // self.group
+
+    @property
+    def kg(self) -> int:
+        """Output channels per group."""
+        return self.k // self.group
+
+    @property
+    def is_depthwise(self) -> bool:
+        return self.group == self.c and self.cg == 1
+
+    @property
+    def out_shape(self) -> tuple[int, ...]:
+        if self.one_d:
+            return (self.n, self.k, self.ow)
+        return (self.n, self.k, self.oh, self.ow)
+
+    @property
+    def itemsize(self) -> int:
+        return np.dtype(self.dtype).itemsize
+
+    @property
+    def macs(self) -> int:
+        """Multiply-adds of the direct method (for GFLOP/s figures and heuristics)."""
+        return self.n * self.k * self.oh * self.ow * self.cg * self.r * self.s
+
+    def as_4d(self, x: np.ndarray, w: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Views of X and W as (N, C, H, W) and (K, C/group, R, S)."""
+        if self.one_d:
+            return x[:, :, None, :], w[:, :, None, :]
+        return x, w
+
+    def output_view(self, out4: np.ndarray) -> np.ndarray:
+        """The (N, K, OH, OW) result in the caller's rank."""
+        return out4[:, :, 0, :] if self.one_d else out4
+
+
+@functools.lru_cache(maxsize=4096)
+def geometry(problem: Problem) -> ConvGeometry:
+    """The geometry of a canonical conv problem (see :func:`canonical_params`)."""
+    x_shape, w_shape = problem.shapes[0], problem.shapes[1]
+    one_d = len(x_shape) == 3
+    if one_d:
+        x_shape = (x_shape[0], x_shape[1], 1, x_shape[2])
+        w_shape = (w_shape[0], w_shape[1], 1, w_shape[2])
+    n, c, h, w = x_shape
+    k, _, r, s = w_shape
+    stride_h, stride_w = problem.param("strides")
+    dil_h, dil_w = problem.param("dilations")
+    top, left, bottom, right = problem.param("pads")
+    oh = (h + top + bottom - (dil_h * (r - 1) + 1)) // stride_h + 1
+    ow = (w + left + right - (dil_w * (s - 1) + 1)) // stride_w + 1
+    return ConvGeometry(
+        n=n, c=c, h=h, w=w, k=k, r=r, s=s, oh=oh, ow=ow,
+        stride_h=stride_h, stride_w=stride_w, dil_h=dil_h, dil_w=dil_w,
+        pad_top=top, pad_left=left, pad_bottom=bottom, pad_right=right,
+        group=problem.param("group"), has_bias=len(problem.shapes) == 3,
+        activation=problem.param("activation", "none"),
+        clip_min=problem.param("clip_min", 0.0), clip_max=problem.param("clip_max", 6.0),
+        one_d=one_d, dtype=problem.dtypes[0],
+    )

@@ -1,0 +1,51 @@
+"""The rule-of-thumb order of conv algorithms: what HEURISTIC picks, and the order fast-run
+times candidates in (a good first candidate lets early stopping drop the rest quickly).
+
+The rules follow the three shape classes that decide which convolution algorithm wins (see
+OpenPPL's write-up in shared/seeds): a specialised kernel when one applies (depthwise, 1x1),
+Winograd for 3x3 stride-1 layers with enough channels to amortise its transforms, a direct
+kernel for the few-input-channel first layer, im2col + GEMM for everything else, and the naive
+loops last.  ``docs/conv.md`` lists them with the measurements behind them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from fastrun.algorithm import Algorithm
+from fastrun_algorithms.conv.geometry import ConvGeometry
+
+#: Winograd needs this many input and output channels per group before its transform cost is
+#: paid back by the cheaper products; F(4x4,3x3) needs an output of at least this many columns
+#: and rows to fill its 4x4 tiles.
+WINOGRAD_MIN_CHANNELS = 16
+WINOGRAD_F4_MIN_SIZE = 8
+#: At most this many input channels per group makes a layer "few-channel" (the RGB first layer):
+#: the unfold of im2col is then mostly copying, and a direct kernel wins.
+DIRECT_MAX_CHANNELS = 4
+
+
+def _rank(geo: ConvGeometry, algorithm: Algorithm) -> tuple[int, int]:
+    name = algorithm.desc.name
+    if name == "naive":
+        return (9, 0)
+    if name == "depthwise":
+        return (0, 0)
+    if name == "conv1x1":
+        return (0, 1)
+    if name.startswith("winograd"):
+        channels_ok = min(geo.cg, geo.kg) >= WINOGRAD_MIN_CHANNELS
+        if name == "winograd_f4x3":
+            big = min(geo.oh, geo.ow) >= WINOGRAD_F4_MIN_SIZE
+            return (1, 0) if channels_ok and big else (5, 0)
+        return (1, 1) if channels_ok else (5, 1)
+    if name == "direct":
+        return (1, 2) if geo.cg <= DIRECT_MAX_CHANNELS else (4, 0)
+    if name == "im2col":
+        return (3, 0)
+    return (6, 0)
+
+
+def heuristic_order(geo: ConvGeometry, candidates: Sequence[Algorithm]) -> list[Algorithm]:
+    """Candidates (already known to be usable) best-first; ties keep registration order."""
+    return sorted(candidates, key=lambda algorithm: _rank(geo, algorithm))

@@ -1,0 +1,107 @@
+"""The conv operator: ONNX Conv semantics for 1-D and 2-D inputs, with a fused epilogue."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from fastrun.operator import Operator, Problem, Shape
+from fastrun_algorithms.conv.geometry import SUPPORTED_DTYPES, canonical_params, geometry
+
+if TYPE_CHECKING:
+    from fastrun.algorithm import Algorithm
+
+
+class ConvOperator(Operator):
+    """``Y = act(conv(X, W) + B)`` as ONNX Conv defines it (NCHW, OIHW weights), plus fastrun's
+    epilogue parameters.
+
+    Inputs: X (N, C, H, W) or (N, C, W); W (K, C/group, R, S) or (K, C/group, S); optional
+    bias B (K,).  Parameters: ONNX's strides, dilations, pads (begins then ends), auto_pad
+    (NOTSET, SAME_UPPER, SAME_LOWER, VALID), group, kernel_shape; and activation (none, relu,
+    clip or relu6, with clip_min/clip_max) and weight_preprocess.  Problems are built in one
+    canonical form (explicit 2-D pads and strides), so equal convolutions share a cache key.
+    """
+
+    name = "conv"
+    version = 1
+
+    def problem(self, shapes: Sequence[Sequence[int]], dtypes: Sequence[Any],
+                **params: Any) -> Problem:
+        canonical = canonical_params(shapes, params)
+        problem = Problem.create(self.name, shapes, dtypes, canonical)
+        self.validate(problem)
+        return problem
+
+    def validate(self, problem: Problem) -> None:
+        if problem.param("strides") is None or problem.param("pads") is None:
+            raise ValueError("conv problems must be built with ConvOperator.problem() so that "
+                             "their parameters are canonical (explicit strides and pads)")
+        unsupported = sorted(set(problem.dtypes) - set(SUPPORTED_DTYPES))
+        if unsupported or len(set(problem.dtypes)) != 1:
+            raise ValueError(f"conv needs all inputs of one dtype, float32 or float64; got "
+                             f"{', '.join(problem.dtypes)}")
+        geo = geometry(problem)
+        x_shape, w_shape = problem.shapes[0], problem.shapes[1]
+        if geo.c % geo.group:
+            raise ValueError(f"conv input channels C={geo.c} are not divisible by group="
+                             f"{geo.group} (X shape {x_shape})")
+        if geo.k % geo.group:
+            raise ValueError(f"conv output channels K={geo.k} are not divisible by group="
+                             f"{geo.group} (W shape {w_shape})")
+        if w_shape[1] != geo.cg:
+            raise ValueError(f"conv weight shape {w_shape} does not match X shape {x_shape} "
+                             f"with group={geo.group}: W must have C/group={geo.cg} channels, "
+                             f"has {w_shape[1]}")
+        if min(geo.r, geo.s, geo.n, geo.c, geo.k) < 1 or min(geo.h, geo.w) < 1:
+            raise ValueError(f"conv shapes must not be empty: X {x_shape}, W {w_shape}")
+        if geo.oh < 1 or geo.ow < 1:
+            raise ValueError(
+                f"conv output would be empty ({geo.oh}x{geo.ow}): the dilated kernel "
+                f"({geo.dil_h * (geo.r - 1) + 1}x{geo.dil_w * (geo.s - 1) + 1}) is larger than "
+                f"the padded input ({geo.h + geo.pad_top + geo.pad_bottom}x"
+                f"{geo.w + geo.pad_left + geo.pad_right})")
+        if geo.has_bias and tuple(problem.shapes[2]) != (geo.k,):
+            raise ValueError(f"conv bias must have shape ({geo.k},) for K={geo.k}, got "
+                             f"{tuple(problem.shapes[2])}")
+
+    def output_shape(self, problem: Problem) -> Shape:
+        return geometry(problem).out_shape
+
+    def reference(self, problem: Problem, inputs: Sequence[np.ndarray]) -> np.ndarray:
+        """Float64 conv by summing one shifted input slice per kernel offset: few lines, no
+        tricks, the result every algorithm is checked against."""
+        geo = geometry(problem)
+        x, w = geo.as_4d(np.asarray(inputs[0], np.float64), np.asarray(inputs[1], np.float64))
+        padded = np.pad(x, ((0, 0), (0, 0), (geo.pad_top, geo.pad_bottom),
+                            (geo.pad_left, geo.pad_right)))
+        out = np.zeros((geo.n, geo.k, geo.oh, geo.ow))
+        for g in range(geo.group):
+            xs = padded[:, g * geo.cg:(g + 1) * geo.cg]
+            ws = w[g * geo.kg:(g + 1) * geo.kg]
+            for i in range(geo.r):
+                for j in range(geo.s):
+                    top, left = i * geo.dil_h, j * geo.dil_w
+                    window = xs[:, :, top:top + geo.stride_h * (geo.oh - 1) + 1:geo.stride_h,
+                                left:left + geo.stride_w * (geo.ow - 1) + 1:geo.stride_w]
+                    out[:, g * geo.kg:(g + 1) * geo.kg] += np.einsum(
+                        "nchw,kc->nkhw", window, ws[:, :, i, j])
+        if geo.has_bias:
+            out += np.asarray(inputs[2], np.float64).reshape(1, -1, 1, 1)
+        if geo.activation == "relu":
+            out = np.maximum(out, 0)
+        elif geo.activation == "clip":
+            out = np.clip(out, geo.clip_min, geo.clip_max)
+        return geo.output_view(out)
+
+    def tolerance(self, problem: Problem) -> float:
+        # Winograd's transforms add rounding (F(4,3) most): still far from any wrong result.
+        return 2e-3 if "float32" in problem.dtypes else 1e-9
+
+    def heuristic_order(self, problem: Problem,
+                        candidates: Sequence[Algorithm]) -> list[Algorithm]:
+        from fastrun_algorithms.conv.heuristic import heuristic_order
+
+        return heuristic_order(geometry(problem), candidates)
