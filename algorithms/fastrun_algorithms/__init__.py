@@ -7,6 +7,8 @@ made by ``fastrun`` itself (``fastrun/_threads.py``), before numpy is loaded.
 
 def register(registry) -> None:
     """Entry point of the ``fastrun.plugins`` group: add every operator and algorithm."""
-    from fastrun_algorithms import matmul
+    from fastrun_algorithms import conv, elementwise, matmul
 
     matmul.register(registry)
+    conv.register(registry)
+    elementwise.register(registry)
