@@ -102,3 +102,17 @@ def test_console_script_runs(tmp_path):
         capture_output=True, text=True, check=True)
     assert "blas" in result.stdout and "naive" in result.stdout and "NAIVE|" not in result.stdout
     assert "REPRODUCIBLE|NAIVE" in result.stdout
+
+
+def test_profile_conv_with_bias_epilogue_and_weight_preprocessing(capsys):
+    report = run_json(capsys, "profile", "conv", "--inputs", "1x16x12x12,16x16x3x3",
+                      "--attrs", "strides=1,1", "pads=1,1,1,1", "group=1", "--bias",
+                      "--epilogue", "relu", "--weight-preprocess", "--fast-run",
+                      "--budget", "0.005")
+    assert report["problem"]["shapes"][2] == [16]
+    assert report["problem"]["key"] == (
+        "float32[1x16x12x12],float32[16x16x3x3],float32[16];activation=relu,dilations=(1,1),"
+        "group=1,pads=(1,1,1,1),strides=(1,1),weight_preprocess=true")
+    names = {e["algorithm"].split("(")[0] for e in report["entries"]}
+    assert {"winograd_f2x3", "im2col", "direct"} <= names and "naive" not in names
+    assert report["excluded"]["conv1x1"].startswith("not usable: conv1x1 needs a 1x1 kernel")
