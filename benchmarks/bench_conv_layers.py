@@ -36,6 +36,7 @@ def ort_session(x: np.ndarray, w: np.ndarray, b: np.ndarray, params: dict, threa
         [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
         [numpy_helper.from_array(w, "w"), numpy_helper.from_array(b, "b")])
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    model.ir_version = 8  # what every onnxruntime since 1.10 reads
     options = ort.SessionOptions()
     options.intra_op_num_threads = threads
     options.inter_op_num_threads = 1
