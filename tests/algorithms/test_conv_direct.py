@@ -10,12 +10,8 @@ counts), and the depthwise algorithm's usability.
 
 from __future__ import annotations
 
-import tracemalloc
-from collections.abc import Iterator
-from contextlib import contextmanager
 from typing import Any
 
-import numba
 import numpy as np
 import pytest
 from hypothesis import HealthCheck, assume, given, settings
@@ -26,6 +22,7 @@ from fastrun.attribute import AlgoAttribute
 from fastrun.operator import Problem
 from fastrun_algorithms.conv import depthwise, direct, naive
 from fastrun_algorithms.conv.operator import ConvOperator
+from tests.algorithms._helpers import TRACEMALLOC_SLACK, numba_threads, traced_peak
 
 OPERATOR = ConvOperator()
 NAIVE = naive.algorithms()
@@ -34,8 +31,6 @@ DEPTHWISE = depthwise.algorithms()
 ALGORITHMS = NAIVE + DIRECT + DEPTHWISE
 #: Algorithms whose kernels run in parallel: their results must not depend on the threads.
 PARALLEL = DIRECT + DEPTHWISE
-#: Python objects tracemalloc sees besides the arrays (views, tuples, frames).
-TRACEMALLOC_SLACK = 8 * 1024
 
 ids = {"ids": lambda a: a.desc.text}
 
@@ -202,18 +197,6 @@ def test_epilogue(algorithm: Algorithm, shapes: list, params: dict) -> None:
 
 # -- workspace -------------------------------------------------------------------------------
 
-@contextmanager
-def traced_peak() -> Iterator[list[int]]:
-    """Peak bytes traced inside the block above what was allocated when it started."""
-    result: list[int] = []
-    tracemalloc.start()
-    try:
-        tracemalloc.reset_peak()
-        start = tracemalloc.get_traced_memory()[0]
-        yield result
-        result.append(tracemalloc.get_traced_memory()[1] - start)
-    finally:
-        tracemalloc.stop()
 
 
 WORKSPACE_CASES = [
@@ -344,10 +327,6 @@ def test_reproducible(algorithm: Algorithm, shapes: list, params: dict) -> None:
     inputs = OPERATOR.random_inputs(problem, np.random.default_rng(6))
     first = run(algorithm, problem, inputs)
     np.testing.assert_array_equal(run(algorithm, problem, inputs), first)
-    threads = numba.get_num_threads()
-    numba.set_num_threads(1)
-    try:
+    with numba_threads(1):
         single = run(algorithm, problem, inputs)
-    finally:
-        numba.set_num_threads(threads)
     np.testing.assert_array_equal(single, first)

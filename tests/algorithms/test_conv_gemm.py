@@ -11,13 +11,9 @@ reproducibility and the reasons for being unusable.
 
 from __future__ import annotations
 
-import tracemalloc
 from collections import Counter
-from collections.abc import Iterator
-from contextlib import contextmanager
 from typing import Any
 
-import numba
 import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -28,6 +24,7 @@ from fastrun.attribute import AlgoAttribute
 from fastrun.operator import Problem
 from fastrun_algorithms.conv import conv1x1, im2col, winograd
 from fastrun_algorithms.conv.operator import ConvOperator
+from tests.algorithms._helpers import TRACEMALLOC_SLACK, numba_threads, traced_peak
 
 OPERATOR = ConvOperator()
 ALGORITHMS: list[Algorithm] = [*im2col.algorithms(), *conv1x1.algorithms(),
@@ -36,9 +33,6 @@ BY_NAME = {algorithm.name: algorithm for algorithm in ALGORITHMS}
 IM2COL, CONV1X1 = BY_NAME["im2col"], BY_NAME["conv1x1"]
 WINOGRAD = [BY_NAME["winograd_f2x3"], BY_NAME["winograd_f4x3"]]
 
-#: Python objects tracemalloc sees besides the arrays (ndarray headers of views, tuples,
-#: frames): far below any array the workspace tests allocate.
-TRACEMALLOC_SLACK = 8 * 1024
 
 
 class CheckingContext:
@@ -249,19 +243,6 @@ def test_preprocessed_weights_give_the_same_result(algorithm: Algorithm, dtype: 
 
 # -- workspace -------------------------------------------------------------------------------
 
-@contextmanager
-def traced_peak() -> Iterator[list[int]]:
-    """Peak bytes allocated (numpy reports its buffers to tracemalloc) inside the block, above
-    what was allocated when it started."""
-    result: list[int] = []
-    tracemalloc.start()
-    try:
-        tracemalloc.reset_peak()
-        start = tracemalloc.get_traced_memory()[0]
-        yield result
-        result.append(tracemalloc.get_traced_memory()[1] - start)
-    finally:
-        tracemalloc.stop()
 
 
 WORKSPACE_CASES = [
@@ -313,12 +294,8 @@ def test_reproducible_whatever_the_thread_count(algorithm: Algorithm) -> None:
     inputs = OPERATOR.random_inputs(problem, np.random.default_rng(6))
     first = CheckingContext().run(algorithm, problem, inputs)
     np.testing.assert_array_equal(CheckingContext().run(algorithm, problem, inputs), first)
-    threads = numba.get_num_threads()
-    numba.set_num_threads(1)
-    try:
+    with numba_threads(1):
         single = CheckingContext().run(algorithm, problem, inputs)
-    finally:
-        numba.set_num_threads(threads)
     np.testing.assert_array_equal(single, first)
 
 

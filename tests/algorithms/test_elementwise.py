@@ -31,6 +31,7 @@ from fastrun.registry import Registry
 from fastrun_algorithms import elementwise
 from fastrun_algorithms.elementwise import _kernels
 from fastrun_algorithms.elementwise.operator import OPS, PARALLEL_MIN_BYTES, SUPPORTED_DTYPES
+from tests.algorithms._helpers import numba_threads
 
 REGISTRY = Registry(load_plugins=False)
 elementwise.register(REGISTRY)
@@ -288,12 +289,8 @@ def test_parallel_is_bit_identical_to_serial_at_any_thread_count(threads: int) -
     problem = REGISTRY.operator("div").problem([(5, 1, 3000), (7, 1)], ["float32", "float32"])
     inputs = REGISTRY.operator("div").random_inputs(problem, np.random.default_rng(3))
     by_name = {a.desc.name: a for a in REGISTRY.algorithms("div")}
-    before = numba.get_num_threads()
-    numba.set_num_threads(threads)
-    try:
+    with numba_threads(threads):
         parallel = by_name["parallel"].run(problem, inputs, None)
-    finally:
-        numba.set_num_threads(before)
     serial = by_name["serial"].run(problem, inputs, None)
     assert parallel.tobytes() == serial.tobytes()
 
@@ -345,14 +342,10 @@ def test_heuristic_order_small_numpy_first_large_parallel_first() -> None:
                                                      else "numpy")
     # greater_equal's output is 1 byte per element whatever the operands
     assert _order("greater_equal", (below,), "float64")[0] == "numpy"
-    before = numba.get_num_threads()
-    if before > 1:
+    if numba.get_num_threads() > 1:
         assert _order("mul", (1 << 22,), "int32") == ["parallel", "numpy", "serial"]
-    numba.set_num_threads(1)
-    try:
+    with numba_threads(1):
         assert _order("mul", (1 << 22,), "int32")[0] == "numpy"  # one thread: nothing to gain
-    finally:
-        numba.set_num_threads(before)
 
 
 def test_heuristic_order_keeps_unknown_algorithms() -> None:

@@ -8,9 +8,6 @@ reports, the attributes and the heuristic order.
 
 from __future__ import annotations
 
-import tracemalloc
-from collections.abc import Iterator
-from contextlib import contextmanager
 from typing import Any
 
 import numba
@@ -26,6 +23,7 @@ from fastrun.registry import Registry
 from fastrun_algorithms import matmul
 from fastrun_algorithms.matmul import strassen
 from fastrun_algorithms.matmul.strassen import PRODUCTS, half_problem
+from tests.algorithms._helpers import TRACEMALLOC_SLACK, numba_threads, traced_peak
 
 REGISTRY = Registry(load_plugins=False)
 matmul.register(REGISTRY)
@@ -36,10 +34,6 @@ BLAS = BY_TEXT["blas"]
 STRASSEN = BY_TEXT["strassen"]
 BLOCKED = [a for a in ALGORITHMS if a.desc.name == "blocked"]
 
-#: Python objects tracemalloc sees besides the arrays (ndarray headers of views, shape tuples,
-#: frames): a few hundred bytes per view.  Far below any array the workspace tests allocate, so
-#: a missing or extra temporary cannot hide in it.
-TRACEMALLOC_SLACK = 8 * 1024
 
 
 class CheckingContext:
@@ -178,12 +172,8 @@ def test_reproducible(algorithm: Algorithm) -> None:
     first = CheckingContext().run(algorithm, problem, inputs)
     np.testing.assert_array_equal(CheckingContext().run(algorithm, problem, inputs), first)
     if algorithm.desc.name in ("naive", "blocked"):
-        threads = numba.get_num_threads()
-        numba.set_num_threads(1)
-        try:
+        with numba_threads(1):
             single = CheckingContext().run(algorithm, problem, inputs)
-        finally:
-            numba.set_num_threads(threads)
         np.testing.assert_array_equal(single, first)
 
 
@@ -288,19 +278,6 @@ def test_strassen_unusable_reason(shapes: list, reason: str) -> None:
 
 # -- workspace -------------------------------------------------------------------------------
 
-@contextmanager
-def traced_peak() -> Iterator[list[int]]:
-    """Peak bytes allocated (and traced: numpy reports its buffers to tracemalloc) inside the
-    block, above what was allocated when it started."""
-    result: list[int] = []
-    tracemalloc.start()
-    try:
-        tracemalloc.reset_peak()
-        start = tracemalloc.get_traced_memory()[0]
-        yield result
-        result.append(tracemalloc.get_traced_memory()[1] - start)
-    finally:
-        tracemalloc.stop()
 
 
 @pytest.mark.parametrize("algorithm", BLOCKED, ids=lambda a: a.desc.text)

@@ -1,0 +1,40 @@
+"""What the algorithm tests share: measuring what an algorithm allocates, and running numba
+kernels on another thread count."""
+
+from __future__ import annotations
+
+import tracemalloc
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+import numba
+
+#: Python objects (views, wrappers, frames) a run allocates besides its arrays: a few hundred
+#: bytes each, far below any array the workspace tests allocate, so a missed buffer still fails.
+TRACEMALLOC_SLACK = 8 * 1024
+
+
+@contextmanager
+def traced_peak() -> Iterator[list[int]]:
+    """Peak bytes allocated (numpy reports its buffers to tracemalloc) inside the block, above
+    what was allocated when it started; the figure is appended to the yielded list."""
+    result: list[int] = []
+    tracemalloc.start()
+    try:
+        tracemalloc.reset_peak()
+        start = tracemalloc.get_traced_memory()[0]
+        yield result
+        result.append(tracemalloc.get_traced_memory()[1] - start)
+    finally:
+        tracemalloc.stop()
+
+
+@contextmanager
+def numba_threads(count: int) -> Iterator[None]:
+    """Run numba's parallel kernels on ``count`` threads inside the block."""
+    previous = numba.get_num_threads()
+    numba.set_num_threads(count)
+    try:
+        yield
+    finally:
+        numba.set_num_threads(previous)
