@@ -16,10 +16,14 @@ from fastrun.algorithm import Algorithm
 from fastrun_algorithms.conv.geometry import ConvGeometry
 
 #: Winograd needs this many input and output channels per group before its transform cost is
-#: paid back by the cheaper products; F(4x4,3x3) needs an output of at least this many columns
-#: and rows to fill its 4x4 tiles.
+#: paid back by the cheaper products.
 WINOGRAD_MIN_CHANNELS = 16
-WINOGRAD_F4_MIN_SIZE = 8
+#: F(4x4,3x3) before F(2x2,3x3) from this many output pixels (all images together): below it
+#: the larger transforms and the 4x4 tiles' overhang cost more than the 1.8x fewer products
+#: save.  Measured on ResNet-18's 3x3 layers (docs/performance.md): F(4) won at 56x56 and 28x28
+#: (batch 1 and 8) and at 14x14 and 7x7 with batch 8 (1568 and 392 pixels); F(2) won at 14x14
+#: and 7x7 with batch 1 (196 and 49 pixels).
+WINOGRAD_F4_MIN_PIXELS = 256
 #: At most this many input channels per group makes a layer "few-channel" (the RGB first layer):
 #: the unfold of im2col is then mostly copying, and a direct kernel wins.
 DIRECT_MAX_CHANNELS = 4
@@ -36,7 +40,7 @@ def _rank(geo: ConvGeometry, algorithm: Algorithm) -> tuple[int, int]:
     if name.startswith("winograd"):
         channels_ok = min(geo.cg, geo.kg) >= WINOGRAD_MIN_CHANNELS
         if name == "winograd_f4x3":
-            big = min(geo.oh, geo.ow) >= WINOGRAD_F4_MIN_SIZE
+            big = geo.n * geo.oh * geo.ow >= WINOGRAD_F4_MIN_PIXELS
             return (1, 0) if channels_ok and big else (5, 0)
         return (1, 1) if channels_ok else (5, 1)
     if name == "direct":
