@@ -271,6 +271,19 @@ def next_tap(i, j, kernel_w):
 
 
 @numba.njit(cache=True, inline="always")
+def tap_after_pass(taps, i1, j1, i2, j2, i3, j3, kernel_w):
+    """Where the next pass starts after a pass over ``taps`` taps (one to four) whose second,
+    third and fourth taps are (i1, j1), (i2, j2), (i3, j3)."""
+    if taps == 1:
+        return i1, j1
+    if taps == 2:
+        return i2, j2
+    if taps == 3:
+        return i3, j3
+    return next_tap(i3, j3, kernel_w)
+
+
+@numba.njit(cache=True, inline="always")
 def chunk_taps(remaining):
     """Taps in the next pass: three or four, never a single tap left over where that can be
     helped (a pass of one or two taps is bound by the accumulator's loads and stores, not by

@@ -52,6 +52,7 @@ from fastrun_algorithms.conv._kernels_common import (
     staged_size,
     store_rows,
     store_taps3x3,
+    tap_after_pass,
     tap_offset,
 )
 from fastrun_algorithms.conv.epilogue import epilogue_value
@@ -139,14 +140,7 @@ def _depthwise_worker(worker, workers, x, w, bias, out, sh, sw, dh, dw, pt, pl, 
                          tap_offset(i2, j2, dh, dw, sh, sw, hb, wq),
                          tap_offset(i3, j3, dh, dw, sh, sw, hb, wq))
                     row_taps(acc, wv, xs, d, taps, length)
-                    if taps == 1:
-                        i0, j0 = i1, j1
-                    elif taps == 2:
-                        i0, j0 = i2, j2
-                    elif taps == 3:
-                        i0, j0 = i3, j3
-                    else:
-                        i0, j0 = next_tap(i3, j3, kernel_w)
+                    i0, j0 = tap_after_pass(taps, i1, j1, i2, j2, i3, j3, kernel_w)
                     remaining -= taps
             bias_k = bias[k] if has_bias else zero
             if flat:

@@ -48,6 +48,7 @@ from fastrun_algorithms.conv._kernels_common import (
     stage_block,
     staged_size,
     store_rows,
+    tap_after_pass,
     tap_offset,
 )
 from fastrun_algorithms.conv.geometry import ConvGeometry, geometry
@@ -128,14 +129,7 @@ def _direct_worker(worker, workers, x, w, bias, out, sh, sw, dh, dw, pt, pl, gro
                         rows4_taps2(acc, q // 4, w, ks, cc, ij, xs, d, length)
                     else:
                         rows4_taps1(acc, q // 4, w, ks, cc, ij, xs, d, length)
-                if taps == 1:
-                    i0, j0 = i1, j1
-                elif taps == 2:
-                    i0, j0 = i2, j2
-                elif taps == 3:
-                    i0, j0 = i3, j3
-                else:
-                    i0, j0 = next_tap(i3, j3, kernel_w)
+                i0, j0 = tap_after_pass(taps, i1, j1, i2, j2, i3, j3, kernel_w)
                 remaining -= taps
         for r in range(rows):
             k = k0 + r
