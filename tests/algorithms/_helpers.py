@@ -1,13 +1,18 @@
-"""What the algorithm tests share: measuring what an algorithm allocates, and running numba
-kernels on another thread count."""
+"""What the algorithm tests share: checking an output against the reference, measuring what an
+algorithm allocates, and running numba kernels on another thread count."""
 
 from __future__ import annotations
 
 import tracemalloc
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
+from typing import Any
 
 import numba
+import numpy as np
+
+from fastrun.algorithm import Algorithm
+from fastrun.operator import Operator, Problem
 
 #: Python objects (views, wrappers, frames) a run allocates besides its arrays: a few hundred
 #: bytes each, far below any array the workspace tests allocate, so a missed buffer still fails.
@@ -38,3 +43,14 @@ def numba_threads(count: int) -> Iterator[None]:
         yield
     finally:
         numba.set_num_threads(previous)
+
+
+def assert_matches_reference(operator: Operator, algorithm: Algorithm, problem: Problem,
+                             inputs: Sequence[np.ndarray], output: Any) -> None:
+    """``output`` is an array of the problem's output shape and dtype, within the operator's
+    tolerance of its reference."""
+    assert isinstance(output, np.ndarray)
+    assert output.shape == operator.output_shape(problem)
+    assert output.dtype == np.dtype(problem.dtypes[0])
+    error = operator.error(problem, output, operator.reference(problem, inputs))
+    assert error <= operator.tolerance(problem), f"{algorithm.desc} on {problem}: {error:.3g}"

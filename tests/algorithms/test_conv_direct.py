@@ -22,7 +22,12 @@ from fastrun.attribute import AlgoAttribute
 from fastrun.operator import Problem
 from fastrun_algorithms.conv import depthwise, direct, naive
 from fastrun_algorithms.conv.operator import ConvOperator
-from tests.algorithms._helpers import TRACEMALLOC_SLACK, numba_threads, traced_peak
+from tests.algorithms._helpers import (
+    TRACEMALLOC_SLACK,
+    assert_matches_reference,
+    numba_threads,
+    traced_peak,
+)
 
 OPERATOR = ConvOperator()
 NAIVE = naive.algorithms()
@@ -42,12 +47,7 @@ def run(algorithm: Algorithm, problem: Problem, inputs: list[np.ndarray]) -> np.
 
 def check(algorithm: Algorithm, problem: Problem, inputs: list[np.ndarray]) -> np.ndarray:
     output = run(algorithm, problem, inputs)
-    assert isinstance(output, np.ndarray)
-    assert output.shape == OPERATOR.output_shape(problem)
-    assert output.dtype == np.dtype(problem.dtypes[0])
-    reference = OPERATOR.reference(problem, inputs)
-    error = OPERATOR.error(problem, output, reference)
-    assert error <= OPERATOR.tolerance(problem), f"{algorithm.desc} on {problem}: {error:.3g}"
+    assert_matches_reference(OPERATOR, algorithm, problem, inputs, output)
     return output
 
 

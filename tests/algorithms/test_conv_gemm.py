@@ -24,7 +24,12 @@ from fastrun.attribute import AlgoAttribute
 from fastrun.operator import Problem
 from fastrun_algorithms.conv import conv1x1, im2col, winograd
 from fastrun_algorithms.conv.operator import ConvOperator
-from tests.algorithms._helpers import TRACEMALLOC_SLACK, numba_threads, traced_peak
+from tests.algorithms._helpers import (
+    TRACEMALLOC_SLACK,
+    assert_matches_reference,
+    numba_threads,
+    traced_peak,
+)
 
 OPERATOR = ConvOperator()
 ALGORITHMS: list[Algorithm] = [*im2col.algorithms(), *conv1x1.algorithms(),
@@ -66,12 +71,8 @@ def check(algorithm: Algorithm, problem: Problem, inputs: list[np.ndarray],
     assert algorithm.usable(problem), algorithm.unusable_reason(problem)
     ctx = CheckingContext()
     output = ctx.run(algorithm, problem, inputs, prepared)
-    assert isinstance(output, np.ndarray)
-    assert output.shape == OPERATOR.output_shape(problem)
-    assert output.dtype == np.dtype(problem.dtypes[0])
     assert Counter(ctx.calls) == Counter(ctx.declared), "every declared product is computed"
-    error = OPERATOR.error(problem, output, OPERATOR.reference(problem, inputs))
-    assert error <= OPERATOR.tolerance(problem), f"{algorithm.desc}: error {error:.3g}"
+    assert_matches_reference(OPERATOR, algorithm, problem, inputs, output)
     return output
 
 

@@ -23,7 +23,12 @@ from fastrun.registry import Registry
 from fastrun_algorithms import matmul
 from fastrun_algorithms.matmul import strassen
 from fastrun_algorithms.matmul.strassen import PRODUCTS, half_problem
-from tests.algorithms._helpers import TRACEMALLOC_SLACK, numba_threads, traced_peak
+from tests.algorithms._helpers import (
+    TRACEMALLOC_SLACK,
+    assert_matches_reference,
+    numba_threads,
+    traced_peak,
+)
 
 REGISTRY = Registry(load_plugins=False)
 matmul.register(REGISTRY)
@@ -73,12 +78,7 @@ class CheckingContext:
 def check_against_reference(algorithm: Algorithm, problem: Problem,
                             inputs: list[np.ndarray]) -> np.ndarray:
     output = CheckingContext().run(algorithm, problem, inputs)
-    assert isinstance(output, np.ndarray)
-    assert output.shape == OPERATOR.output_shape(problem)
-    assert output.dtype == np.dtype(problem.dtypes[0])
-    reference = OPERATOR.reference(problem, inputs)
-    error = OPERATOR.error(problem, output, reference)
-    assert error <= OPERATOR.tolerance(problem), f"{algorithm.desc}: error {error:.3g}"
+    assert_matches_reference(OPERATOR, algorithm, problem, inputs, output)
     return output
 
 
