@@ -120,6 +120,14 @@ class SearchStats:
     search_seconds: float = 0.0
 
 
+def _total_workspace(algorithm: Algorithm, problem: Problem,
+                     children: tuple[ExecutionPolicy, ...]) -> int:
+    """Own workspace plus the largest of the sub-problems' (they run one after another), as
+    :attr:`ExecutionPolicy.total_workspace` counts it."""
+    return algorithm.workspace_bytes(problem) + max(
+        (child.total_workspace for child in children), default=0)
+
+
 class AlgoChooser:
     """Decides, remembers and dispatches.  Implements :class:`fastrun.algorithm.RunContext`."""
 
@@ -274,8 +282,7 @@ class AlgoChooser:
         except NoUsableAlgorithmError as error:
             excluded[name] = f"sub-problem {error.problem} has no usable algorithm"
             return None
-        total = algorithm.workspace_bytes(problem) + max(
-            (child.total_workspace for child in children), default=0)
+        total = _total_workspace(algorithm, problem, children)
         limit = self.options.workspace_limit
         if limit is not None and total > limit:
             excluded[name] = f"needs {total} B of workspace, over the limit of {limit} B"
@@ -323,8 +330,7 @@ class AlgoChooser:
             children = self._fit(algorithm, problem, excluded, check_required=False)
             if children is not None:
                 timed.append(algorithm)
-                workspace[algorithm.desc.text] = algorithm.workspace_bytes(problem) + max(
-                    (c.total_workspace for c in children), default=0)
+                workspace[algorithm.desc.text] = _total_workspace(algorithm, problem, children)
         result: ProfileResult = self.profiler.profile(problem, operator, timed, self, workspace)
         for failure in result.failures:
             excluded[failure.algorithm] = failure.reason

@@ -74,7 +74,7 @@ class Profiler:
         self.progress = progress or Progress()
 
     def profile(self, problem: Problem, operator: Operator, candidates: Sequence[Algorithm],
-                ctx: RunContext, workspace: Mapping[str, int] | None = None) -> ProfileResult:
+                ctx: RunContext, workspace: Mapping[str, int]) -> ProfileResult:
         """Time ``candidates`` (best guess first) on random inputs of ``problem``.
 
         ``workspace`` maps an algorithm's desc text to its total workspace (own plus
@@ -120,7 +120,7 @@ class Profiler:
                 attributes=algorithm.attributes,
                 time_s=timing.median_s,
                 spread_s=timing.spread_s,
-                workspace_bytes=(workspace or {}).get(label, algorithm.workspace_bytes(problem)),
+                workspace_bytes=workspace[label],
                 error=error_value,
                 repeats=len(timing.times_ns),
                 measured_at=time.time(),

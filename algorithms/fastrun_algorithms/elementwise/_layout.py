@@ -24,7 +24,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-Shape = tuple[int, ...]
+from fastrun.operator import Shape
 
 
 @dataclass(frozen=True, slots=True)

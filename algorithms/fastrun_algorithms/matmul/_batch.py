@@ -18,9 +18,7 @@ import numba
 import numpy as np
 from numba import types
 
-from fastrun.operator import Problem
-
-Shape = tuple[int, ...]
+from fastrun.operator import Problem, Shape
 
 
 @dataclass(frozen=True, slots=True)
