@@ -117,6 +117,8 @@ class SearchStats:
     profiled: int = 0
     cache_hits: int = 0
     heuristic: int = 0
+    #: problems with exactly one eligible algorithm: nothing to look up or time
+    single: int = 0
     search_seconds: float = 0.0
 
 
@@ -226,9 +228,14 @@ class AlgoChooser:
         excluded: dict[str, str] = {}
         candidates = self._candidates(problem, excluded)
 
-        decision = self._from_cache(problem, category, candidates, excluded)
+        decision = self._only_choice(problem, category, candidates, excluded)
         if decision is not None:
-            self.stats.cache_hits += 1
+            self.stats.single += 1
+        else:
+            decision = self._from_cache(problem, category, candidates, excluded)
+        if decision is not None:
+            if decision.source == "cache":
+                self.stats.cache_hits += 1
         elif self.options.strategy.profiles:
             started = time.perf_counter()
             decision = self._from_profile(problem, operator, category, candidates, excluded)
@@ -306,6 +313,21 @@ class AlgoChooser:
             if children is not None:
                 return algorithm, self._policy(algorithm, problem, source, children, entry.time_s)
         return None
+
+    def _only_choice(self, problem: Problem, category: str, candidates: list[Algorithm],
+                     excluded: dict[str, str]) -> Decision | None:
+        """The decision when exactly one algorithm is eligible under every strategy: timing a
+        lone candidate, or caching it, cannot change the choice (a Relu with only its numpy
+        algorithm), and a model search should not spend time on it."""
+        if len(candidates) != 1:
+            return None
+        algorithm = candidates[0]
+        probe: dict[str, str] = {}
+        children = self._fit(algorithm, problem, probe)
+        if children is None:
+            return None  # the regular paths report why
+        policy = self._policy(algorithm, problem, "only", children, None)
+        return Decision(problem, algorithm, policy, category, [], [], excluded)
 
     def _from_cache(self, problem: Problem, category: str, candidates: list[Algorithm],
                     excluded: dict[str, str]) -> Decision | None:

@@ -99,6 +99,10 @@ class Operator:
     def output_shape(self, problem: Problem) -> Shape:
         raise NotImplementedError
 
+    def output_dtype(self, problem: Problem) -> np.dtype:
+        """The result's dtype; the first input's unless the operator says otherwise."""
+        return np.dtype(problem.dtypes[0])
+
     def reference(self, problem: Problem, inputs: Sequence[np.ndarray]) -> np.ndarray:
         """The trusted result every candidate is checked against."""
         raise NotImplementedError

@@ -20,8 +20,12 @@ log = logging.getLogger("fastrun.search")
 class Progress:
     """Logs each search step; subclasses may also draw."""
 
+    #: Where the search stands in a larger job, e.g. "[3/21 layer1.0.conv1]" while a runtime
+    #: searches a model's problems one after another; shown before each problem.
+    context: str = ""
+
     def begin(self, title: str, total: int) -> None:
-        log.info("searching %s: %d candidate(s)", title, total)
+        log.info("%ssearching %s: %d candidate(s)", _prefix(self.context), title, total)
 
     def step(self, label: str, outcome: str) -> None:
         log.info("  %s: %s", label, outcome)
@@ -63,9 +67,13 @@ class TerminalProgress(Progress):
         self._last_draw = now
         filled = self.width * self.done // max(self.total, 1)
         bar = "#" * filled + "-" * (self.width - filled)
-        text = f"[{bar}] {self.done}/{self.total} {self.title} {label}"
+        text = f"[{bar}] {self.done}/{self.total} {_prefix(self.context)}{self.title} {label}"
         self.stream.write("\r\x1b[2K" + text[:160])
         self.stream.flush()
+
+
+def _prefix(context: str) -> str:
+    return f"{context} " if context else ""
 
 
 def make_progress(enabled: bool | None = None, stream: TextIO | None = None) -> Progress:

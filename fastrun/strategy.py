@@ -112,7 +112,7 @@ class ExecutionPolicy:
     operator: str
     key: str
     algorithm: str
-    #: 'cache', 'profiled' or 'heuristic'
+    #: 'cache', 'profiled', 'heuristic', or 'only' (the one eligible algorithm)
     source: str
     time_s: float | None = None
     workspace_bytes: int = 0

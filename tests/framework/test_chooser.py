@@ -48,11 +48,23 @@ def test_profile_picks_fastest_and_records_exact_timings(clock):
 
 
 def test_repeats_fill_the_budget(clock):
-    (one,) = algos(clock, ("one", 1 * MS, {}))
-    c = chooser(make_registry(one), clock)
-    entry = c.decide(problem()).entries[0]
+    one, other = algos(clock, ("one", 1 * MS, {"heuristic_rank": 0}),
+                       ("other", 1 * MS, {"heuristic_rank": 1}))
+    c = chooser(make_registry(one, other), clock)
+    entry = next(e for e in c.decide(problem()).entries if e.algorithm == "one")
     assert entry.repeats == 10  # 10 ms budget / 1 ms per run
     assert one.runs == 11  # plus the warm-up
+
+
+def test_a_lone_candidate_is_taken_without_timing_or_caching(clock):
+    """One eligible algorithm: profiling could not change the choice, so none is done."""
+    (one,) = algos(clock, ("one", 1 * MS, {}))
+    cache = InMemoryCache()
+    c = chooser(make_registry(one), clock, cache=cache)
+    decision = c.decide(problem())
+    assert decision.algorithm is one and decision.source == "only"
+    assert one.runs == 0 and len(cache) == 0
+    assert (c.stats.single, c.stats.profiled) == (1, 0)
 
 
 def test_clearly_slower_candidate_is_stopped_early(clock):
@@ -199,8 +211,9 @@ def test_cache_without_eligible_entry_triggers_profiling(clock):
 
 
 def test_cache_entry_of_unknown_algorithm_is_ignored(clock):
-    (only,) = algos(clock, ("only", 1 * MS, {}))
-    registry = make_registry(only)
+    only, naive = algos(clock, ("only", 1 * MS, {}),
+                        ("naive", 5 * MS, {"attributes": N | R, "heuristic_rank": 1}))
+    registry = make_registry(only, naive)
     cache = InMemoryCache()
     category = chooser(registry, clock).category(registry.operator("fake"))
     gone = Entry("removed-algorithm", R, 1e-9, 0.0, 0, 0.0, 5, 0.0, "old")
