@@ -7,8 +7,11 @@ made by ``fastrun`` itself (``fastrun/_threads.py``), before numpy is loaded.
 
 def register(registry) -> None:
     """Entry point of the ``fastrun.plugins`` group: add every operator and algorithm."""
-    from fastrun_algorithms import conv, elementwise, matmul
+    from fastrun_algorithms import activation, conv, elementwise, matmul, pooling, tensor
 
     matmul.register(registry)
     conv.register(registry)
     elementwise.register(registry)
+    activation.register(registry)
+    pooling.register(registry)
+    tensor.register(registry)

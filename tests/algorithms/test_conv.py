@@ -3,8 +3,6 @@ algorithm against the ONNX specification's own examples and through the framewor
 
 from __future__ import annotations
 
-import warnings
-
 import numpy as np
 import onnx
 import pytest
@@ -15,6 +13,7 @@ from fastrun.cache import Entry, InMemoryCache
 from fastrun.registry import Registry
 from fastrun_algorithms import conv, matmul
 from fastrun_algorithms.conv.operator import ConvOperator
+from tests.onnx_cases import node_cases
 
 OPERATOR = ConvOperator()
 
@@ -31,12 +30,7 @@ ALGORITHMS = REGISTRY.algorithms("conv")
 
 
 def _onnx_conv_cases():
-    from onnx.backend.test.case.node import collect_testcases
-
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        cases = collect_testcases("Conv")
-    for case in cases:
+    for case in node_cases("Conv"):
         node = case.model.graph.node[0]
         attrs = {a.name: onnx.helper.get_attribute_value(a) for a in node.attribute}
         attrs = {k: v.decode() if isinstance(v, bytes) else v for k, v in attrs.items()}

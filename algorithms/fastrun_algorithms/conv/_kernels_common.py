@@ -61,6 +61,7 @@ import numba
 import numpy as np
 from numba import types
 
+from fastrun_algorithms._common import floor_div
 from fastrun_algorithms.conv.epilogue import activation_code, epilogue_value
 from fastrun_algorithms.conv.geometry import ConvGeometry
 
@@ -110,15 +111,6 @@ def kernel_signature(dtype: np.dtype, array_layout: str, *extra: types.Type) -> 
 # -- index arithmetic ------------------------------------------------------------------------
 # Divisions take tens of cycles; strides 1 and 2 (nearly every layer) get branches that the
 # compiler turns into nothing or a shift.
-
-@numba.njit(cache=True, inline="always")
-def floor_div(a, b):
-    if b == 1:
-        return a
-    if b == 2:
-        return a >> 1
-    return a // b
-
 
 @numba.njit(cache=True, inline="always")
 def first_inside(offset, stride):

@@ -25,6 +25,7 @@ import numba
 import numpy as np
 
 from fastrun.operator import Operator, Problem, Shape
+from fastrun_algorithms._common import error_with_special_values
 from fastrun_algorithms.elementwise._layout import BroadcastLayout, broadcast_layout
 
 if TYPE_CHECKING:
@@ -156,20 +157,9 @@ class ElementwiseOperator(Operator):
         return inputs
 
     def error(self, problem: Problem, output: Any, reference: np.ndarray) -> float:
-        """The base class's relative max difference, over elements where both are finite; a
-        non-finite element that does not match (inf vs inf of the same sign, nan vs nan) is an
-        infinite error.  A wrong dtype is an infinite error too: a bool or float result where
-        numpy gives int32 would otherwise pass the numerical comparison."""
-        output = np.asarray(output)
-        if output.shape != reference.shape or output.dtype != reference.dtype:
-            return float("inf")
-        if reference.dtype.kind == "f":
-            finite = np.isfinite(reference)
-            same_special = (output == reference) | (np.isnan(output) & np.isnan(reference))
-            if not np.all(same_special | finite) or not np.all(np.isfinite(output[finite])):
-                return float("inf")
-            output, reference = output[finite], reference[finite]
-        return super().error(problem, output, reference)
+        """The base class's relative max difference over the finite elements; non-finite
+        elements and the dtype must match exactly (see :func:`error_with_special_values`)."""
+        return error_with_special_values(problem, output, reference, super().error)
 
     def tolerance(self, problem: Problem) -> float:
         """Exact for integer and bool results; a few units in the last place for floats (the

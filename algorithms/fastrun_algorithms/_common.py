@@ -1,0 +1,73 @@
+"""What several operator packages of the compute library share."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+import numba
+import numpy as np
+
+from fastrun.operator import Operator, Problem, Shape
+
+
+class CanonicalOperator(Operator):
+    """An operator whose problems are built with their parameters in one canonical form.
+
+    ONNX lets one computation be spelled many ways (defaults left out, negative axes, sentinel
+    values); the cache key must not depend on the spelling, so :meth:`problem` resolves the
+    parameters with :meth:`canonical_params` first, and :meth:`validate` rejects a problem that
+    was built by hand in another form.
+    """
+
+    def canonical_params(self, shapes: Sequence[Shape], dtypes: Sequence[str],
+                         params: Mapping[str, Any]) -> dict[str, Any]:
+        """Check shapes, dtypes and parameters and return the parameters in canonical form.
+        Idempotent, so :meth:`validate` can recognise a canonical problem by building it
+        again."""
+        raise NotImplementedError
+
+    def problem(self, shapes: Sequence[Sequence[int]], dtypes: Sequence[Any],
+                **params: Any) -> Problem:
+        shapes = [tuple(int(d) for d in shape) for shape in shapes]
+        dtypes = [np.dtype(d).name for d in dtypes]
+        return Problem.create(self.name, shapes, dtypes,
+                              self.canonical_params(shapes, dtypes, params))
+
+    def validate(self, problem: Problem) -> None:
+        if problem.operator != self.name:
+            raise ValueError(f"{self.name} cannot validate a {problem.operator!r} problem")
+        canonical = self.problem(problem.shapes, problem.dtypes, **dict(problem.params))
+        if canonical.key != problem.key:
+            raise ValueError(f"{self.name} problem {problem.key!r} is not in canonical form "
+                             f"({canonical.key!r}); build problems with the operator's "
+                             "problem()")
+
+
+def error_with_special_values(problem: Problem, output: Any, reference: np.ndarray,
+                              finite_error: Callable[[Problem, Any, np.ndarray], float]) -> float:
+    """``finite_error`` over the elements where the reference is finite; a non-finite element
+    that does not match (inf vs inf of the same sign, NaN vs NaN), a wrong shape or a wrong
+    dtype is an infinite error (a float result where numpy gives int32 would otherwise pass a
+    numerical comparison)."""
+    output = np.asarray(output)
+    if output.shape != reference.shape or output.dtype != reference.dtype:
+        return float("inf")
+    if reference.dtype.kind == "f":
+        finite = np.isfinite(reference)
+        same_special = (output == reference) | (np.isnan(output) & np.isnan(reference))
+        if not np.all(same_special | finite) or not np.all(np.isfinite(output[finite])):
+            return float("inf")
+        output, reference = output[finite], reference[finite]
+    return finite_error(problem, output, reference)
+
+
+@numba.njit(cache=True, inline="always")
+def floor_div(a, b):
+    """``a // b`` for b >= 1: a division takes tens of cycles, and strides 1 and 2 (nearly
+    every layer) become nothing or a shift."""
+    if b == 1:
+        return a
+    if b == 2:
+        return a >> 1
+    return a // b

@@ -1,0 +1,352 @@
+"""The activation operators: ONNX semantics, one canonical parameter form per call.
+
+The ONNX runtime lowers nodes onto these operators by name, so the names and parameters are a
+contract: ``relu``, ``sigmoid``, ``tanh`` (no parameters), ``leaky_relu`` (alpha), ``clip``
+(min, max), ``softmax`` (axis, opset-13 semantics) and ``batch_norm`` (inference, epsilon).
+
+Why canonical parameters: the problem key is the cache key, so a call that spells a default out
+and one that leaves it implicit, or a negative and a positive axis, must give one key.  Scalars
+that the computation rounds to the input dtype (alpha, clip bounds, epsilon) are rounded when
+the problem is built, because two values that round to the same float32 compute the same thing.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+import numba
+import numpy as np
+
+from fastrun.operator import Problem, Shape
+from fastrun_algorithms._common import CanonicalOperator, error_with_special_values
+
+if TYPE_CHECKING:
+    from fastrun.algorithm import Algorithm
+
+FLOAT_DTYPES = ("float32", "float64")
+#: clip also takes integers: ONNX defines it for them (the spec's own int8 examples), and the
+#: runtime would otherwise need a fallback for a cheap, common node.
+CLIP_DTYPES = (*FLOAT_DTYPES, "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32",
+               "uint64")
+
+#: From this many bytes of input on, ``parallel`` goes first in :meth:`heuristic_order`.  A rule
+#: of thumb from quick timeit runs (float32, fresh output per call; the crossover is measured
+#: per problem when profiling).  ``parallel`` / ``numpy`` time:
+#:
+#: * 16-core host (the accelerator machine's CPU): relu 0.86 at 1 MiB, 0.28 at 2 MiB, 0.11 at
+#:   24.5 MiB ((8, 64, 112, 112)); leaky_relu 0.57, 0.17, 0.05; clip 0.72, 0.28, 0.11; at
+#:   256 KiB parallel is ~3x slower (waking the sleeping OpenMP workers costs ~25 us);
+#: * 2-core development VM, shared with other processes: leaky_relu 0.6-0.85 at 1-2 MiB and
+#:   0.45 at 24.5 MiB; relu and clip about even (0.9-1.2) from 2 MiB on, since numpy's
+#:   single-threaded SIMD clip nearly saturates the memory bandwidth there.
+PARALLEL_MIN_BYTES = 2 * 1024 * 1024
+
+#: Threads from which ``parallel`` goes first (above :data:`PARALLEL_MIN_BYTES`) for a
+#: compute-bound activation (sigmoid: numba's scalar exp is ~5x slower per thread than numpy's
+#: SIMD loop; measured 0.33x numpy's time on 16 threads, 2.5x on 2).
+COMPUTE_BOUND_MIN_THREADS = 8
+
+
+def _check_known(name: str, params: Mapping[str, Any], known: Sequence[str]) -> None:
+    unknown = sorted(set(params) - set(known))
+    if unknown:
+        listed = ", ".join(known) if known else "none"
+        raise ValueError(f"{name} has no parameter(s) {', '.join(unknown)}; known: {listed}")
+
+
+def _real(name: str, param: str, value: Any) -> float:
+    """A scalar parameter as a float; ONNX gives some (Clip's bounds) as 0-d or 1-element
+    tensors, so those are accepted too."""
+    array = np.asarray(value)
+    if array.size != 1 or array.dtype.kind not in "biuf":
+        raise ValueError(f"{name} {param} must be a number, got {value!r}")
+    number = float(array.reshape(-1)[0])
+    if math.isnan(number):
+        raise ValueError(f"{name} {param} must not be NaN")
+    return number
+
+
+class ActivationOperator(CanonicalOperator):
+    """Shared by the activation operators: problems are built in canonical form, and outputs
+    are checked with non-finite values compared by position (a NaN where the reference has a
+    NaN is right, anywhere else it is an infinite error)."""
+
+    version = 1
+    #: dtypes the input X may have
+    dtypes: tuple[str, ...] = FLOAT_DTYPES
+    #: number of inputs
+    arity = 1
+    #: numba threads from which ``parallel`` goes first on large inputs: 2 where the loop is
+    #: memory bound, :data:`COMPUTE_BOUND_MIN_THREADS` where it is compute bound
+    parallel_min_threads = 2
+
+    def _check_inputs(self, shapes: Sequence[Shape], dtypes: Sequence[str]) -> None:
+        if len(shapes) != self.arity:
+            raise ValueError(f"{self.name} takes exactly {self.arity} input(s), got "
+                             f"{len(shapes)} with shapes {list(shapes)}")
+        if dtypes[0] not in self.dtypes:
+            raise ValueError(f"{self.name} supports dtypes {', '.join(self.dtypes)}, got "
+                             f"{dtypes[0]}; cast the input first")
+
+    def output_shape(self, problem: Problem) -> Shape:
+        return problem.shapes[0]
+
+    def output_dtype(self, problem: Problem) -> np.dtype:
+        return np.dtype(problem.dtypes[0])
+
+    def output_bytes(self, problem: Problem) -> int:
+        return math.prod(problem.shapes[0]) * self.output_dtype(problem).itemsize
+
+    def error(self, problem: Problem, output: Any, reference: np.ndarray) -> float:
+        """The base class's relative max difference over the finite elements; non-finite
+        elements and the dtype must match exactly (see :func:`error_with_special_values`)."""
+        return error_with_special_values(problem, output, reference, super().error)
+
+    def tolerance(self, problem: Problem) -> float:
+        """A few ulp: the registered algorithms compute in the input dtype, the references in
+        float64 where that makes a difference."""
+        dtype = self.output_dtype(problem)
+        return float(64 * np.finfo(dtype).eps) if dtype.kind == "f" else 0.0
+
+    def heuristic_order(self, problem: Problem,
+                        candidates: Sequence[Algorithm]) -> list[Algorithm]:
+        """``numpy`` first below :data:`PARALLEL_MIN_BYTES` of input (or with fewer numba
+        threads than :attr:`parallel_min_threads`), ``parallel`` first from there on; unknown
+        algorithms last."""
+        big = (self.output_bytes(problem) >= PARALLEL_MIN_BYTES
+               and numba.get_num_threads() >= self.parallel_min_threads)
+        order = ("parallel", "numpy") if big else ("numpy", "parallel")
+
+        def rank(algorithm: Algorithm) -> int:
+            name = algorithm.desc.name
+            return order.index(name) if name in order else len(order)
+
+        return sorted(candidates, key=rank)
+
+
+# -- unary activations ---------------------------------------------------------------------------
+
+class UnaryActivation(ActivationOperator):
+    """Base of the one-input activations: same shape and dtype out."""
+
+    known: tuple[str, ...] = ()
+
+    def canonical_params(self, shapes, dtypes, params):
+        self._check_inputs(shapes, dtypes)
+        _check_known(self.name, params, self.known)
+        return self._params(np.dtype(dtypes[0]), params)
+
+    def _params(self, dtype: np.dtype, params: Mapping[str, Any]) -> dict[str, Any]:
+        return {}
+
+
+class ReluOperator(UnaryActivation):
+    """``max(x, 0)``; NaN stays NaN."""
+
+    name = "relu"
+
+    def reference(self, problem, inputs):
+        x = np.asarray(inputs[0])
+        return np.where(x < 0, np.zeros((), x.dtype), x)
+
+
+class SigmoidOperator(UnaryActivation):
+    """``1 / (1 + exp(-x))``."""
+
+    name = "sigmoid"
+    parallel_min_threads = COMPUTE_BOUND_MIN_THREADS
+
+    def reference(self, problem, inputs):
+        x = np.asarray(inputs[0], np.float64)
+        with np.errstate(over="ignore"):
+            return (1.0 / (1.0 + np.exp(-x))).astype(problem.dtypes[0])
+
+
+class TanhOperator(UnaryActivation):
+    """``tanh(x)``."""
+
+    name = "tanh"
+
+    def reference(self, problem, inputs):
+        return np.tanh(np.asarray(inputs[0], np.float64)).astype(problem.dtypes[0])
+
+
+class LeakyReluOperator(UnaryActivation):
+    """``x`` where ``x >= 0``, else ``alpha * x`` (ONNX LeakyRelu; alpha defaults to 0.01).
+
+    alpha is rounded to the input dtype in the key: the product is computed in that dtype."""
+
+    name = "leaky_relu"
+    known = ("alpha",)
+
+    def _params(self, dtype, params):
+        alpha = params.get("alpha")
+        alpha = 0.01 if alpha is None else _real(self.name, "alpha", alpha)
+        if not math.isfinite(alpha):
+            raise ValueError(f"{self.name} alpha must be finite, got {alpha}")
+        return {"alpha": float(dtype.type(alpha))}
+
+    def reference(self, problem, inputs):
+        x = np.asarray(inputs[0])
+        alpha = x.dtype.type(problem.param("alpha"))
+        with np.errstate(invalid="ignore"):
+            return np.where(x >= 0, x, x * alpha)
+
+
+class ClipOperator(UnaryActivation):
+    """``min(max(x, min), max)`` (ONNX Clip): an absent bound is no bound, and with
+    ``min > max`` every element becomes ``max``, as the specification says.
+
+    Bounds are converted to the input dtype (ONNX gives them as tensors of that type); a bound
+    that cannot bind (-inf or +inf for floats, the dtype's extreme for integers) is the same
+    as an absent one and is left out of the key."""
+
+    name = "clip"
+    known = ("min", "max")
+    dtypes = CLIP_DTYPES
+
+    def _params(self, dtype, params):
+        result = {}
+        for param, unbounded in (("min", -math.inf), ("max", math.inf)):
+            value = params.get(param)
+            if value is None:
+                continue
+            number = _real(self.name, param, value)
+            if dtype.kind == "f":
+                bound = float(dtype.type(number))
+                if bound == unbounded:
+                    continue
+                result[param] = bound
+            else:
+                info = np.iinfo(dtype)
+                if not number.is_integer() or not info.min <= number <= info.max:
+                    raise ValueError(f"{self.name} {param} must be a {dtype.name} value, got "
+                                     f"{value!r}")
+                bound = int(number)
+                if bound == (info.min if param == "min" else info.max):
+                    continue
+                result[param] = bound
+        return result
+
+    @staticmethod
+    def bounds(problem: Problem) -> tuple[Any, Any]:
+        """(min, max) as scalars of the input dtype, the dtype's extremes where absent."""
+        dtype = np.dtype(problem.dtypes[0])
+        if dtype.kind == "f":
+            low, high = -np.inf, np.inf
+        else:
+            low, high = np.iinfo(dtype).min, np.iinfo(dtype).max
+        return (dtype.type(problem.param("min", low)), dtype.type(problem.param("max", high)))
+
+    def reference(self, problem, inputs):
+        x = np.asarray(inputs[0])
+        low, high = self.bounds(problem)
+        out = np.where(x < low, low, x)
+        return np.where(out > high, high, out).astype(x.dtype)
+
+    def random_inputs(self, problem, rng):
+        dtype = np.dtype(problem.dtypes[0])
+        if dtype.kind == "f":
+            return super().random_inputs(problem, rng)
+        info = np.iinfo(dtype)
+        return [rng.integers(max(info.min, -100), min(info.max, 100), size=problem.shapes[0],
+                             endpoint=True).astype(dtype)]
+
+
+# -- softmax and batch_norm ----------------------------------------------------------------------
+
+def _axis(name: str, value: Any, rank: int) -> int:
+    try:
+        axis = int(value)
+        if axis != value:
+            raise TypeError
+    except (TypeError, ValueError):
+        raise ValueError(f"{name} axis must be an integer, got {value!r}") from None
+    if not -rank <= axis < rank:
+        raise ValueError(f"{name} axis {axis} is out of range for an input of rank {rank} "
+                         f"(allowed {-rank} to {rank - 1})")
+    return axis % rank
+
+
+class SoftmaxOperator(ActivationOperator):
+    """``exp(x) / sum(exp(x))`` along one axis (ONNX Softmax from opset 13; axis defaults to
+    -1).  Older opsets' flattening to 2-D is the runtime's job: it changes the shape, not the
+    operation."""
+
+    name = "softmax"
+
+    def canonical_params(self, shapes, dtypes, params):
+        self._check_inputs(shapes, dtypes)
+        _check_known(self.name, params, ("axis",))
+        rank = len(shapes[0])
+        if rank == 0:
+            raise ValueError(f"{self.name} needs an input of rank >= 1, got a 0-d input")
+        axis = params.get("axis")
+        return {"axis": _axis(self.name, -1 if axis is None else axis, rank)}
+
+    def reference(self, problem, inputs):
+        x = np.asarray(inputs[0], np.float64)
+        if x.size == 0:
+            return x.astype(problem.dtypes[0])
+        axis = problem.param("axis")
+        with np.errstate(invalid="ignore"):
+            e = np.exp(x - np.max(x, axis=axis, keepdims=True))
+            return (e / np.sum(e, axis=axis, keepdims=True)).astype(problem.dtypes[0])
+
+
+class BatchNormOperator(ActivationOperator):
+    """Inference BatchNormalization: ``scale * (x - mean) / sqrt(var + epsilon) + B`` per
+    channel (axis 1).  Inputs X (N, C, ...), scale, B, mean, var (each (C,)); epsilon
+    defaults to 1e-5 and is rounded to X's dtype, in which it is added.  Training mode (batch
+    statistics, three outputs) is not an inference operation and is refused."""
+
+    name = "batch_norm"
+    arity = 5
+
+    def canonical_params(self, shapes, dtypes, params):
+        self._check_inputs(shapes, dtypes)
+        _check_known(self.name, params, ("epsilon", "training_mode"))
+        if params.get("training_mode"):
+            raise ValueError(f"{self.name} computes inference BatchNormalization only; "
+                             f"training_mode={params['training_mode']!r} is not supported")
+        x_shape = shapes[0]
+        if len(x_shape) < 2:
+            raise ValueError(f"{self.name} X must be (N, C, ...) of rank >= 2, got shape "
+                             f"{x_shape}")
+        channels = x_shape[1]
+        for index, label in enumerate(("scale", "B", "mean", "var"), start=1):
+            if tuple(shapes[index]) != (channels,):
+                raise ValueError(f"{self.name} {label} must have shape ({channels},) for X of "
+                                 f"shape {x_shape}, got {tuple(shapes[index])}")
+            if dtypes[index] not in FLOAT_DTYPES:
+                raise ValueError(f"{self.name} {label} must be float32 or float64, got "
+                                 f"{dtypes[index]}")
+        epsilon = params.get("epsilon")
+        epsilon = 1e-5 if epsilon is None else _real(self.name, "epsilon", epsilon)
+        if not 0 <= epsilon < math.inf:
+            raise ValueError(f"{self.name} epsilon must be finite and >= 0, got {epsilon}")
+        return {"epsilon": float(np.dtype(dtypes[0]).type(epsilon))}
+
+    def reference(self, problem, inputs):
+        x, scale, bias, mean, var = (np.asarray(a, np.float64) for a in inputs)
+        shape = (1, -1) + (1,) * (x.ndim - 2)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            y = (scale.reshape(shape) * (x - mean.reshape(shape))
+                 / np.sqrt(var.reshape(shape) + problem.param("epsilon")) + bias.reshape(shape))
+        return y.astype(problem.dtypes[0])
+
+    def random_inputs(self, problem, rng):
+        """var in [0.1, 1]: a variance is never negative."""
+        inputs = super().random_inputs(problem, rng)
+        inputs[4] = rng.uniform(0.1, 1.0, size=problem.shapes[4]).astype(problem.dtypes[4])
+        return inputs
+
+    def tolerance(self, problem):
+        """Wider than the elementwise activations: ``scale * (x - mean)`` and ``+ B`` can
+        partly cancel, and the error is measured relative to the largest output."""
+        return float(256 * np.finfo(self.output_dtype(problem)).eps)
+
+
+UNARY_OPERATORS = (ReluOperator, LeakyReluOperator, ClipOperator, SigmoidOperator, TanhOperator)

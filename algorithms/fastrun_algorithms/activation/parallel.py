@@ -1,0 +1,132 @@
+"""The ``parallel`` algorithm of relu, leaky_relu, clip and sigmoid: a numba ``prange`` over the
+flat contiguous tensor, which numba's scheduler splits into one contiguous run per thread.
+
+relu, leaky_relu and clip: their loops are a compare and a select, which LLVM vectorises, so the
+work is memory bound and more threads add bandwidth.  On (8, 64, 112, 112) float32 (24.5 MiB)
+``parallel`` took 0.05-0.11x numpy's time on a 16-core host; on the 2-core development VM
+leaky_relu took 0.45x (numpy needs two passes for it) and relu and clip about the same as
+numpy's single SIMD pass (see ``operator.PARALLEL_MIN_BYTES`` for the sizes in between).
+
+sigmoid and tanh: without Intel's SVML numba calls the scalar libm exp and tanh per element,
+about 5x slower per thread than numpy's SIMD loops.  So sigmoid wins only with many threads:
+0.31-0.35x numpy's time on the 16-core host (4 and 24.5 MiB), but 2.5x slower on the 2-core VM
+(18.6 ms against 7.6 ms); the heuristic puts it first only from
+:data:`~fastrun_algorithms.activation.operator.COMPUTE_BOUND_MIN_THREADS` threads on.  tanh
+lost everywhere (4.4-5.9x slower on 16 cores, 25x on 2), so it has no parallel algorithm.
+
+One kernel per operation, generic over the dtype: numba compiles it on the first call with a
+new dtype (and once more for read-only inputs) and caches the machine code on disk.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numba
+import numpy as np
+from numba import prange
+
+from fastrun.algorithm import Algorithm, RunContext
+from fastrun.attribute import AlgoAttribute
+from fastrun.operator import Problem
+from fastrun_algorithms.activation.operator import ClipOperator
+
+
+@numba.njit(parallel=True, cache=True)
+def relu_kernel(x, out):
+    for i in prange(x.size):
+        v = x[i]
+        out[i] = 0 if v < 0 else v  # NaN fails the compare and stays NaN, as in numpy
+
+
+@numba.njit(parallel=True, cache=True)
+def leaky_relu_kernel(x, out, alpha):
+    for i in prange(x.size):
+        v = x[i]
+        out[i] = v if v >= 0 else v * alpha
+
+
+@numba.njit(parallel=True, cache=True)
+def clip_kernel(x, out, low, high):
+    # Two selects rather than min(max(...)): the same NaN rule as np.clip (NaN passes), and
+    # min > max gives max everywhere, as ONNX specifies.
+    for i in prange(x.size):
+        v = x[i]
+        v = low if v < low else v
+        out[i] = high if v > high else v
+
+
+@numba.njit(parallel=True, cache=True)
+def sigmoid_kernel(x, out, one):
+    # ``one`` in the input dtype keeps float32 arithmetic in float32.  exp(-v) overflows to
+    # inf for very negative v, and one / inf is the right limit, 0.
+    for i in prange(x.size):
+        out[i] = one / (one + np.exp(-x[i]))
+
+
+def _relu_args(problem: Problem) -> tuple:
+    return ()
+
+
+def _leaky_relu_args(problem: Problem) -> tuple:
+    return (np.dtype(problem.dtypes[0]).type(problem.param("alpha")),)
+
+
+def _clip_args(problem: Problem) -> tuple:
+    return ClipOperator.bounds(problem)
+
+
+def _sigmoid_args(problem: Problem) -> tuple:
+    return (np.dtype(problem.dtypes[0]).type(1),)
+
+
+#: Problems whose scalar arguments are kept per algorithm; when full the table is cleared
+#: (rebuilding an entry costs a microsecond).
+MAX_PROBLEMS = 4096
+
+#: operation -> (kernel, its scalar arguments for a problem, in the input dtype)
+KERNELS: dict[str, tuple[Callable, Callable[[Problem], tuple]]] = {
+    "relu": (relu_kernel, _relu_args),
+    "leaky_relu": (leaky_relu_kernel, _leaky_relu_args),
+    "clip": (clip_kernel, _clip_args),
+    "sigmoid": (sigmoid_kernel, _sigmoid_args),
+}
+
+
+class ParallelUnary(Algorithm):
+    """numba ``prange`` over the flat tensor; a non-contiguous input is copied to a
+    contiguous one first.  REPRODUCIBLE: an element's value does not depend on the thread
+    that computes it."""
+
+    name = "parallel"
+    attributes = AlgoAttribute.REPRODUCIBLE
+
+    def __init__(self, operator: str):
+        self.operator = operator  # before super().__init__, which builds the identity from it
+        super().__init__()
+        self.kernel, self.arguments = KERNELS[operator]
+        self._args: dict[str, tuple] = {}
+
+    def workspace_bytes(self, problem: Problem) -> int:
+        """Nothing for contiguous inputs (the case that matters); a strided one is copied,
+        which the caller, not the problem, decides."""
+        return 0
+
+    def run(self, problem: Problem, inputs: Sequence[Any], ctx: RunContext,
+            prepared: Any = None) -> np.ndarray:
+        args = self._args.get(problem.key)
+        if args is None:
+            if len(self._args) >= MAX_PROBLEMS:
+                self._args.clear()
+            args = self._args[problem.key] = self.arguments(problem)
+        x = inputs[0]
+        if type(x) is not np.ndarray or not x.flags.c_contiguous:
+            x = np.ascontiguousarray(x)
+        shape = problem.shapes[0]
+        out = np.empty(shape, x.dtype)
+        if out.size:
+            self.kernel(x.reshape(-1), out.reshape(-1), *args)
+        return out
+
+

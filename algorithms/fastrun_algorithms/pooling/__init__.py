@@ -1,0 +1,45 @@
+"""The pooling operators (maxpool, avgpool, global_maxpool, global_avgpool, lrn) and their CPU
+algorithms.
+
+They follow ONNX's MaxPool, AveragePool, GlobalMaxPool, GlobalAveragePool and LRN, because the
+ONNX runtime lowers those nodes onto these operators by name: the operator names and parameter
+names are a contract with it.  Parameters are canonicalised when a problem is built
+(:mod:`.geometry`), so that equal poolings spelled differently share one cache entry.
+
+maxpool and avgpool have two algorithms: ``direct`` (a parallel numba kernel, 1-D and 2-D, the
+usual winner) and ``numpy`` (strided views of a padded copy, every rank).  The global pools and
+LRN are one pass over memory and have a numpy algorithm each.
+"""
+
+from __future__ import annotations
+
+from fastrun_algorithms.pooling.operator import (
+    AvgPoolOperator,
+    GlobalAvgPoolOperator,
+    GlobalMaxPoolOperator,
+    LRNOperator,
+    MaxPoolOperator,
+)
+
+
+def register(registry) -> None:
+    """Add the pooling operators and every pooling algorithm (direct before numpy: the order
+    the heuristic keeps among equals)."""
+    from fastrun_algorithms.pooling import direct, global_pool, lrn, vectorised
+
+    for operator in (MaxPoolOperator(), AvgPoolOperator(), GlobalMaxPoolOperator(),
+                     GlobalAvgPoolOperator(), LRNOperator()):
+        registry.register_operator(operator)
+    for module in (direct, vectorised, global_pool, lrn):
+        for algorithm in module.algorithms():
+            registry.register_algorithm(algorithm)
+
+
+__all__ = [
+    "AvgPoolOperator",
+    "GlobalAvgPoolOperator",
+    "GlobalMaxPoolOperator",
+    "LRNOperator",
+    "MaxPoolOperator",
+    "register",
+]
