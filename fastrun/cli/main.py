@@ -129,6 +129,23 @@ def _cmd_config(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_zoo_list(args: argparse.Namespace) -> int:
+    from fastrun.runtime import zoo
+
+    for name in zoo.names():
+        print(f"zoo:{name:<14} {zoo.describe(name)}")
+    return 0
+
+
+def _cmd_zoo_export(args: argparse.Namespace) -> int:
+    from fastrun.runtime import zoo
+
+    name = args.name.removeprefix("zoo:")
+    zoo.export(name, args.output, seed=args.seed, opset=args.opset)
+    print(f"wrote zoo:{name} (seed {args.seed}, opset {args.opset}) to {args.output}")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     from fastrun._version import __version__
 
@@ -169,6 +186,17 @@ def build_parser() -> argparse.ArgumentParser:
     show_config = commands.add_parser("config", help="show the device category and settings")
     show_config.add_argument("--device", default="cpu")
     show_config.set_defaults(handler=_cmd_config)
+
+    zoo = commands.add_parser("zoo", help="built-in ONNX models: list, export")
+    zoo_commands = zoo.add_subparsers(dest="zoo_command", required=True, metavar="ACTION")
+    zoo_commands.add_parser("list", help="list the built-in models").set_defaults(
+        handler=_cmd_zoo_list)
+    export = zoo_commands.add_parser("export", help="write a built-in model to an .onnx file")
+    export.add_argument("name", help="model name, e.g. resnet18 (or zoo:resnet18)")
+    export.add_argument("-o", "--output", required=True, help="output .onnx file")
+    export.add_argument("--seed", type=int, default=0, help="seed of the random weights")
+    export.add_argument("--opset", type=int, default=13, help="ONNX opset (default 13)")
+    export.set_defaults(handler=_cmd_zoo_export)
     return parser
 
 

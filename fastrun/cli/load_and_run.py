@@ -1,0 +1,267 @@
+"""``load_and_run``: load an ONNX model, search (or look up) its algorithms, run and time it.
+
+The flags follow MegEngine's ``load_and_run``: ``--fast-run``/``--full-run`` search on cache
+misses; ``--algo-policy FILE`` alone reads the cache and falls back to heuristics without timing
+anything; both together resume a search in FILE, writing each result as it is measured.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import sys
+import time
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from fastrun.cli import formatting
+from fastrun.cli.main import _parse_size
+
+log = logging.getLogger("fastrun.load_and_run")
+
+#: When more than this share of a cache-only run's decisions missed the cache, the cache was
+#: most likely made for another model, device or fastrun version: say so.
+MISMATCH_SHARE = 0.5
+
+
+def build_parser() -> argparse.ArgumentParser:
+    from fastrun._version import __version__
+
+    parser = argparse.ArgumentParser(
+        prog="load_and_run",
+        description="Run an ONNX model (a file, or zoo:NAME for a built-in one) with fastrun's "
+                    "algorithm selection, and time it.")
+    parser.add_argument("model", help="model.onnx, or zoo:NAME (zoo:resnet18, zoo:resnet50, "
+                                      "zoo:mobilenet_v2, zoo:vgg16, zoo:squeezenet)")
+    parser.add_argument("--version", action="version", version=f"fastrun {__version__}")
+    parser.add_argument("--input", action="append", default=[], metavar="NAME=FILE.npy",
+                        help="an input from a .npy file (repeatable); others are random")
+    parser.add_argument("--batch", type=int, default=None,
+                        help="batch size for inputs whose first dimension is symbolic")
+    parser.add_argument("--seed", type=int, default=0, help="seed of the random inputs")
+    search = parser.add_mutually_exclusive_group()
+    search.add_argument("--fast-run", action="store_true",
+                        help="profile every usable non-NAIVE algorithm on a cache miss")
+    search.add_argument("--full-run", action="store_true",
+                        help="profile every usable algorithm, NAIVE included, on a cache miss")
+    parser.add_argument("--algo-policy", "--fast-run-algo-policy", dest="algo_policy",
+                        metavar="FILE",
+                        help="cache file; alone: read it and use heuristics for misses; with "
+                             "--fast-run/--full-run: search what is missing, saving as it goes")
+    parser.add_argument("--reproducible", action="store_true",
+                        help="choose only REPRODUCIBLE algorithms")
+    parser.add_argument("--workspace-limit", type=_parse_size, default=None, metavar="SIZE",
+                        help="workspace limit per operator call, e.g. 64MiB (default unlimited)")
+    parser.add_argument("--weight-preprocess", action="store_true",
+                        help="transform constant weights once at load (e.g. winograd filters)")
+    parser.add_argument("--budget", type=float, default=None, metavar="SECONDS",
+                        help="timed repeats per candidate (default 0.2 s)")
+    parser.add_argument("--device", default="cpu", help="cpu (default), cpu:THREADS, "
+                        "opencl[:PLATFORM:DEVICE]")
+    parser.add_argument("--iter", type=int, default=10, help="timed iterations (default 10)")
+    parser.add_argument("--warmup-iter", type=int, default=1,
+                        help="untimed iterations first (default 1)")
+    parser.add_argument("--verbose", action="store_true",
+                        help="per-node table and search log")
+    parser.add_argument("--dump-output", metavar="FILE.npz", help="save the outputs")
+    parser.add_argument("--check", action="store_true",
+                        help="compare the outputs with onnxruntime (exit 1 on a mismatch)")
+    parser.add_argument("--summary-json", metavar="FILE", help="write the summary as JSON")
+    parser.add_argument("--no-progress", action="store_true", help="no progress bar")
+    return parser
+
+
+def _strategy(args: argparse.Namespace) -> str:
+    words = ["fast-run" if args.fast_run else "full-run" if args.full_run else "heuristic"]
+    if args.reproducible:
+        words.append("reproducible")
+    return "+".join(words)
+
+
+def _read_inputs(specs: Sequence[str]) -> dict[str, np.ndarray]:
+    feeds = {}
+    for spec in specs:
+        name, sep, path = spec.partition("=")
+        if not sep or not name or not path:
+            raise ValueError(f"bad --input {spec!r}: expected NAME=FILE.npy")
+        try:
+            feeds[name] = np.load(path, allow_pickle=False)
+        except (OSError, ValueError) as error:
+            raise ValueError(f"cannot read --input {name}={path}: {error}") from None
+    return feeds
+
+
+def _time_iterations(model, feeds, iterations: int, warmup: int, per_step: bool
+                     ) -> tuple[dict[str, np.ndarray], list[float], list[list[float]]]:
+    outputs = {}
+    for _ in range(warmup):
+        outputs = model.run(feeds)
+    totals, step_times = [], []
+    for _ in range(iterations):
+        started = time.perf_counter()
+        if per_step:
+            outputs, times = model.run_timed(feeds)
+            step_times.append(times)
+        else:
+            outputs = model.run(feeds)
+        totals.append(time.perf_counter() - started)
+    return outputs, totals, step_times
+
+
+def _node_table(model, step_times: list[list[float]]) -> str:
+    medians = (np.median(np.asarray(step_times), axis=0) if step_times
+               else [None] * len(model.reports))
+    rows = [("node", "op", "inputs -> output", "algorithm", "source", "time")]
+    for report, seconds in zip(model.reports, medians, strict=True):
+        step = report.step
+        shapes = ",".join("x".join(map(str, v.shape)) + ("c" if v.is_const else "")
+                          for v in step.inputs)
+        shapes += " -> " + "x".join(map(str, step.output.shape))
+        rows.append((step.node, step.op_type, shapes, report.algorithm, report.source,
+                     formatting.human_seconds(seconds)))
+    widths = [min(max(len(r[i]) for r in rows), cap)
+              for i, cap in enumerate((28, 28, 48, 40, 9, 12))]
+    lines = []
+    for row in rows:
+        cells = [cell if len(cell) <= width else cell[:width - 1] + "~"
+                 for cell, width in zip(row, widths, strict=True)]
+        lines.append("  ".join(cell.ljust(width) for cell, width in zip(cells, widths,
+                                                                         strict=True)))
+    return "\n".join(lines)
+
+
+def _check_with_onnxruntime(model_spec: str, model, feeds, outputs) -> tuple[bool, str]:
+    try:
+        import onnxruntime
+    except ImportError:
+        return True, "check skipped: onnxruntime is not installed (pip install onnxruntime)"
+    from fastrun.runtime.graph import load_model_proto
+
+    proto = load_model_proto(model_spec)
+    options = onnxruntime.SessionOptions()
+    options.log_severity_level = 3
+    session = onnxruntime.InferenceSession(proto.SerializeToString(), options,
+                                           providers=["CPUExecutionProvider"])
+    expected = session.run(None, feeds)
+    lines, ok = [], True
+    for name, reference in zip(model.graph.outputs, expected, strict=True):
+        got = outputs[name]
+        if got.shape != reference.shape:
+            ok = False
+            lines.append(f"  {name}: shape {list(got.shape)}, onnxruntime {list(reference.shape)}")
+            continue
+        scale = float(np.max(np.abs(reference))) if reference.size else 0.0
+        diff = float(np.max(np.abs(got.astype(np.float64) - reference))) if got.size else 0.0
+        relative = diff / max(scale, 1e-30)
+        tolerance = 1e-3 if got.dtype == np.float32 else 1e-9
+        good = relative <= tolerance or diff == 0.0
+        ok &= good
+        lines.append(f"  {name}: max abs diff {diff:.3g} ({relative:.2e} of the largest "
+                     f"output), {'ok' if good else 'MISMATCH'} (tolerance {tolerance:g})")
+    return ok, "check against onnxruntime:\n" + "\n".join(lines)
+
+
+def run(args: argparse.Namespace) -> int:
+    from fastrun.api import Session
+    from fastrun.cache import InMemoryCache
+    from fastrun.runtime import load
+
+    cache_only = args.algo_policy and not (args.fast_run or args.full_run)
+    if cache_only and not os.path.exists(args.algo_policy):
+        print(f"load_and_run: warning: cache {args.algo_policy} does not exist; every choice "
+              "falls back to the heuristic (add --fast-run to search and create it)",
+              file=sys.stderr)
+    session = Session(device=args.device,
+                      cache=args.algo_policy if args.algo_policy else InMemoryCache(),
+                      strategy=_strategy(args), workspace_limit=args.workspace_limit,
+                      budget_s=args.budget,
+                      progress=False if args.no_progress else None)
+    given = _read_inputs(args.input)
+    started = time.perf_counter()
+    model = load(args.model, session,
+                 input_shapes={name: a.shape for name, a in given.items()},
+                 batch=args.batch, weight_preprocess=args.weight_preprocess)
+    load_seconds = time.perf_counter() - started
+    feeds = {**model.random_inputs(args.seed), **given}
+    started = time.perf_counter()
+    model.search()
+    search_wall = time.perf_counter() - started
+    stats = session.stats
+    outputs, totals, step_times = _time_iterations(model, feeds, max(args.iter, 1),
+                                                   args.warmup_iter, args.verbose)
+
+    if args.verbose:
+        print(_node_table(model, step_times))
+        print()
+    decided = stats.cache_hits + stats.heuristic + stats.profiled
+    summary: dict[str, Any] = {
+        "model": args.model,
+        "inputs": {name: list(v.shape) for name, v in model.inputs.items()},
+        "device": session.device.category,
+        "strategy": session.options.strategy.text(),
+        "algo_policy": args.algo_policy,
+        "steps": len(model.steps),
+        "load_seconds": load_seconds,
+        "search_seconds": stats.search_seconds,
+        "search_wall_seconds": search_wall,
+        "profiled": stats.profiled,
+        "cache_hits": stats.cache_hits,
+        "heuristic": stats.heuristic,
+        "single_choice": stats.single,
+        "iterations": len(totals),
+        "iter_ms_median": float(np.median(totals) * 1e3),
+        "iter_ms_min": float(np.min(totals) * 1e3),
+        "iter_ms_max": float(np.max(totals) * 1e3),
+    }
+    print(f"model      {args.model}  inputs "
+          + ", ".join(f"{n} {v.dtype}{list(v.shape)}" for n, v in model.inputs.items()))
+    print(f"strategy   {summary['strategy']}"
+          + (f", cache {args.algo_policy}" if args.algo_policy else ""))
+    print(f"search     {search_wall:.2f} s: {stats.profiled} problem(s) profiled, "
+          f"{stats.cache_hits} cache hit(s), {stats.heuristic} heuristic, {stats.single} with "
+          "a single algorithm")
+    print(f"run        {len(totals)} iteration(s): median {summary['iter_ms_median']:.3f} ms, "
+          f"min {summary['iter_ms_min']:.3f} ms")
+    if args.algo_policy and decided and stats.cache_hits < MISMATCH_SHARE * decided \
+            and cache_only:
+        print(f"load_and_run: warning: {decided - stats.cache_hits} of {decided} problems were "
+              f"not in {args.algo_policy}; was it made for another model, device "
+              f"({session.device.category}) or fastrun version? Search with --fast-run to "
+              "add them.", file=sys.stderr)
+    status = 0
+    if args.check:
+        ok, text = _check_with_onnxruntime(args.model, model, feeds, outputs)
+        print(text)
+        summary["check"] = "ok" if ok else "mismatch"
+        status = 0 if ok else 1
+    if args.dump_output:
+        np.savez(args.dump_output, **outputs)
+    if args.summary_json:
+        with open(args.summary_json, "w") as stream:
+            json.dump(summary, stream, indent=2)
+    return status
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING,
+                        format="%(levelname)s %(name)s: %(message)s")
+    if args.iter < 1 or args.warmup_iter < 0:
+        print("load_and_run: error: --iter must be >= 1 and --warmup-iter >= 0", file=sys.stderr)
+        return 2
+    from fastrun.chooser import NoUsableAlgorithmError
+    from fastrun.registry import RegistryError
+
+    try:
+        return run(args)
+    except (NoUsableAlgorithmError, RegistryError, ValueError, OSError) as error:
+        print(f"load_and_run: error: {error}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

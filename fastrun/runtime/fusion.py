@@ -1,0 +1,128 @@
+"""Fusion of lowered steps into the conv epilogue.
+
+A CNN exported from a training framework writes ``Conv -> BatchNormalization -> Relu`` (or an
+``Add`` of a bias, or ``Clip(0, 6)``): three passes over the activation memory.  With constant
+weights the batch norm is an affine map per output channel, so it folds into the conv's weights
+and bias, and the bias add and the activation run inside the conv's output loop (its fused
+epilogue).  The passes work on steps, after lowering, so they see registry operators with
+canonical parameters and constant folding has already turned ``Constant`` nodes into data.
+
+A step is only merged into the conv that produces its input when that conv output has no other
+reader and is not a graph output: otherwise the unfused value is still needed.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterable
+
+import numpy as np
+
+from fastrun.registry import Registry
+from fastrun.runtime.lowering import Step, Value
+
+
+def fuse(steps: list[Step], outputs: Iterable[Value], registry: Registry) -> list[Step]:
+    """The steps with batch norms, bias adds and activations merged into convs."""
+    uses: Counter[int] = Counter(id(v) for step in steps for v in step.inputs)
+    uses.update(id(v) for v in outputs)
+    producer: dict[int, Step] = {}
+    kept: list[Step] = []
+    conv = registry.operator("conv") if "conv" in registry.operators() else None
+    for step in steps:
+        if step.operator == "add" and len(step.inputs) == 2 and step.inputs[0].is_const:
+            step.inputs.reverse()  # c + conv(x) is conv(x) + c
+        source = producer.get(id(step.inputs[0])) if step.inputs else None
+        if (conv is not None and source is not None and source.operator == "conv"
+                and uses[id(step.inputs[0])] == 1 and _merge(source, step, conv)):
+            source.node += "+" + step.node
+            source.op_type += "+" + step.op_type
+            source.output = step.output
+            producer[id(step.output)] = source
+            continue
+        if step.problem is not None:
+            producer[id(step.output)] = step
+        kept.append(step)
+    return kept
+
+
+def _merge(conv_step: Step, step: Step, conv) -> bool:
+    """Merge ``step`` into ``conv_step`` when it is a foldable epilogue; True if merged."""
+    params = conv_step.params
+    if step.problem is None or params.get("activation", "none") != "none":
+        return False  # nothing folds through an activation
+    if step.operator == "batch_norm":
+        return _fold_batch_norm(conv_step, step, conv)
+    if step.operator == "add":
+        return _fold_bias(conv_step, step, conv)
+    if step.operator == "relu":
+        params["activation"] = "relu"
+    elif step.operator == "clip":
+        params["activation"] = "clip"
+        params["clip_min"] = float(step.problem.param("min", -np.inf))
+        params["clip_max"] = float(step.problem.param("max", np.inf))
+    else:
+        return False
+    _rebuild(conv_step, conv)
+    return True
+
+
+def _rebuild(conv_step: Step, conv) -> None:
+    conv_step.problem = conv.problem([v.shape for v in conv_step.inputs],
+                                     [v.dtype for v in conv_step.inputs], **conv_step.params)
+
+
+def _weights(conv_step: Step) -> tuple[np.ndarray, np.ndarray] | None:
+    """The conv's constant weight and bias (zeros when it has none), or None."""
+    inputs = conv_step.inputs
+    if not inputs[1].is_const or (len(inputs) > 2 and not inputs[2].is_const):
+        return None
+    weight = inputs[1].const
+    bias = inputs[2].const if len(inputs) > 2 else np.zeros(weight.shape[0], weight.dtype)
+    return weight, bias
+
+
+def _set_weights(conv_step: Step, weight: np.ndarray, bias: np.ndarray, conv) -> None:
+    x, old = conv_step.inputs[0], conv_step.inputs[1]
+    dtype = old.dtype
+    weight, bias = weight.astype(dtype), bias.astype(dtype)
+    conv_step.inputs = [x, Value(old.name, weight.shape, dtype, weight),
+                        Value(old.name + ".bias", bias.shape, dtype, bias)]
+    _rebuild(conv_step, conv)
+
+
+def _fold_batch_norm(conv_step: Step, step: Step, conv) -> bool:
+    """BN(conv(x, W) + b) = conv(x, W * s) + (b - mean) * s + beta, s = gamma / sqrt(var+eps)."""
+    weights = _weights(conv_step)
+    if weights is None or not all(v.is_const for v in step.inputs[1:5]):
+        return False
+    weight, bias = weights
+    gamma, beta, mean, var = (v.const.astype(np.float64) for v in step.inputs[1:5])
+    scale = gamma / np.sqrt(var + float(step.problem.param("epsilon", 1e-5)))
+    if scale.shape != (weight.shape[0],):
+        return False
+    new_weight = weight.astype(np.float64) * scale.reshape(-1, *([1] * (weight.ndim - 1)))
+    new_bias = (bias.astype(np.float64) - mean) * scale + beta
+    _set_weights(conv_step, new_weight, new_bias, conv)
+    return True
+
+
+def _fold_bias(conv_step: Step, step: Step, conv) -> bool:
+    """conv(x) + c where c is constant and per output channel (or a scalar)."""
+    if len(step.inputs) != 2:
+        return False
+    other = step.inputs[1]
+    weights = _weights(conv_step)
+    out_shape = conv_step.output.shape
+    if weights is None or not other.is_const or other.dtype != conv_step.output.dtype:
+        return False
+    if step.output.shape != out_shape or other.const.ndim > len(out_shape):
+        return False
+    shape = (1,) * (len(out_shape) - other.const.ndim) + other.const.shape
+    channels = out_shape[1]
+    if shape[0] != 1 or any(d != 1 for d in shape[2:]) or shape[1] not in (1, channels):
+        return False
+    weight, bias = weights
+    per_channel = np.broadcast_to(other.const.reshape(-1), (channels,))
+    _set_weights(conv_step, weight, bias.astype(np.float64) + per_channel, conv)
+    return True

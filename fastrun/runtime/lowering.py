@@ -1,0 +1,630 @@
+"""Lowering ONNX nodes onto the registry's operators, folding constants on the way.
+
+Each ONNX op type has one lowering function that reads the node's attributes (in every opset
+spelling from 7 on) and emits calls of registry operators by name (``conv``, ``matmul``,
+``add``, ``maxpool``, ...) through a :class:`Builder`.  The framework does not know the compute
+library: it knows operator *names*, and a missing one is reported like any unsupported op.
+
+All shapes are static once the model's input shapes are fixed, so every value's shape is known
+while lowering, ``Shape`` is a constant, and a call whose inputs are all constants is evaluated
+at once (constant folding) instead of becoming a step.
+
+Reshape-like nodes (Reshape, Flatten, Squeeze, Unsqueeze), Identity, Dropout and Cast compute
+nothing worth choosing an algorithm for; they become *view* steps (a numpy reshape or cast)
+instead of registry operators.  See docs/architecture.md.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from fastrun.operator import Problem
+from fastrun.registry import Registry, RegistryError
+from fastrun.runtime.errors import ModelError, UnsupportedOperatorError
+from fastrun.runtime.graph import Graph, Node
+
+
+class NonConstantInputError(UnsupportedOperatorError):
+    """A node input that must be known while lowering (a Reshape's shape, a Slice's starts) is
+    computed at run time.  ``value`` names it, so that a caller that knows the data (the ONNX
+    backend, which is handed every input array) can bind it as a constant and lower again."""
+
+    def __init__(self, problems: list[tuple[str, str, str]], value: str):
+        super().__init__(problems)
+        self.value = value
+
+
+@dataclass(eq=False)
+class Value:
+    """One tensor of the lowered program: static shape and dtype, and its data if constant."""
+
+    name: str
+    shape: tuple[int, ...]
+    dtype: np.dtype
+    const: np.ndarray | None = None
+
+    @property
+    def is_const(self) -> bool:
+        return self.const is not None
+
+    def __repr__(self) -> str:
+        kind = "const " if self.is_const else ""
+        return f"<{kind}{self.name} {self.dtype}{list(self.shape)}>"
+
+
+@dataclass(eq=False)
+class Step:
+    """One executed operation: a registry operator call, or a view (reshape/cast)."""
+
+    #: ONNX node name(s) it came from, '+'-joined after fusion
+    node: str
+    #: ONNX op type(s), '+'-joined after fusion, e.g. "Conv+BatchNormalization+Relu"
+    op_type: str
+    inputs: list[Value]
+    output: Value
+    #: the registry problem, for operator steps
+    problem: Problem | None = None
+    #: the parameters the problem was built from, as lowering wrote them (fusion rebuilds the
+    #: problem from these: canonical forms are not always valid input, e.g. a 1-D conv's)
+    params: dict[str, Any] = field(default_factory=dict)
+    #: array -> array, for view steps
+    view: Callable[[np.ndarray], np.ndarray] | None = None
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def operator(self) -> str:
+        return self.problem.operator if self.problem is not None else "view"
+
+
+Evaluator = Callable[[Problem, Sequence[np.ndarray]], np.ndarray]
+
+
+class Builder:
+    """Collects steps while lowering; evaluates calls on constants immediately."""
+
+    def __init__(self, registry: Registry, evaluate: Evaluator, opset: int):
+        self.registry = registry
+        self.evaluate = evaluate
+        self.opset = opset
+        self.steps: list[Step] = []
+        self.node: Node | None = None
+        self._counter = 0
+
+    def _name(self, hint: str) -> str:
+        self._counter += 1
+        return f"{hint}#{self._counter}"
+
+    # -- emitting ------------------------------------------------------------------------------
+    def const(self, array: Any, name: str = "const") -> Value:
+        array = np.asarray(array)
+        return Value(name, tuple(array.shape), array.dtype, array)
+
+    def op(self, operator: str, inputs: Sequence[Value], **params: Any) -> Value:
+        """A call of registry operator ``operator``: folded now if every input is constant."""
+        node = self.node
+        try:
+            definition = self.registry.operator(operator)
+        except RegistryError as error:
+            raise UnsupportedOperatorError(
+                [(node.op_type, node.name, f"needs operator {operator!r}: {error}")]) from None
+        try:
+            problem = definition.problem([v.shape for v in inputs], [v.dtype for v in inputs],
+                                         **params)
+            shape = tuple(definition.output_shape(problem))
+            dtype = np.dtype(definition.output_dtype(problem))
+        except ValueError as error:
+            raise UnsupportedOperatorError([(node.op_type, node.name, str(error))]) from None
+        if all(v.is_const for v in inputs):
+            result = np.asarray(self.evaluate(problem, [v.const for v in inputs]))
+            return self.const(result, self._name(node.outputs[0] if node.outputs else "folded"))
+        output = Value(self._name(node.name), shape, dtype)
+        self.steps.append(Step(node.name, node.op_type, list(inputs), output, problem=problem,
+                               params=params))
+        return output
+
+    def view(self, value: Value, shape: Sequence[int] | None = None,
+             dtype: Any = None) -> Value:
+        """``value`` reshaped and/or cast: computed now for constants, else a view step."""
+        shape = tuple(int(d) for d in (value.shape if shape is None else shape))
+        dtype = np.dtype(value.dtype if dtype is None else dtype)
+        if math.prod(shape) != math.prod(value.shape):
+            raise ModelError(f"{self.node}: cannot reshape {list(value.shape)} to {list(shape)}")
+        if shape == value.shape and dtype == value.dtype:
+            return value
+
+        def apply(array: np.ndarray, shape=shape, dtype=dtype) -> np.ndarray:
+            return array.reshape(shape).astype(dtype, copy=False)
+
+        if value.is_const:
+            return self.const(apply(value.const), value.name)
+        output = Value(self._name(self.node.name), shape, dtype)
+        self.steps.append(Step(self.node.name, self.node.op_type, [value], output, view=apply))
+        return output
+
+    def apply(self, value: Value, function: Callable[[np.ndarray], np.ndarray],
+              dtype: Any) -> Value:
+        """``function(value)``, an elementwise numpy function of the same shape (a saturating
+        cast, an integer truncation): computed now for constants, else a view step.  For
+        conversions the compute library has no operator for, and which cost one pass."""
+        dtype = np.dtype(dtype)
+
+        def run(array: np.ndarray, function=function, dtype=dtype) -> np.ndarray:
+            return np.asarray(function(array)).astype(dtype, copy=False)
+
+        if value.is_const:
+            return self.const(run(value.const), value.name)
+        output = Value(self._name(self.node.name), value.shape, dtype)
+        self.steps.append(Step(self.node.name, self.node.op_type, [value], output, view=run))
+        return output
+
+    # -- reading node inputs -------------------------------------------------------------------
+    def constant_input(self, value: Value | None, what: str) -> np.ndarray | None:
+        """A node input that must be known before running (Reshape's shape, Slice's starts)."""
+        if value is None:
+            return None
+        if not value.is_const:
+            raise NonConstantInputError([(
+                self.node.op_type, self.node.name,
+                f"its {what} input {value.name!r} is computed at run time; fastrun needs it to "
+                "be constant (an initializer, a Constant or foldable from static shapes)")],
+                value.name)
+        return value.const
+
+    def unsupported(self, why: str) -> UnsupportedOperatorError:
+        return UnsupportedOperatorError([(self.node.op_type, self.node.name, why)])
+
+
+Lowering = Callable[[Builder, Node, list[Value | None]], list[Value | None]]
+LOWERINGS: dict[str, Lowering] = {}
+
+
+def lowers(*op_types: str) -> Callable[[Lowering], Lowering]:
+    def register(function: Lowering) -> Lowering:
+        for op_type in op_types:
+            LOWERINGS[op_type] = function
+        return function
+    return register
+
+
+def supported_op_types() -> list[str]:
+    return sorted(LOWERINGS)
+
+
+# -- helpers ---------------------------------------------------------------------------------
+def _ints(array: Any) -> list[int]:
+    return [int(v) for v in np.asarray(array).reshape(-1)]
+
+
+def _axis(axis: int, rank: int, b: Builder) -> int:
+    if not -rank <= axis < max(rank, 1):
+        raise b.unsupported(f"axis {axis} is out of range for rank {rank}")
+    return axis % rank if rank else 0
+
+
+def _scalar(b: Builder, value: float, dtype: np.dtype) -> Value:
+    return b.const(np.asarray(value, dtype=dtype))
+
+
+# -- no-ops and constants ---------------------------------------------------------------------
+@lowers("Identity")
+def _identity(b: Builder, node: Node, ins: list[Value | None]) -> list[Value | None]:
+    return [ins[0]]
+
+
+@lowers("Dropout")
+def _dropout(b: Builder, node: Node, ins: list[Value | None]) -> list[Value | None]:
+    """Inference: the identity; the optional mask output is all true.  Training mode is random
+    unless its ratio is 0, when it is the identity too (opset 12+ takes both as inputs)."""
+    training = b.constant_input(ins[2], "training_mode") if len(ins) > 2 else None
+    if training is not None and bool(np.asarray(training).reshape(-1)[0]):
+        ratio = b.constant_input(ins[1], "ratio") if len(ins) > 1 else None
+        if ratio is None or float(np.asarray(ratio).reshape(-1)[0]) != 0.0:
+            raise b.unsupported("training_mode=true with a nonzero ratio drops at random; "
+                                "fastrun runs inference only")
+    x = ins[0]
+    outputs: list[Value | None] = [x]
+    if len(node.outputs) > 1 and node.outputs[1]:
+        outputs.append(b.const(np.ones(x.shape, dtype=bool)))
+    return outputs
+
+
+@lowers("Constant")
+def _constant(b: Builder, node: Node, ins: list[Value | None]) -> list[Value | None]:
+    for name, dtype in (("value", None), ("value_float", np.float32),
+                        ("value_floats", np.float32), ("value_int", np.int64),
+                        ("value_ints", np.int64)):
+        if name in node.attrs:
+            return [b.const(np.asarray(node.attrs[name], dtype=dtype))]
+    raise b.unsupported(f"only numeric tensor values are supported, got {sorted(node.attrs)}")
+
+
+@lowers("ConstantOfShape")
+def _constant_of_shape(b: Builder, node: Node, ins: list[Value | None]) -> list[Value | None]:
+    shape = _ints(b.constant_input(ins[0], "shape"))
+    fill = node.attr("value")
+    fill = np.zeros(1, np.float32) if fill is None else np.asarray(fill)
+    return [b.const(np.full(shape, fill.reshape(-1)[0], dtype=fill.dtype))]
+
+
+@lowers("Shape")
+def _shape(b: Builder, node: Node, ins: list[Value | None]) -> list[Value | None]:
+    dims = list(ins[0].shape)
+    start, end = node.attr("start", 0), node.attr("end")
+    return [b.const(np.asarray(dims[start:end], dtype=np.int64))]
+
+
+@lowers("Size")
+def _size(b: Builder, node: Node, ins: list[Value | None]) -> list[Value | None]:
+    return [b.const(np.asarray(math.prod(ins[0].shape), dtype=np.int64))]
+
+
+#: ONNX's 8-bit float types, whose casts saturate by default (``saturate=1``, opset 19+):
+#: out-of-range values, infinities included, become the largest finite value of the sign.
+_FLOAT8 = ("FLOAT8E4M3FN", "FLOAT8E4M3FNUZ", "FLOAT8E5M2", "FLOAT8E5M2FNUZ")
+
+
+@lowers("Cast")
+def _cast(b: Builder, node: Node, ins: list[Value | None]) -> list[Value | None]:
+    from onnx import TensorProto, helper
+
+    to = int(node.attr("to"))
+    if to == getattr(TensorProto, "FLOAT8E8M0", None):
+        raise b.unsupported("casts to FLOAT8E8M0 (a power-of-two scale type with its own "
+                            "rounding modes) are not supported")
+    try:
+        dtype = np.dtype(helper.tensor_dtype_to_np_dtype(to))
+    except Exception:
+        raise b.unsupported(f"cast to element type {to} is not supported") from None
+    x = ins[0]
+    saturating = {getattr(TensorProto, name, None) for name in _FLOAT8} - {None}
+    if to in saturating and int(node.attr("saturate", 1)) and x.dtype.kind in "fiu":
+        import ml_dtypes
+
+        info = ml_dtypes.finfo(dtype)
+        low, high = float(info.min), float(info.max)
+        return [b.apply(x, lambda a: np.clip(a, low, high), dtype)]
+    return [b.view(x, dtype=dtype)]
+
+
+# -- reshapes ---------------------------------------------------------------------------------
+@lowers("Reshape")
+def _reshape(b: Builder, node: Node, ins: list[Value | None]) -> list[Value | None]:
+    x = ins[0]
+    target = _ints(b.constant_input(ins[1], "shape"))
+    allow_zero = bool(node.attr("allowzero", 0))
+    shape = [x.shape[i] if d == 0 and not allow_zero else d for i, d in enumerate(target)]
+    if shape.count(-1) > 1:
+        raise ModelError(f"{node}: shape {target} has more than one -1")
+    if -1 in shape:
+        known = math.prod(d for d in shape if d != -1)
+        if known == 0 or math.prod(x.shape) % known:
+            raise ModelError(f"{node}: cannot reshape {list(x.shape)} to {target}")
+        shape[shape.index(-1)] = math.prod(x.shape) // known
+    return [b.view(x, shape)]
+
+
+@lowers("Flatten")
+def _flatten(b: Builder, node: Node, ins: list[Value | None]) -> list[Value | None]:
+    x = ins[0]
+    rank = len(x.shape)
+    axis = int(node.attr("axis", 1))
+    axis = axis + rank if axis < 0 else axis
+    if not 0 <= axis <= rank:
+        raise b.unsupported(f"axis {node.attr('axis')} is out of range for rank {rank}")
+    return [b.view(x, (math.prod(x.shape[:axis]), math.prod(x.shape[axis:])))]
+
+
+def _axes_input(b: Builder, node: Node, ins: list[Value | None]) -> list[int] | None:
+    if b.opset >= 13:
+        axes = b.constant_input(ins[1], "axes") if len(ins) > 1 else None
+        return None if axes is None else _ints(axes)
+    axes = node.attr("axes")
+    return None if axes is None else [int(a) for a in axes]
+
+
+@lowers("Squeeze")
+def _squeeze(b: Builder, node: Node, ins: list[Value | None]) -> list[Value | None]:
+    x = ins[0]
+    axes = _axes_input(b, node, ins)
+    rank = len(x.shape)
+    if axes is None:
+        keep = [d for d in x.shape if d != 1]
+    else:
+        drop = {_axis(a, rank, b) for a in axes}
+        if any(x.shape[a] != 1 for a in drop):
+            raise ModelError(f"{node}: cannot squeeze axes {axes} of shape {list(x.shape)}")
+        keep = [d for i, d in enumerate(x.shape) if i not in drop]
+    return [b.view(x, keep)]
+
+
+@lowers("Unsqueeze")
+def _unsqueeze(b: Builder, node: Node, ins: list[Value | None]) -> list[Value | None]:
+    x = ins[0]
+    axes = _axes_input(b, node, ins)
+    if axes is None:
+        raise b.unsupported("axes are missing")
+    rank = len(x.shape) + len(axes)
+    positions = sorted(_axis(a, rank, b) for a in axes)
+    shape = list(x.shape)
+    for position in positions:
+        shape.insert(position, 1)
+    return [b.view(x, shape)]
+
+
+# -- elementwise ------------------------------------------------------------------------------
+_BINARY = {"Add": "add", "Sub": "sub", "Mul": "mul", "Div": "div"}
+
+
+#: Integer types the elementwise operators do not take: computed in int64 and narrowed back,
+#: which wraps around exactly as arithmetic in the narrow type does (uint64 goes through int64
+#: by two's complement, so add/sub/mul are exact too).
+_WIDENED_INTEGERS = frozenset(np.dtype(t) for t in (np.int8, np.int16, np.uint8, np.uint16,
+                                                    np.uint32, np.uint64))
+
+
+@lowers(*_BINARY)
+def _binary(b: Builder, node: Node, ins: list[Value | None]) -> list[Value | None]:
+    a, c = ins[0], ins[1]
+    if a.dtype != c.dtype:
+        raise ModelError(f"{node}: operands have different types {a.dtype} and {c.dtype}")
+    dtype = a.dtype
+    if dtype in _WIDENED_INTEGERS:
+        a, c = b.view(a, dtype=np.int64), b.view(c, dtype=np.int64)
+    result = b.op(_BINARY[node.op_type], [a, c])
+    if node.op_type == "Div" and dtype.kind in "iu":
+        # ONNX integer division truncates toward zero; the div operator is true division in
+        # float64, whose cast back to an integer type truncates.  Exact while |a| < 2**53.
+        return [b.apply(result, np.trunc, dtype)]
+    return [b.view(result, dtype=dtype)]
+
+
+@lowers("Sum")
+def _sum(b: Builder, node: Node, ins: list[Value | None]) -> list[Value | None]:
+    total = ins[0]
+    for other in ins[1:]:
+        total = b.op("add", [total, other])
+    return [total]
+
+
+# -- activations ------------------------------------------------------------------------------
+_UNARY = {"Relu": "relu", "Sigmoid": "sigmoid", "Tanh": "tanh"}
+
+
+@lowers(*_UNARY)
+def _unary(b: Builder, node: Node, ins: list[Value | None]) -> list[Value | None]:
+    return [b.op(_UNARY[node.op_type], [ins[0]])]
+
+
+@lowers("LeakyRelu")
+def _leaky_relu(b: Builder, node: Node, ins: list[Value | None]) -> list[Value | None]:
+    return [b.op("leaky_relu", [ins[0]], alpha=float(node.attr("alpha", 0.01)))]
+
+
+@lowers("Clip")
+def _clip(b: Builder, node: Node, ins: list[Value | None]) -> list[Value | None]:
+    if b.opset < 11:
+        low, high = node.attr("min"), node.attr("max")
+    else:
+        low = b.constant_input(ins[1] if len(ins) > 1 else None, "min")
+        high = b.constant_input(ins[2] if len(ins) > 2 else None, "max")
+    params = {}
+    if low is not None:
+        params["min"] = float(np.asarray(low).reshape(-1)[0])
+    if high is not None:
+        params["max"] = float(np.asarray(high).reshape(-1)[0])
+    return [b.op("clip", [ins[0]], **params)]
+
+
+@lowers("Softmax")
+def _softmax(b: Builder, node: Node, ins: list[Value | None]) -> list[Value | None]:
+    x = ins[0]
+    rank = len(x.shape)
+    if b.opset >= 13:
+        return [b.op("softmax", [x], axis=_axis(int(node.attr("axis", -1)), rank, b))]
+    # Before opset 13 the input is coerced to 2-D at ``axis`` and normalised per row.
+    axis = _axis(int(node.attr("axis", 1)), rank, b) if rank else 0
+    flat = b.view(x, (math.prod(x.shape[:axis]), math.prod(x.shape[axis:])))
+    return [b.view(b.op("softmax", [flat], axis=1), x.shape)]
+
+
+@lowers("BatchNormalization")
+def _batch_norm(b: Builder, node: Node, ins: list[Value | None]) -> list[Value | None]:
+    if node.attr("training_mode", 0):
+        raise b.unsupported("training_mode=1; fastrun runs inference only")
+    if int(node.attr("spatial", 1)) != 1:
+        raise b.unsupported("spatial=0 (per-activation statistics) is not supported")
+    if any(node.outputs[1:]):
+        raise b.unsupported("the running mean/var outputs are training-only")
+    return [b.op("batch_norm", ins[:5], epsilon=float(node.attr("epsilon", 1e-5)))]
+
+
+# -- tunable ----------------------------------------------------------------------------------
+@lowers("Conv")
+def _conv(b: Builder, node: Node, ins: list[Value | None]) -> list[Value | None]:
+    params = {name: node.attrs[name] for name in
+              ("auto_pad", "dilations", "group", "kernel_shape", "pads", "strides")
+              if name in node.attrs}
+    inputs = [v for v in ins if v is not None]
+    return [b.op("conv", inputs, **params)]
+
+
+@lowers("MatMul")
+def _matmul(b: Builder, node: Node, ins: list[Value | None]) -> list[Value | None]:
+    return [b.op("matmul", ins[:2])]
+
+
+@lowers("Gemm")
+def _gemm(b: Builder, node: Node, ins: list[Value | None]) -> list[Value | None]:
+    """Y = alpha * A' @ B' + beta * C: transposes of constant weights fold away."""
+    a, w = ins[0], ins[1]
+    c = ins[2] if len(ins) > 2 else None
+    if node.attr("transA", 0):
+        a = b.op("transpose", [a], perm=(1, 0))
+    if node.attr("transB", 0):
+        w = b.op("transpose", [w], perm=(1, 0))
+    y = b.op("matmul", [a, w])
+    alpha, beta = float(node.attr("alpha", 1.0)), float(node.attr("beta", 1.0))
+    if alpha != 1.0:
+        y = b.op("mul", [y, _scalar(b, alpha, y.dtype)])
+    if c is not None and beta != 0.0:
+        if beta != 1.0:
+            c = b.op("mul", [c, _scalar(b, beta, c.dtype)])
+        y = b.op("add", [y, c])
+    return [y]
+
+
+# -- pooling ----------------------------------------------------------------------------------
+_POOL_ATTRS = ("auto_pad", "ceil_mode", "dilations", "kernel_shape", "pads", "strides")
+
+
+@lowers("MaxPool")
+def _maxpool(b: Builder, node: Node, ins: list[Value | None]) -> list[Value | None]:
+    """The maxpool operator takes floats: integer inputs are pooled in a float type that holds
+    every value exactly (a max only compares and picks) and cast back."""
+    if len(node.outputs) > 1 and node.outputs[1]:
+        raise b.unsupported("the Indices output is not supported")
+    params = {k: node.attrs[k] for k in (*_POOL_ATTRS, "storage_order") if k in node.attrs}
+    x = ins[0]
+    if x.dtype.kind in "iu" and x.dtype.itemsize <= 4:
+        exact = np.float32 if x.dtype.itemsize <= 2 else np.float64
+        pooled = b.op("maxpool", [b.view(x, dtype=exact)], **params)
+        return [b.view(pooled, dtype=x.dtype)]
+    return [b.op("maxpool", [x], **params)]
+
+
+@lowers("AveragePool")
+def _avgpool(b: Builder, node: Node, ins: list[Value | None]) -> list[Value | None]:
+    params = {k: node.attrs[k] for k in (*_POOL_ATTRS, "count_include_pad") if k in node.attrs}
+    return [b.op("avgpool", [ins[0]], **params)]
+
+
+@lowers("GlobalAveragePool", "GlobalMaxPool")
+def _global_pool(b: Builder, node: Node, ins: list[Value | None]) -> list[Value | None]:
+    name = "global_avgpool" if node.op_type == "GlobalAveragePool" else "global_maxpool"
+    return [b.op(name, [ins[0]])]
+
+
+@lowers("LRN")
+def _lrn(b: Builder, node: Node, ins: list[Value | None]) -> list[Value | None]:
+    return [b.op("lrn", [ins[0]], size=int(node.attr("size")),
+                 alpha=float(node.attr("alpha", 1e-4)), beta=float(node.attr("beta", 0.75)),
+                 bias=float(node.attr("bias", 1.0)))]
+
+
+# -- data movement ----------------------------------------------------------------------------
+@lowers("Transpose")
+def _transpose(b: Builder, node: Node, ins: list[Value | None]) -> list[Value | None]:
+    perm = node.attr("perm")
+    params = {} if perm is None else {"perm": tuple(int(p) for p in perm)}
+    return [b.op("transpose", [ins[0]], **params)]
+
+
+@lowers("Concat")
+def _concat(b: Builder, node: Node, ins: list[Value | None]) -> list[Value | None]:
+    inputs = [v for v in ins if v is not None]
+    return [b.op("concat", inputs, axis=int(node.attr("axis")))]
+
+
+@lowers("Gather")
+def _gather(b: Builder, node: Node, ins: list[Value | None]) -> list[Value | None]:
+    return [b.op("gather", ins[:2], axis=int(node.attr("axis", 0)))]
+
+
+@lowers("Slice")
+def _slice(b: Builder, node: Node, ins: list[Value | None]) -> list[Value | None]:
+    if b.opset < 10:
+        starts, ends, axes = node.attr("starts"), node.attr("ends"), node.attr("axes")
+        steps = None
+    else:
+        def read(index: int, what: str):
+            return b.constant_input(ins[index] if len(ins) > index else None, what)
+        starts, ends, axes, steps = (read(1, "starts"), read(2, "ends"), read(3, "axes"),
+                                     read(4, "steps"))
+    params: dict[str, Any] = {"starts": tuple(_ints(starts)), "ends": tuple(_ints(ends))}
+    if axes is not None:
+        params["axes"] = tuple(_ints(axes))
+    if steps is not None:
+        params["steps"] = tuple(_ints(steps))
+    return [b.op("slice", [ins[0]], **params)]
+
+
+@lowers("Split")
+def _split(b: Builder, node: Node, ins: list[Value | None]) -> list[Value | None]:
+    """Split as one ``slice`` per output."""
+    x = ins[0]
+    axis = _axis(int(node.attr("axis", 0)), len(x.shape), b)
+    count = len(node.outputs)
+    if b.opset >= 13 and len(ins) > 1 and ins[1] is not None:
+        sizes = _ints(b.constant_input(ins[1], "split"))
+    elif node.attr("split") is not None:
+        sizes = [int(s) for s in node.attr("split")]
+    else:
+        parts = int(node.attr("num_outputs", count))
+        chunk = -(-x.shape[axis] // parts)
+        sizes = [min(chunk, x.shape[axis] - i * chunk) for i in range(parts)]
+    if sum(sizes) != x.shape[axis] or len(sizes) != count:
+        raise ModelError(f"{node}: split sizes {sizes} do not divide axis {axis} of "
+                         f"{list(x.shape)} into {count} outputs")
+    outputs: list[Value | None] = []
+    start = 0
+    for size in sizes:
+        outputs.append(b.op("slice", [x], starts=(start,), ends=(start + size,), axes=(axis,)))
+        start += size
+    return outputs
+
+
+@lowers("Pad")
+def _pad(b: Builder, node: Node, ins: list[Value | None]) -> list[Value | None]:
+    mode = node.attr("mode", "constant")
+    if b.opset < 11:
+        pads, value, axes = node.attr("pads"), node.attr("value", 0.0), None
+    else:
+        pads = b.constant_input(ins[1], "pads")
+        value = b.constant_input(ins[2] if len(ins) > 2 else None, "constant_value")
+        axes = b.constant_input(ins[3] if len(ins) > 3 else None, "axes")
+    params: dict[str, Any] = {"pads": tuple(_ints(pads)), "mode": mode}
+    if value is not None:
+        scalar = np.asarray(value).reshape(-1)
+        if scalar.size:
+            params["value"] = scalar[0].item()
+    if axes is not None:
+        params["axes"] = tuple(_ints(axes))
+    return [b.op("pad", [ins[0]], **params)]
+
+
+# -- the whole graph --------------------------------------------------------------------------
+def check_supported(graph: Graph) -> None:
+    """Fail before any work when op types are missing, listing every such node."""
+    problems = [(node.op_type, node.name, "no lowering for this op type (supported: "
+                 + ", ".join(supported_op_types()) + ")")
+                for node in graph.nodes if node.op_type not in LOWERINGS]
+    if problems:
+        raise UnsupportedOperatorError(problems)
+
+
+def lower(graph: Graph, input_values: dict[str, Value], registry: Registry,
+          evaluate: Evaluator) -> tuple[list[Step], dict[str, Value]]:
+    """Lower every node in order; returns the steps and the value of every ONNX name."""
+    check_supported(graph)
+    builder = Builder(registry, evaluate, graph.opset)
+    values: dict[str, Value] = dict(input_values)
+    for name, array in graph.initializers.items():
+        values[name] = builder.const(array, name)
+    for node in graph.nodes:
+        builder.node = node
+        ins = [values[name] if name else None for name in node.inputs]
+        if any(v is None for v in ins[:1]):
+            raise ModelError(f"{node}: its first input is missing")
+        outputs = LOWERINGS[node.op_type](builder, node, ins)
+        for name, value in zip(node.outputs, outputs, strict=False):
+            if name and value is not None:
+                values[name] = value
+        missing = [name for name in node.outputs[len(outputs):] if name]
+        if missing:
+            raise builder.unsupported(f"output(s) {missing} are not supported")
+    return builder.steps, values

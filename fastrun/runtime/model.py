@@ -1,0 +1,295 @@
+"""A loaded model: lowered, fused, searched once, then run as a flat list of prepared calls.
+
+Loading does everything that can fail or take time *before* the first inference: read and check
+the ONNX graph, fix the input shapes, lower every node onto registry operators (folding
+constants), fuse epilogues, then decide every problem through the session (cache, profile or
+heuristic, as its strategy says).  What is left for :meth:`Model.run` is a loop over prepared
+calls reading and writing slots of a list; intermediate results are released as soon as their
+last reader has run, so peak memory stays near the largest live set, not the sum of all
+activations.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from fastrun.api import Session
+from fastrun.cache import InMemoryCache
+from fastrun.chooser import AlgoChooser, Decision, PreparedCall
+from fastrun.operator import Problem
+from fastrun.runtime import fusion
+from fastrun.runtime.errors import ModelError
+from fastrun.runtime.graph import Graph, from_onnx
+from fastrun.runtime.lowering import Step, Value, lower
+from fastrun.strategy import SearchOptions, Strategy
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class StepReport:
+    """How one step was decided: what a ``--verbose`` table row shows."""
+
+    step: Step
+    decision: Decision | None  # None for view steps
+
+    @property
+    def algorithm(self) -> str:
+        if self.decision is None:
+            return "view"
+        policy = self.decision.policy
+        children = sorted({c.algorithm for c in policy.children})
+        return policy.algorithm + (f" [{', '.join(children)}]" if children else "")
+
+    @property
+    def source(self) -> str:
+        return "-" if self.decision is None else self.decision.source
+
+
+class Model:
+    """An ONNX model prepared for fixed input shapes on one session."""
+
+    def __init__(self, graph: Graph, session: Session,
+                 input_shapes: Mapping[str, Sequence[int]] | None = None,
+                 batch: int | None = None, weight_preprocess: bool = False,
+                 fuse: bool = True):
+        self.graph = graph
+        self.session = session
+        self.weight_preprocess = weight_preprocess
+        self.inputs = _input_values(graph, dict(input_shapes or {}), batch)
+        evaluator = _ConstantEvaluator(session)
+        steps, values = lower(graph, self.inputs, session.registry, evaluator)
+        self.outputs = [values[name] for name in graph.outputs]
+        if fuse:
+            steps = fusion.fuse(steps, self.outputs, session.registry)
+        if weight_preprocess:
+            _enable_weight_preprocess(steps, session)
+        self.steps = steps
+        self.reports: list[StepReport] | None = None
+        self._program: list[tuple[Any, tuple[int, ...], int, tuple[int, ...]]] = []
+        self._template: list[Any] = []
+        self._input_slots: dict[str, int] = {}
+        self._output_slots: list[int] = []
+
+    # -- searching -----------------------------------------------------------------------------
+    def search(self) -> list[StepReport]:
+        """Decide every step's problem (cache, profile or heuristic, per the session's
+        strategy) and bind the prepared calls.  Runs once; :meth:`run` calls it if needed."""
+        if self.reports is not None:
+            return self.reports
+        chooser = self.session.chooser
+        progress = chooser.profiler.progress
+        operator_steps = [s for s in self.steps if s.problem is not None]
+        reports, calls = [], {}
+        done = 0
+        try:
+            for step in self.steps:
+                if step.problem is None:
+                    reports.append(StepReport(step, None))
+                    continue
+                done += 1
+                if progress is not None:
+                    progress.context = f"[{done}/{len(operator_steps)} {step.node}]"
+                constants = [v.const for v in step.inputs]
+                call = chooser.prepare(step.problem, constants)
+                calls[id(step)] = call
+                reports.append(StepReport(step, call.decision))
+        finally:
+            if progress is not None:
+                progress.context = ""
+        self._compile(calls)
+        self.reports = reports
+        return reports
+
+    def _compile(self, calls: dict[int, PreparedCall]) -> None:
+        """The flat program: (callable, argument slots, output slot, slots to release)."""
+        slots: dict[int, int] = {}
+        template: list[Any] = []
+
+        def slot(value: Value) -> int:
+            index = slots.get(id(value))
+            if index is None:
+                index = slots[id(value)] = len(template)
+                template.append(value.const)
+            return index
+
+        self._input_slots = {name: slot(value) for name, value in self.inputs.items()}
+        program = []
+        for step in self.steps:
+            function = calls[id(step)] if step.problem is not None else step.view
+            program.append((function, tuple(slot(v) for v in step.inputs), slot(step.output)))
+        self._output_slots = [slot(v) for v in self.outputs]
+        # Release each computed value after its last reader (never constants or outputs).
+        keep = set(self._output_slots) | {slots[id(v)] for v in self._constants()}
+        last_use: dict[int, int] = {}
+        for index, (_, args, _) in enumerate(program):
+            for arg in args:
+                last_use[arg] = index
+        releases: dict[int, list[int]] = {}
+        for value_slot, index in last_use.items():
+            if value_slot not in keep:
+                releases.setdefault(index, []).append(value_slot)
+        self._program = [(fn, args, out, tuple(releases.get(i, ())))
+                         for i, (fn, args, out) in enumerate(program)]
+        self._template = template
+
+    def _constants(self) -> list[Value]:
+        values = [v for step in self.steps for v in step.inputs if v.is_const]
+        return values + [v for v in self.outputs if v.is_const]
+
+    # -- running -------------------------------------------------------------------------------
+    def run(self, feeds: Mapping[str, Any] | None = None) -> dict[str, np.ndarray]:
+        """Outputs by name for inputs by name (a single-input model also takes a bare array)."""
+        env = self._start(feeds)
+        for function, args, out, releases in self._program:
+            env[out] = function(*[env[i] for i in args])
+            for index in releases:
+                env[index] = None
+        return self._finish(env)
+
+    def run_timed(self, feeds: Mapping[str, Any] | None = None,
+                  ) -> tuple[dict[str, np.ndarray], list[float]]:
+        """Like :meth:`run`, also returning each step's wall time in seconds (for tables)."""
+        env = self._start(feeds)
+        times = []
+        clock = time.perf_counter
+        for function, args, out, releases in self._program:
+            started = clock()
+            env[out] = function(*[env[i] for i in args])
+            times.append(clock() - started)
+            for index in releases:
+                env[index] = None
+        return self._finish(env), times
+
+    def _start(self, feeds: Mapping[str, Any] | np.ndarray | None) -> list[Any]:
+        if self.reports is None:
+            self.search()
+        feeds = self._feeds(feeds)
+        env = list(self._template)
+        for name, index in self._input_slots.items():
+            env[index] = feeds[name]
+        return env
+
+    def _finish(self, env: list[Any]) -> dict[str, np.ndarray]:
+        return {name: np.asarray(env[index])
+                for name, index in zip(self.graph.outputs, self._output_slots, strict=True)}
+
+    def _feeds(self, feeds: Mapping[str, Any] | np.ndarray | None) -> dict[str, np.ndarray]:
+        if feeds is None:
+            feeds = {}
+        if not isinstance(feeds, Mapping):
+            if len(self.inputs) != 1:
+                raise ValueError(f"the model has {len(self.inputs)} inputs "
+                                 f"({', '.join(self.inputs)}); pass a dict of arrays by name")
+            feeds = {next(iter(self.inputs)): feeds}
+        unknown = sorted(set(feeds) - set(self.inputs))
+        if unknown:
+            raise ValueError(f"unknown input(s) {', '.join(unknown)}; the model's inputs are "
+                             f"{', '.join(self.inputs)}")
+        result = {}
+        for name, value in self.inputs.items():
+            if name not in feeds:
+                raise ValueError(f"input {name!r} ({value.dtype}{list(value.shape)}) is missing")
+            array = np.asarray(feeds[name])
+            if array.shape != value.shape:
+                raise ValueError(f"input {name!r} has shape {list(array.shape)}; the model was "
+                                 f"prepared for {list(value.shape)}")
+            if array.dtype != value.dtype:
+                if not np.can_cast(array.dtype, value.dtype, "same_kind"):
+                    raise ValueError(f"input {name!r} is {array.dtype}; the model takes "
+                                     f"{value.dtype}")
+                array = array.astype(value.dtype)
+            result[name] = np.ascontiguousarray(array)
+        return result
+
+    def random_inputs(self, seed: int = 0) -> dict[str, np.ndarray]:
+        """Inputs of the right shapes and dtypes: floats in [-1, 1), integers in [0, 10)."""
+        rng = np.random.default_rng(seed)
+        feeds = {}
+        for name, value in self.inputs.items():
+            if value.dtype.kind == "f":
+                array = rng.uniform(-1.0, 1.0, size=value.shape)
+            elif value.dtype.kind == "b":
+                array = rng.integers(0, 2, size=value.shape)
+            else:
+                array = rng.integers(0, 10, size=value.shape)
+            feeds[name] = np.asarray(array, dtype=value.dtype)
+        return feeds
+
+    def __repr__(self) -> str:
+        shapes = ", ".join(f"{n}: {v.dtype}{list(v.shape)}" for n, v in self.inputs.items())
+        return f"<fastrun Model {self.graph.name!r} ({shapes}), {len(self.steps)} steps>"
+
+
+class _ConstantEvaluator:
+    """Folds constant subgraphs with the operators' heuristic choices: no search, no cache
+    entries, so folding a Shape->Gather chain never shows up as profiling work."""
+
+    def __init__(self, session: Session):
+        options = SearchOptions(strategy=Strategy.HEURISTIC)
+        self.chooser = AlgoChooser(session.registry, session.device, InMemoryCache(), options)
+
+    def __call__(self, problem: Problem, inputs: Sequence[np.ndarray]) -> np.ndarray:
+        return self.chooser.call(problem, *inputs)
+
+
+def _input_values(graph: Graph, shapes: dict[str, Sequence[int]],
+                  batch: int | None) -> dict[str, Value]:
+    """Concrete shapes for the graph inputs: given ones first, then the model's own with the
+    batch (dimension 0) set where it is symbolic or where ``batch`` overrides it."""
+    unknown = sorted(set(shapes) - {i.name for i in graph.inputs})
+    if unknown:
+        raise ModelError(f"input shape(s) given for {', '.join(unknown)}, which the model does "
+                         f"not take (inputs: {', '.join(i.name for i in graph.inputs)})")
+    values = {}
+    for spec in graph.inputs:
+        if spec.name in shapes:
+            shape = tuple(int(d) for d in shapes[spec.name])
+        elif spec.shape is None:
+            raise ModelError(f"input {spec.name!r} has no shape in the model; give its shape")
+        else:
+            dims = list(spec.shape)
+            if dims and (not isinstance(dims[0], int) or dims[0] <= 0 or batch is not None):
+                dims[0] = batch if batch is not None else 1
+            symbolic = [(i, d) for i, d in enumerate(dims) if not isinstance(d, int) or d <= 0]
+            if symbolic:
+                raise ModelError(f"input {spec.name!r} has symbolic dimension(s) "
+                                 f"{', '.join(f'{d!r} at axis {i}' for i, d in symbolic)}; give "
+                                 "its shape (e.g. an --input file)")
+            shape = tuple(dims)
+        if batch is not None and spec.name in shapes and shape and shape[0] != batch:
+            raise ModelError(f"input {spec.name!r} has batch {shape[0]}, not {batch}")
+        values[spec.name] = Value(spec.name, shape, spec.dtype)
+        log.debug("input %s: %s%s (%d elements)", spec.name, spec.dtype, list(shape),
+                  math.prod(shape))
+    return values
+
+
+def _enable_weight_preprocess(steps: list[Step], session: Session) -> None:
+    """Turn weight preprocessing on for convs with constant weights: their transforms then
+    run once when the model is prepared, and profiling times them without it."""
+    conv = session.registry.operator("conv")
+    for step in steps:
+        if step.operator == "conv" and step.inputs[1].is_const:
+            step.params["weight_preprocess"] = True
+            step.problem = conv.problem([v.shape for v in step.inputs],
+                                        [v.dtype for v in step.inputs], **step.params)
+
+
+def load(model: Any, session: Session | None = None, *,
+         input_shapes: Mapping[str, Sequence[int]] | None = None, batch: int | None = None,
+         weight_preprocess: bool = False, fuse: bool = True, check: bool = True) -> Model:
+    """Load an ONNX model (path, bytes, ``zoo:NAME`` or ModelProto) for ``session`` (default:
+    the current one).  Searching happens on :meth:`Model.search` or the first run."""
+    from fastrun.api import current_session
+
+    graph = from_onnx(model, check=check)
+    return Model(graph, session or current_session(), input_shapes, batch, weight_preprocess,
+                 fuse)

@@ -1,0 +1,90 @@
+"""Small ONNX models built in the tests: fast to search, and shaped to hit one runtime feature."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+from onnx import TensorProto, helper, numpy_helper
+
+
+class GraphWriter:
+    """Nodes and initializers, then a model with input 'x' (symbolic batch) and output 'y'."""
+
+    def __init__(self, seed: int = 0):
+        self.rng = np.random.default_rng(seed)
+        self.nodes: list[onnx.NodeProto] = []
+        self.initializers: list[onnx.TensorProto] = []
+
+    def weight(self, name: str, shape, scale: float = 0.3) -> str:
+        array = (self.rng.standard_normal(shape) * scale).astype(np.float32)
+        self.initializers.append(numpy_helper.from_array(array, name))
+        return name
+
+    def const(self, name: str, array) -> str:
+        self.initializers.append(numpy_helper.from_array(np.asarray(array), name))
+        return name
+
+    def node(self, op_type: str, inputs, output: str, name: str | None = None, **attrs) -> str:
+        self.nodes.append(helper.make_node(op_type, list(inputs), [output],
+                                           name=name or output, **attrs))
+        return output
+
+    def model(self, input_shape, output: str, opset: int = 13,
+              output_rank: int = 4) -> onnx.ModelProto:
+        graph = helper.make_graph(
+            self.nodes, "test",
+            [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", *input_shape[1:]])],
+            [helper.make_tensor_value_info(output, TensorProto.FLOAT, [None] * output_rank)],
+            self.initializers)
+        model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
+        model.ir_version = 8
+        onnx.checker.check_model(model)
+        return model
+
+
+def conv_bn_relu(channels: int = 8, size: int = 10) -> onnx.ModelProto:
+    """Conv -> BatchNormalization -> Relu: all three fold into one conv."""
+    w = GraphWriter()
+    w.node("Conv", ["x", w.weight("w", (channels, 3, 3, 3))], "c", pads=[1, 1, 1, 1])
+    gamma = w.const("gamma", np.linspace(0.5, 1.5, channels, dtype=np.float32))
+    beta = w.const("beta", np.linspace(-0.2, 0.2, channels, dtype=np.float32))
+    mean = w.const("mean", np.linspace(-0.1, 0.1, channels, dtype=np.float32))
+    var = w.const("var", np.linspace(0.5, 2.0, channels, dtype=np.float32))
+    w.node("BatchNormalization", ["c", gamma, beta, mean, var], "bn", epsilon=1e-3)
+    w.node("Relu", ["bn"], "y")
+    return w.model((1, 3, size, size), "y")
+
+
+def small_cnn(widths=(4, 8, 12), size: int = 12, seed: int = 0) -> onnx.ModelProto:
+    """A chain of conv blocks of different shapes (several distinct problems to search), then
+    global pooling, a Shape->Gather->Unsqueeze->Concat->Reshape flatten and a Gemm."""
+    w = GraphWriter(seed)
+    x, cin = "x", 3
+    for i, cout in enumerate(widths):
+        x = w.node("Conv", [x, w.weight(f"w{i}", (cout, cin, 3, 3)),
+                            w.weight(f"b{i}", (cout,))], f"conv{i}", pads=[1, 1, 1, 1],
+                   strides=[1 + i % 2, 1 + i % 2])
+        x = w.node("Relu", [x], f"relu{i}")
+        cin = cout
+    x = w.node("GlobalAveragePool", [x], "gap")
+    w.node("Shape", [x], "shape")
+    w.node("Gather", ["shape", w.const("zero", np.array(0, np.int64))], "batch", axis=0)
+    w.node("Unsqueeze", ["batch", w.const("axes", np.array([0], np.int64))], "batch1")
+    w.node("Concat", ["batch1", w.const("minus1", np.array([-1], np.int64))], "target", axis=0)
+    x = w.node("Reshape", [x, "target"], "flat")
+    w.node("Gemm", [x, w.weight("fc", (5, cin)), w.weight("fcb", (5,))], "y", transB=1)
+    return w.model((1, 3, size, size), "y", output_rank=2)
+
+
+def residual_block(channels: int = 8, size: int = 8) -> onnx.ModelProto:
+    """conv -> relu -> conv, + x, relu: the second conv's output has a second reader (the
+    Add), so Add(conv, x) is not a bias and must not be folded."""
+    w = GraphWriter()
+    c1 = w.node("Conv", ["x", w.weight("w1", (channels, channels, 3, 3))], "c1",
+                pads=[1, 1, 1, 1])
+    r1 = w.node("Relu", [c1], "r1")
+    c2 = w.node("Conv", [r1, w.weight("w2", (channels, channels, 3, 3))], "c2",
+                pads=[1, 1, 1, 1])
+    s = w.node("Add", [c2, "x"], "sum")
+    w.node("Relu", [s], "y")
+    return w.model((1, channels, size, size), "y")

@@ -1,0 +1,160 @@
+"""``load_and_run`` as users run it: flags, summaries, warnings, errors, and a search that is
+killed half-way and resumed by a second process."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import numpy as np
+import onnx
+import pytest
+
+from fastrun.cache import FileCache
+from fastrun.cli.load_and_run import main
+from tests.runtime import _models
+
+pytest.importorskip("onnxruntime")
+
+FAST = ["--budget", "0.005", "--iter", "2", "--no-progress"]
+
+
+@pytest.fixture
+def cnn(tmp_path):
+    path = tmp_path / "cnn.onnx"
+    onnx.save(_models.small_cnn(), path)
+    return str(path)
+
+
+def summary(tmp_path, *args: str) -> dict:
+    out = tmp_path / "summary.json"
+    assert main([*args, "--summary-json", str(out)]) == 0
+    return json.loads(out.read_text())
+
+
+def test_search_then_cached_run(tmp_path, cnn, capsys):
+    cache = str(tmp_path / "cache.bin")
+    first = summary(tmp_path, cnn, "--fast-run", "--algo-policy", cache, *FAST)
+    assert first["profiled"] > 0 and first["cache_hits"] == 0
+    assert first["iter_ms_median"] > 0 and first["iterations"] == 2
+    second = summary(tmp_path, cnn, "--fast-run", "--algo-policy", cache, *FAST)
+    assert second["profiled"] == 0 and second["cache_hits"] > 0
+    cache_only = summary(tmp_path, cnn, "--algo-policy", cache, *FAST)
+    assert cache_only["profiled"] == 0 and cache_only["heuristic"] == 0
+    text = capsys.readouterr().out
+    assert "problem(s) profiled" in text and "median" in text
+
+
+def test_cache_made_for_another_model_is_reported(tmp_path, cnn, capsys):
+    cache = str(tmp_path / "cache.bin")
+    other = tmp_path / "other.onnx"
+    onnx.save(_models.conv_bn_relu(channels=16, size=20), other)
+    summary(tmp_path, str(other), "--fast-run", "--algo-policy", cache, *FAST)
+    capsys.readouterr()
+    result = summary(tmp_path, cnn, "--algo-policy", cache, *FAST)
+    assert result["profiled"] == 0 and result["heuristic"] > 0
+    assert "were not in" in capsys.readouterr().err
+
+
+def test_missing_cache_file_in_cache_only_mode_warns(tmp_path, cnn, capsys):
+    result = summary(tmp_path, cnn, "--algo-policy", str(tmp_path / "none.bin"), *FAST)
+    assert result["profiled"] == 0
+    assert "does not exist" in capsys.readouterr().err
+    assert not (tmp_path / "none.bin").exists()
+
+
+def test_verbose_check_dump_and_input_file(tmp_path, cnn, capsys):
+    x = np.random.default_rng(1).uniform(-1, 1, (2, 3, 12, 12)).astype(np.float32)
+    np.save(tmp_path / "x.npy", x)
+    dump = tmp_path / "out.npz"
+    result = summary(tmp_path, cnn, "--input", f"x={tmp_path / 'x.npy'}", "--verbose",
+                     "--check", "--dump-output", str(dump), *FAST)
+    assert result["inputs"] == {"x": [2, 3, 12, 12]} and result["check"] == "ok"
+    text = capsys.readouterr().out
+    assert "conv0" in text and "Conv+Relu" in text and "heuristic" in text
+    assert "ok (tolerance" in text
+    assert np.load(dump)["y"].shape == (2, 5)
+
+
+def test_batch_flag_sets_the_symbolic_batch(tmp_path, cnn):
+    assert summary(tmp_path, cnn, "--batch", "4", *FAST)["inputs"] == {"x": [4, 3, 12, 12]}
+
+
+def test_fast_run_and_full_run_exclude_each_other(cnn, capsys):
+    with pytest.raises(SystemExit) as caught:
+        main([cnn, "--fast-run", "--full-run"])
+    assert caught.value.code == 2
+    assert "not allowed with" in capsys.readouterr().err
+
+
+def test_zero_iterations_are_refused(cnn, capsys):
+    assert main([cnn, "--iter", "0"]) == 2
+    assert "--iter" in capsys.readouterr().err
+
+
+def test_unsupported_model_fails_with_op_and_node(tmp_path, capsys):
+    w = _models.GraphWriter()
+    w.node("Erf", ["x"], "y", name="strange_node")
+    path = tmp_path / "erf.onnx"
+    onnx.save(w.model((1, 4), "y", output_rank=2), path)
+    assert main([str(path), "--no-progress"]) == 2
+    err = capsys.readouterr().err
+    assert "Erf (node 'strange_node')" in err
+
+
+def test_missing_and_corrupt_model_files(tmp_path, capsys):
+    assert main([str(tmp_path / "nope.onnx")]) == 2
+    assert "does not exist" in capsys.readouterr().err
+    bad = tmp_path / "bad.onnx"
+    bad.write_bytes(b"\x00garbage")
+    assert main([str(bad)]) == 2
+    assert "bad.onnx" in capsys.readouterr().err
+
+
+def _run_cli(*args: str, **kwargs) -> subprocess.Popen:
+    env = {**os.environ, "FASTRUN_PROGRESS": "0"}
+    return subprocess.Popen([sys.executable, "-m", "fastrun.cli.load_and_run", *args],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env, **kwargs)
+
+
+def test_a_killed_search_resumes_with_only_the_missing_problems(tmp_path):
+    """Kill a searching process once some results are in the file; a second run profiles
+    exactly the problems that were not written, and nothing is lost or corrupt."""
+    model = tmp_path / "cnn.onnx"
+    onnx.save(_models.small_cnn(widths=(4, 8, 12, 16, 20, 24), size=16), model)
+    args = [str(model), "--fast-run", "--budget", "0.05", "--iter", "1"]
+
+    full = tmp_path / "full.json"
+    complete = _run_cli(*args, "--algo-policy", str(tmp_path / "complete.bin"),
+                        "--summary-json", str(full))
+    assert complete.wait(timeout=600) == 0, complete.stderr.read().decode()
+    total = json.loads(full.read_text())["profiled"]
+
+    cache = tmp_path / "cache.bin"
+    searching = _run_cli(*args, "--algo-policy", str(cache))
+    deadline = time.monotonic() + 300
+    written = 0
+    while time.monotonic() < deadline and searching.poll() is None:
+        if cache.exists():
+            written = len(FileCache(cache))
+            if written >= 2:
+                searching.send_signal(signal.SIGKILL)
+                break
+        time.sleep(0.01)
+    searching.wait(timeout=60)
+    assert searching.returncode == -signal.SIGKILL, "the search finished before it was killed"
+    written = len(FileCache(cache))
+    assert 0 < written < total
+
+    resumed_summary = tmp_path / "resumed.json"
+    resumed = _run_cli(*args, "--algo-policy", str(cache), "--summary-json",
+                       str(resumed_summary))
+    assert resumed.wait(timeout=600) == 0, resumed.stderr.read().decode()
+    result = json.loads(resumed_summary.read_text())
+    assert result["profiled"] == total - written
+    assert 0 < result["cache_hits"] <= written
+    assert len(FileCache(cache)) == total

@@ -1,0 +1,205 @@
+"""The runtime in process: lowering, constant folding, fusion, errors, and how searches use the
+cache (resume, sharing, cache-only, reproducible)."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper
+
+import fastrun
+from fastrun.attribute import AlgoAttribute
+from fastrun.cache import FileCache, InMemoryCache
+from fastrun.runtime import ModelError, UnsupportedOperatorError, load
+from tests.runtime import _models
+
+ort = pytest.importorskip("onnxruntime")
+
+FAST = {"budget_s": 0.005, "min_repeats": 1, "progress": False}
+
+
+def onnxruntime_outputs(model: onnx.ModelProto, feeds: dict[str, np.ndarray]) -> list:
+    options = ort.SessionOptions()
+    options.log_severity_level = 3
+    session = ort.InferenceSession(model.SerializeToString(), options,
+                                   providers=["CPUExecutionProvider"])
+    return session.run(None, feeds)
+
+
+def assert_matches_onnxruntime(model_proto, model, feeds, rtol: float = 1e-4) -> None:
+    expected = onnxruntime_outputs(model_proto, feeds)
+    got = model.run(feeds)
+    for name, reference in zip(model.graph.outputs, expected, strict=True):
+        scale = max(float(np.max(np.abs(reference))), 1e-6)
+        assert got[name].shape == reference.shape
+        assert got[name].dtype == reference.dtype
+        assert float(np.max(np.abs(got[name] - reference))) <= rtol * scale, name
+
+
+def heuristic_session(**options) -> fastrun.Session:
+    return fastrun.session(cache=InMemoryCache(), strategy="heuristic", progress=False,
+                           **options)
+
+
+# -- lowering, folding, fusion ---------------------------------------------------------------
+def test_batch_norm_and_relu_fold_into_the_conv():
+    proto = _models.conv_bn_relu()
+    model = load(proto, heuristic_session())
+    (step,) = model.steps
+    assert step.op_type == "Conv+BatchNormalization+Relu"
+    assert step.problem.param("activation") == "relu"
+    assert len(step.inputs) == 3  # the folded bias
+    assert_matches_onnxruntime(proto, model, model.random_inputs())
+
+
+def test_shape_arithmetic_is_folded_and_batch_is_free():
+    proto = _models.small_cnn()
+    for batch in (1, 3):
+        model = load(proto, heuristic_session(), batch=batch)
+        kinds = {step.op_type for step in model.steps}
+        assert not kinds & {"Shape", "Gather", "Unsqueeze", "Concat"}
+        assert {s.op_type for s in model.steps if s.operator == "conv"} == {"Conv+Relu"}
+        assert model.inputs["x"].shape == (batch, 3, 12, 12)
+        assert_matches_onnxruntime(proto, model, model.random_inputs(seed=batch))
+
+
+def test_an_add_with_another_reader_is_not_folded_as_a_bias():
+    proto = _models.residual_block()
+    model = load(proto, heuristic_session())
+    assert [s.op_type for s in model.steps] == ["Conv+Relu", "Conv", "Add", "Relu"]
+    assert_matches_onnxruntime(proto, model, model.random_inputs())
+
+
+@pytest.mark.parametrize("opset", [7, 13])
+def test_clip_folds_into_the_conv_in_both_opset_spellings(opset):
+    w = _models.GraphWriter()
+    w.node("Conv", ["x", w.weight("w", (6, 3, 3, 3))], "c")
+    if opset >= 11:
+        w.node("Clip", ["c", w.const("lo", np.float32(0)), w.const("hi", np.float32(0.5))], "y")
+    else:
+        w.node("Clip", ["c"], "y", min=0.0, max=0.5)
+    proto = w.model((1, 3, 9, 9), "y", opset=opset)
+    model = load(proto, heuristic_session())
+    (step,) = model.steps
+    assert (step.problem.param("activation"), step.problem.param("clip_max")) == ("clip", 0.5)
+    assert_matches_onnxruntime(proto, model, model.random_inputs())
+
+
+def test_weight_preprocessing_matches_onnxruntime():
+    w = _models.GraphWriter()
+    w.node("Conv", ["x", w.weight("w", (24, 16, 3, 3), 0.1)], "y", pads=[1, 1, 1, 1])
+    proto = w.model((1, 16, 20, 20), "y")
+    model = load(proto, heuristic_session(), weight_preprocess=True)
+    (step,) = model.steps
+    assert step.problem.weight_preprocess
+    assert_matches_onnxruntime(proto, model, model.random_inputs())
+
+
+# -- errors ------------------------------------------------------------------------------------
+def test_unsupported_ops_are_all_named_before_any_work():
+    w = _models.GraphWriter()
+    w.node("Relu", ["x"], "r")
+    w.node("Einsum", ["r", "r"], "e", name="my_einsum", equation="ij,ij->ij")
+    w.node("Erf", ["e"], "y", name="the_erf")
+    proto = w.model((2, 3), "y", output_rank=2)
+    with pytest.raises(UnsupportedOperatorError) as caught:
+        load(proto, heuristic_session())
+    text = str(caught.value)
+    assert "Einsum (node 'my_einsum')" in text and "Erf (node 'the_erf')" in text
+    assert len(caught.value.problems) == 2
+
+
+@pytest.mark.parametrize("spec, message", [
+    (b"not a model", "cannot parse"),
+    ("/nonexistent/model.onnx", "does not exist"),
+    ("zoo:nosuchmodel", "nosuchmodel"),
+])
+def test_unreadable_models_fail_clearly(spec, message):
+    with pytest.raises((ModelError, ValueError), match=message):
+        load(spec, heuristic_session())
+
+
+def test_a_dangling_input_is_a_model_error():
+    w = _models.GraphWriter()
+    w.node("Relu", ["nowhere"], "y", name="lost")
+    graph = helper.make_graph(w.nodes, "g",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1])])
+    proto = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    with pytest.raises(ModelError, match="nowhere"):
+        load(proto, heuristic_session(), check=False)
+
+
+def test_an_opset_newer_than_onnx_knows_is_refused():
+    proto = _models.conv_bn_relu()
+    proto.opset_import[0].version = 99
+    with pytest.raises(ModelError, match="opset 99"):
+        load(proto, heuristic_session(), check=False)
+
+
+def test_models_older_than_opset_7_are_upgraded():
+    w = _models.GraphWriter()
+    w.node("Relu", ["x"], "y")
+    proto = w.model((1, 4), "y", opset=6, output_rank=2)
+    model = load(proto, heuristic_session())
+    x = np.linspace(-1, 1, 4, dtype=np.float32).reshape(1, 4)
+    np.testing.assert_array_equal(model.run({"x": x})["y"], np.maximum(x, 0))
+
+
+def test_wrong_inputs_at_run_time_are_named():
+    model = load(_models.conv_bn_relu(), heuristic_session())
+    with pytest.raises(ValueError, match="prepared for"):
+        model.run({"x": np.zeros((2, 3, 10, 10), np.float32)})
+    with pytest.raises(ValueError, match="unknown input"):
+        model.run({"x": np.zeros((1, 3, 10, 10), np.float32), "z": np.zeros(1)})
+    with pytest.raises(ValueError, match="missing"):
+        model.run({})
+
+
+# -- searches and the cache --------------------------------------------------------------------
+def test_second_run_with_the_same_cache_profiles_nothing(tmp_path):
+    path = tmp_path / "cache.bin"
+    proto = _models.small_cnn()
+    first = fastrun.session(cache=path, strategy="fast-run", **FAST)
+    load(proto, first).search()
+    assert first.stats.profiled > 0
+    second = fastrun.session(cache=path, strategy="fast-run", **FAST)
+    load(proto, second).search()
+    assert second.stats.profiled == 0 and second.stats.cache_hits > 0
+    assert {d.source for d in second.chooser.decisions()} <= {"cache", "only"}
+
+
+def test_two_models_share_one_cache_file(tmp_path):
+    path = tmp_path / "shared.bin"
+    protos = [_models.small_cnn(), _models.conv_bn_relu()]
+    profiled = 0
+    for proto in protos:
+        session = fastrun.session(cache=path, strategy="fast-run", **FAST)
+        load(proto, session).search()
+        profiled += session.stats.profiled
+    for proto in protos:
+        session = fastrun.session(cache=path, strategy="fast-run", **FAST)
+        load(proto, session).search()
+        assert session.stats.profiled == 0 and session.stats.cache_hits > 0
+    assert len(FileCache(path)) == profiled
+
+
+def test_cache_only_mode_never_profiles(tmp_path):
+    path = tmp_path / "cache.bin"
+    searched = fastrun.session(cache=path, strategy="fast-run", **FAST)
+    load(_models.small_cnn(), searched).search()
+    reader = fastrun.session(cache=path, strategy="heuristic", progress=False)
+    load(_models.small_cnn(), reader).search()
+    load(_models.conv_bn_relu(), reader).search()  # not in the cache: heuristics
+    assert reader.stats.profiled == 0
+    assert reader.stats.cache_hits > 0 and reader.stats.heuristic >= 1
+
+
+def test_reproducible_search_chooses_only_reproducible_algorithms():
+    session = fastrun.session(cache=InMemoryCache(), strategy="fast-run+reproducible", **FAST)
+    model = load(_models.small_cnn(widths=(16, 16)), session)
+    model.search()
+    for decision in session.chooser.decisions():
+        assert decision.algorithm.attributes & AlgoAttribute.REPRODUCIBLE, decision.algorithm
+    assert model.run(model.random_inputs())["y"].shape == (1, 5)
