@@ -48,8 +48,13 @@ def interleaved_medians(functions: dict[str, Callable[[], object]], rounds: int,
     gone idle and each function is measured in its own steady state.
     """
     samples: dict[str, list[float]] = {name: [] for name in functions}
-    for _ in range(rounds):
-        for name, function in functions.items():
+    names = list(functions)
+    for index in range(rounds):
+        # Each round starts with another function, so that none always follows the same one
+        # (a peer whose threads keep spinning after a call would slow whatever comes next).
+        shift = index % len(names)
+        for name in names[shift:] + names[:shift]:
+            function = functions[name]
             deadline = time.perf_counter() + settle_s
             while time.perf_counter() < deadline:
                 function()

@@ -91,11 +91,13 @@ def bench(name: str, batch: int, threads: int, rounds: int, budget: float,
     ort_run = ort_runner(name, feeds, threads)
     got, expected = fast.run(feeds)["output"], ort_run()[0]
     error = float(np.max(np.abs(got - expected)) / max(np.max(np.abs(expected)), 1e-30))
+    # Samples of at least 0.1 s: single calls of a 10 ms model are too noisy to rank by.
+    number = max(1, round(0.1 / time_calls(ort_run, 3)))
     medians = interleaved_medians({
         "ort": ort_run,
         "fast-run": lambda: fast.run(feeds),
         "heuristic": lambda: heuristic.run(feeds),
-    }, rounds=rounds, number=1, settle_s=0.05)
+    }, rounds=rounds, number=number, settle_s=0.05)
     share = executor_share(cached, feeds)
     print(f"{name:<13} {batch:>3}  {search_s:7.1f} s {session.stats.profiled:4d}   "
           f"{medians['ort'] * 1e3:9.2f} {medians['fast-run'] * 1e3:9.2f} "

@@ -154,7 +154,13 @@ class AlgoChooser:
         return (f"{self.device.category}|{operator.name}@{operator.version}"
                 f"|format={CACHE_FORMAT_VERSION}")
 
-    def decide(self, problem: Problem) -> Decision:
+    def decide(self, problem: Problem, prelude: Callable[[], object] | None = None) -> Decision:
+        """How ``problem`` is computed: decided once per process (see the module docstring).
+
+        ``prelude``: run untimed before each timed call if the problem is profiled now (see
+        :meth:`Profiler.profile`); a runtime passes the model's previous step, so candidates
+        are timed in the state the model leaves the machine in.
+        """
         ident = (problem.operator, problem.key)
         decision = self._decisions.get(ident)
         if decision is not None:
@@ -168,7 +174,7 @@ class AlgoChooser:
                 raise SubProblemCycleError([*chain, f"{ident[0]}({ident[1]})"])
             self._deciding.append(ident)
             try:
-                decision = self._decide(problem)
+                decision = self._decide(problem, prelude)
             finally:
                 self._deciding.pop()
             self._decisions[ident] = decision
@@ -208,10 +214,11 @@ class AlgoChooser:
         algorithm, problem = bound
         return algorithm.run(problem, inputs, self)
 
-    def prepare(self, problem: Problem, inputs: Sequence[Any]) -> PreparedCall:
-        """Decide ``problem`` and bind it, preprocessing the constant inputs in ``inputs`` once
-        when the problem has weight preprocessing on."""
-        decision = self.decide(problem)
+    def prepare(self, problem: Problem, inputs: Sequence[Any],
+                prelude: Callable[[], object] | None = None) -> PreparedCall:
+        """Decide ``problem`` (see :meth:`decide` for ``prelude``) and bind it, preprocessing
+        the constant inputs in ``inputs`` once when the problem has weight preprocessing on."""
+        decision = self.decide(problem, prelude)
         prepared = (decision.algorithm.preprocess(problem, inputs)
                     if problem.weight_preprocess else None)
         return PreparedCall(self, decision, prepared)
@@ -221,7 +228,7 @@ class AlgoChooser:
         return self.decide(problem).algorithm.run(problem, inputs, self)
 
     # -- deciding ------------------------------------------------------------------------------
-    def _decide(self, problem: Problem) -> Decision:
+    def _decide(self, problem: Problem, prelude: Callable[[], object] | None) -> Decision:
         operator = self.registry.operator(problem.operator)
         operator.validate(problem)
         category = self.category(operator)
@@ -238,7 +245,8 @@ class AlgoChooser:
                 self.stats.cache_hits += 1
         elif self.options.strategy.profiles:
             started = time.perf_counter()
-            decision = self._from_profile(problem, operator, category, candidates, excluded)
+            decision = self._from_profile(problem, operator, category, candidates, excluded,
+                                          prelude)
             # Sub-problems searched on the way are part of this problem's search time.
             decision.search_seconds = time.perf_counter() - started
             self.stats.profiled += 1
@@ -343,7 +351,8 @@ class AlgoChooser:
         return Decision(problem, algorithm, policy, category, list(entries), [], excluded)
 
     def _from_profile(self, problem: Problem, operator: Operator, category: str,
-                      candidates: list[Algorithm], excluded: dict[str, str]) -> Decision:
+                      candidates: list[Algorithm], excluded: dict[str, str],
+                      prelude: Callable[[], object] | None = None) -> Decision:
         timed: list[Algorithm] = []
         workspace: dict[str, int] = {}
         # Profiling times every candidate the strategy does not forbid, including those it
@@ -353,7 +362,8 @@ class AlgoChooser:
             if children is not None:
                 timed.append(algorithm)
                 workspace[algorithm.desc.text] = _total_workspace(algorithm, problem, children)
-        result: ProfileResult = self.profiler.profile(problem, operator, timed, self, workspace)
+        result: ProfileResult = self.profiler.profile(problem, operator, timed, self, workspace,
+                                                      prelude)
         for failure in result.failures:
             excluded[failure.algorithm] = failure.reason
         if result.entries:

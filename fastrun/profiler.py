@@ -74,11 +74,16 @@ class Profiler:
         self.progress = progress or Progress()
 
     def profile(self, problem: Problem, operator: Operator, candidates: Sequence[Algorithm],
-                ctx: RunContext, workspace: Mapping[str, int]) -> ProfileResult:
+                ctx: RunContext, workspace: Mapping[str, int],
+                prelude: Callable[[], object] | None = None) -> ProfileResult:
         """Time ``candidates`` (best guess first) on random inputs of ``problem``.
 
         ``workspace`` maps an algorithm's desc text to its total workspace (own plus
-        sub-problems'), which is what its cache entry records.
+        sub-problems'), which is what its cache entry records.  ``prelude``, when given, runs
+        untimed before every timed call: what precedes the problem where it is used (a model's
+        previous layer), so each call starts from the thread pools and caches that layer
+        leaves behind instead of from its own previous call.  Its time counts against the
+        budget, so it cannot make a search much longer.
         """
         started = time.perf_counter()
         result = ProfileResult(problem)
@@ -92,7 +97,7 @@ class Profiler:
         for algorithm in candidates:
             label = algorithm.desc.text
             try:
-                timing, output = self._time(algorithm, problem, inputs, ctx, best_ns)
+                timing, output = self._time(algorithm, problem, inputs, ctx, best_ns, prelude)
             except Exception as error:  # an algorithm that raises is skipped, never fatal
                 reason = f"raised {type(error).__name__}: {error}"
                 log.warning("%s on %s %s", label, problem, reason)
@@ -137,7 +142,8 @@ class Profiler:
         return result
 
     def _time(self, algorithm: Algorithm, problem: Problem, inputs: list[np.ndarray],
-              ctx: RunContext, best_ns: float | None) -> tuple[_Timing, object]:
+              ctx: RunContext, best_ns: float | None,
+              prelude: Callable[[], object] | None) -> tuple[_Timing, object]:
         options, clock, sync = self.options, self.clock, self.device.synchronize
         prepared = algorithm.preprocess(problem, inputs) if problem.weight_preprocess else None
 
@@ -152,6 +158,9 @@ class Profiler:
         try:
             began = clock()
             while True:
+                if prelude is not None:
+                    prelude()
+                    sync()
                 start = clock()
                 algorithm.run(problem, inputs, ctx, prepared)
                 sync()

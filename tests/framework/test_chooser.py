@@ -56,6 +56,26 @@ def test_repeats_fill_the_budget(clock):
     assert one.runs == 11  # plus the warm-up
 
 
+def test_a_prelude_runs_before_each_timed_call_and_counts_against_the_budget(clock):
+    """A runtime times candidates right after the model's previous step: that step runs
+    before every timed call, is not part of the measurement, and its time uses up budget."""
+    one, other = algos(clock, ("one", 1 * MS, {"heuristic_rank": 0}),
+                       ("other", 1 * MS, {"heuristic_rank": 1}))
+    order: list[str] = []
+    one.log = other.log = order
+
+    def prelude():
+        order.append("prelude")
+        clock.now += 1 * MS
+
+    decision = chooser(make_registry(one, other), clock).decide(problem(), prelude=prelude)
+    entry = next(e for e in decision.entries if e.algorithm == "one")
+    assert entry.time_s == pytest.approx(1e-3)  # the prelude's millisecond is not in it
+    assert entry.repeats == 5  # 10 ms budget / (1 ms prelude + 1 ms run)
+    timed = order[1:1 + 2 * entry.repeats]  # after the warm-up
+    assert timed == ["prelude", "run fake:one"] * entry.repeats
+
+
 def test_a_lone_candidate_is_taken_without_timing_or_caching(clock):
     """One eligible algorithm: profiling could not change the choice, so none is done."""
     (one,) = algos(clock, ("one", 1 * MS, {}))
