@@ -203,3 +203,45 @@ def test_reproducible_search_chooses_only_reproducible_algorithms():
     for decision in session.chooser.decisions():
         assert decision.algorithm.attributes & AlgoAttribute.REPRODUCIBLE, decision.algorithm
     assert model.run(model.random_inputs())["y"].shape == (1, 5)
+
+
+# -- the built-in models ----------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def zoo_models():
+    from fastrun.runtime import zoo
+
+    return {name: zoo.build(name) for name in zoo.names()}
+
+
+@pytest.mark.parametrize("name", ["resnet18", "resnet50", "mobilenet_v2", "vgg16", "squeezenet"])
+def test_zoo_models_match_onnxruntime(zoo_models, name):
+    model = load(zoo_models[name], heuristic_session())
+    assert_matches_onnxruntime(zoo_models[name], model, model.random_inputs(seed=3), rtol=1e-4)
+
+
+def test_a_zoo_model_at_batch_2_with_weight_preprocessing(zoo_models):
+    proto = zoo_models["resnet18"]
+    model = load(proto, heuristic_session(), batch=2, weight_preprocess=True)
+    assert any(s.problem.weight_preprocess for s in model.steps if s.operator == "conv")
+    assert_matches_onnxruntime(proto, model, model.random_inputs(seed=4), rtol=1e-4)
+
+
+def test_resnet_graph_passes(zoo_models):
+    """resnet50's Conv+BN+Relu triples fold into single convs, its Shape/Gather/Unsqueeze/
+    Concat flatten folds to a constant, and nothing but computing steps remain."""
+    model = load(zoo_models["resnet50"], heuristic_session())
+    operators = [step.operator for step in model.steps]
+    assert "batch_norm" not in operators
+    assert operators.count("conv") == 53
+    assert operators.count("relu") == 16  # only those after residual adds
+    assert {step.op_type for step in model.steps}.isdisjoint(
+        {"Shape", "Gather", "Unsqueeze", "Concat", "Identity", "Dropout"})
+
+
+def test_mobilenet_relu6_folds_into_the_conv_epilogue(zoo_models):
+    model = load(zoo_models["mobilenet_v2"], heuristic_session())
+    operators = [step.operator for step in model.steps]
+    assert "clip" not in operators and "batch_norm" not in operators
+    clipped = [s for s in model.steps if s.problem is not None
+               and s.problem.param("activation") == "clip"]
+    assert clipped and all(s.problem.param("clip_max") == 6.0 for s in clipped)
