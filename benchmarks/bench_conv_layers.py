@@ -1,10 +1,12 @@
 """Conv layers of ResNet-18 and MobileNetV2: fast-run's pick against onnxruntime's CPU Conv.
 
-For every layer (with bias, constant weights on both sides: onnxruntime prepacks initializers,
-so fastrun runs with weight preprocessing on), fast-run searches the layer, then its pick and a
-one-node onnxruntime model are timed in interleaved rounds with the same thread count.  Printed:
-the full ranking fast-run measured per layer, the per-layer ratio fastrun/onnxruntime, and the
-summed ratio weighted by how often each layer occurs in the network (target at batch 1: <= 1.0).
+For every layer (with bias and the activation the runtime fuses, constant weights on both
+sides: onnxruntime prepacks initializers, so fastrun runs with weight preprocessing on),
+fast-run searches the layer, then its pick and a one- or two-node onnxruntime model are timed
+in interleaved rounds with the same thread count.  Printed: the full ranking fast-run measured
+per layer, the per-layer ratio fastrun/onnxruntime, and the summed ratio weighted by how often
+each layer occurs in the network (target at batch 1: <= 1.0).  The layer tables are
+``fastrun.suites.CONV_LAYERS``.
 With --oracle, every candidate is also re-measured many times and the pick is compared with the
 best (target: within 5% per layer).
 
@@ -20,21 +22,29 @@ import numpy as np
 
 import fastrun
 from benchmarks._common import header, interleaved_medians
-from benchmarks.conv_layers import SUITES
 from fastrun.attribute import AlgoAttribute
+from fastrun.suites import CONV_LAYERS as SUITES
 
 
 def ort_session(x: np.ndarray, w: np.ndarray, b: np.ndarray, params: dict, threads: int):
     import onnxruntime as ort
     from onnx import TensorProto, helper, numpy_helper
 
-    node = helper.make_node("Conv", ["x", "w", "b"], ["y"], strides=list(params["strides"]),
-                            pads=list(params["pads"]), group=params["group"])
+    activation = params.get("activation")
+    nodes = [helper.make_node("Conv", ["x", "w", "b"], ["conv" if activation else "y"],
+                              strides=list(params["strides"]), pads=list(params["pads"]),
+                              group=params["group"])]
+    if activation == "relu":  # onnxruntime fuses Conv+Relu and Conv+Clip as fastrun does
+        nodes.append(helper.make_node("Relu", ["conv"], ["y"]))
+    elif activation == "relu6":
+        nodes.append(helper.make_node("Clip", ["conv", "lo", "hi"], ["y"]))
+    constants = [numpy_helper.from_array(w, "w"), numpy_helper.from_array(b, "b"),
+                 numpy_helper.from_array(np.array(0, np.float32), "lo"),
+                 numpy_helper.from_array(np.array(6, np.float32), "hi")]
     graph = helper.make_graph(
-        [node], "conv",
+        nodes, "conv",
         [helper.make_tensor_value_info("x", TensorProto.FLOAT, list(x.shape))],
-        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
-        [numpy_helper.from_array(w, "w"), numpy_helper.from_array(b, "b")])
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], constants)
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
     model.ir_version = 8  # what every onnxruntime since 1.10 reads
     options = ort.SessionOptions()

@@ -20,24 +20,9 @@ import numpy as np
 import fastrun
 from benchmarks._common import header, interleaved_medians
 from fastrun.attribute import AlgoAttribute
+from fastrun.suites import MATMUL_SHAPES
 
-SUITE = [
-    # (label, shape of A, shape of B, dtype)
-    ("tiny 4", (4, 4), (4, 4), "float32"),
-    ("small 16", (16, 16), (16, 16), "float32"),
-    ("64", (64, 64), (64, 64), "float32"),
-    ("128", (128, 128), (128, 128), "float32"),
-    ("256", (256, 256), (256, 256), "float32"),
-    ("512", (512, 512), (512, 512), "float32"),
-    ("512 f64", (512, 512), (512, 512), "float64"),
-    ("1024", (1024, 1024), (1024, 1024), "float32"),
-    ("2048", (2048, 2048), (2048, 2048), "float32"),
-    ("gemv-like 1x1024x1024", (1, 1024), (1024, 1024), "float32"),
-    ("skinny 2048x64x2048", (2048, 64), (64, 2048), "float32"),
-    ("skinny 4096x16x16", (4096, 16), (16, 16), "float32"),
-    ("batched 32x(64x64)", (32, 64, 64), (32, 64, 64), "float32"),
-    ("broadcast 8x(256x256)@256x256", (8, 256, 256), (256, 256), "float32"),
-]
+SUITE = MATMUL_SHAPES  # (label, shape of A, shape of B, dtype), shared with fastrun.suites
 QUICK = {"tiny 4", "64", "256", "skinny 4096x16x16", "batched 32x(64x64)"}
 
 

@@ -45,11 +45,10 @@ import contextlib
 import gc
 import logging
 import os
-import tempfile
 import threading
 import time
 import warnings
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
@@ -57,6 +56,7 @@ import filelock
 import msgpack
 
 from fastrun import config
+from fastrun._files import atomic_write
 from fastrun.attribute import AlgoAttribute
 
 logger = logging.getLogger(__name__)
@@ -92,6 +92,11 @@ class Entry:
     repeats: int  #: how many timed repeats the median is from
     measured_at: float  #: unix time
     version: str  #: fastrun version that measured it
+
+
+#: Decoded cache contents: category -> key -> entries (what :func:`read_cache_file` returns and
+#: what :meth:`FileCache.rewrite` hands to its transform).
+Categories = dict[str, dict[str, list[Entry]]]
 
 
 # --------------------------------------------------------------------------------------------
@@ -478,6 +483,40 @@ class FileCache:
             self._raw, self._signature = raw, signature
         logger.debug("wrote %d problem(s) to cache file %s", len(batch), self.path)
 
+    def rewrite(self, transform: Callable[[Categories], Categories | None]) -> bool:
+        """Replace the whole file by ``transform(current contents)``, under the file lock.
+
+        For the maintenance tools (``fastrun cache prune``/``merge``), which must remove or
+        replace entries, something ``put``'s merge can never do. The read, the transform and
+        the atomic replace all happen under the file lock, so no concurrent ``put`` is lost.
+        ``transform`` may change its argument in place; returning None means "no change" and
+        nothing is written. Unlike a ``put``, an unreadable file is not moved aside: a tool
+        asked to edit a file must not silently start it over, so :class:`CacheFormatError`
+        (naming the file) is raised and the file stays as it is. Entries that cannot be read
+        are dropped (and logged), as a load would skip them. Returns whether it wrote.
+        """
+        with self._lock, self._locked_file():
+            raw, _, problem = self._read()
+            if problem is not None:
+                raise CacheFormatError(f"cache file {self.path}: {problem}")
+            current = {
+                category: {key: _entries_from_raw(category, key, raws)
+                           for key, raws in keys.items()}
+                for category, keys in raw.items()
+            }
+            result = transform(current)
+            if result is None:
+                return False
+            raw = {
+                category: {key: [_entry_to_raw(entry) for entry in entries]
+                           for key, entries in keys.items()}
+                for category, keys in result.items()
+            }
+            signature = self._write(_encode(raw))
+            self._raw, self._signature = raw, signature
+        logger.debug("rewrote cache file %s", self.path)
+        return True
+
     def _locked_file(self) -> filelock.FileLock:
         directory = os.path.dirname(os.path.abspath(self.path))
         os.makedirs(directory, exist_ok=True)
@@ -485,45 +524,40 @@ class FileCache:
 
     def _write(self, data: bytes) -> tuple[int, int, int]:
         """Atomically replace the file with ``data``; returns the new file's signature."""
-        directory, name = os.path.split(os.path.abspath(self.path))
-        try:
-            mode = os.stat(self.path).st_mode & 0o777
-        except FileNotFoundError:
-            mode = 0o644  # mkstemp's 0600 would hide a shared cache from other users
-        fd, temp_path = tempfile.mkstemp(prefix=f".{name}.", suffix=".tmp", dir=directory)
-        try:
-            with os.fdopen(fd, "wb") as file:
-                file.write(data)
-                file.flush()
-                if hasattr(os, "fchmod"):  # not on Windows before Python 3.13
-                    os.fchmod(file.fileno(), mode)
-                os.fsync(file.fileno())
-                signature = _signature(os.fstat(file.fileno()))
-            os.replace(temp_path, self.path)
-        except BaseException:
-            # Includes KeyboardInterrupt: leave no half-written temporary file behind.
-            with contextlib.suppress(OSError):
-                os.unlink(temp_path)
-            raise
-        _fsync_directory(directory)
-        return signature
+        return _signature(atomic_write(self.path, data))
 
     def __repr__(self) -> str:
         return f"FileCache({self.path!r}, {len(self)} keys)"
 
 
-def _fsync_directory(directory: str) -> None:
-    """Make the rename durable too (a power loss could otherwise bring back the old file)."""
+def read_cache_file(path: str | os.PathLike[str]) -> Categories:
+    """Load a cache file without changing anything on disk (for the read-only tools).
+
+    A :class:`FileCache` moves an unreadable file aside so that a search can go on; a tool that
+    only inspects a file (``fastrun cache show``/``diff``/``export``) must leave it exactly as it
+    is and say what is wrong instead. Raises ``FileNotFoundError`` (or another ``OSError``) when
+    the file cannot be opened and :class:`CacheFormatError`, naming the file, when it is not a
+    fastrun cache. An empty file is an empty cache; unreadable single entries are skipped and
+    logged, as a load would.
+    """
+    path = os.fspath(path)
+    with open(path, "rb") as file:
+        return decode_cache_bytes(file.read(), f"cache file {path}")
+
+
+def decode_cache_bytes(data: bytes, name: str) -> Categories:
+    """The contents of a cache file's bytes; :class:`CacheFormatError` naming ``name`` when
+    they are not a fastrun cache (an empty file is an empty cache)."""
+    if not data:
+        return {}
     try:
-        fd = os.open(directory, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass  # some file systems cannot fsync a directory; the data itself is already synced
-    finally:
-        os.close(fd)
+        raw = _decode(data)
+    except CacheFormatError as problem:
+        raise CacheFormatError(f"{name}: {problem}") from None
+    return {
+        category: {key: _entries_from_raw(category, key, raws) for key, raws in keys.items()}
+        for category, keys in raw.items()
+    }
 
 
 # --------------------------------------------------------------------------------------------

@@ -227,6 +227,45 @@ class AlgoChooser:
         """RunContext: compute a (sub-)problem with the algorithm decided for it."""
         return self.decide(problem).algorithm.run(problem, inputs, self)
 
+    def rank(self, problem: Problem, prelude: Callable[[], object] | None = None
+             ) -> tuple[ProfileResult, dict[str, str]]:
+        """Time every candidate of ``problem`` now and return the full, unpruned ranking and
+        why candidates were not timed or failed (desc text -> reason: sub-problem cycle or
+        no usable sub-problem algorithm, workspace limit, raised, numerical error).
+
+        What ``fastrun rank`` records: the same candidates, order and sub-problem decisions as
+        a search (:meth:`_from_profile`), but the problem is always measured afresh, and
+        neither the cache nor this process's decisions are touched by the result, so a
+        ranking run never changes what dispatch does.  Sub-problems are decided (and, under
+        a profiling strategy, searched and cached) exactly as for a search, so a parent is
+        timed with the children it would have in production.
+        """
+        operator = self.registry.operator(problem.operator)
+        operator.validate(problem)
+        excluded: dict[str, str] = {}
+        timed: list[Algorithm] = []
+        workspace: dict[str, int] = {}
+        with self._lock:
+            # On the stack of problems being decided, so a candidate whose sub-problems lead
+            # back to this problem is excluded as a cycle, as in a search.
+            self._deciding.append((problem.operator, problem.key))
+            try:
+                # Unusable and strategy-forbidden algorithms are not candidates at all; only
+                # candidates that could not be timed, and why, are reported.
+                candidates = self._candidates(problem, {})
+                for algorithm in operator.heuristic_order(problem, candidates):
+                    children = self._fit(algorithm, problem, excluded, check_required=False)
+                    if children is not None:
+                        timed.append(algorithm)
+                        workspace[algorithm.desc.text] = _total_workspace(algorithm, problem,
+                                                                          children)
+            finally:
+                self._deciding.pop()
+            result = self.profiler.profile(problem, operator, timed, self, workspace, prelude)
+        for failure in result.failures:
+            excluded[failure.algorithm] = failure.reason
+        return result, excluded
+
     # -- deciding ------------------------------------------------------------------------------
     def _decide(self, problem: Problem, prelude: Callable[[], object] | None) -> Decision:
         operator = self.registry.operator(problem.operator)

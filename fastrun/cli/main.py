@@ -148,6 +148,7 @@ def _cmd_zoo_export(args: argparse.Namespace) -> int:
 
 def build_parser() -> argparse.ArgumentParser:
     from fastrun._version import __version__
+    from fastrun.cli import cache_cmd, rank_cmd, report_cmd
 
     parser = argparse.ArgumentParser(
         prog="fastrun", description="Fast-Run algorithm selection: profile, cache, dispatch.")
@@ -197,6 +198,9 @@ def build_parser() -> argparse.ArgumentParser:
     export.add_argument("--seed", type=int, default=0, help="seed of the random weights")
     export.add_argument("--opset", type=int, default=13, help="ONNX opset (default 13)")
     export.set_defaults(handler=_cmd_zoo_export)
+    cache_cmd.add_parser(commands)
+    rank_cmd.add_parser(commands)
+    report_cmd.add_parser(commands)
     return parser
 
 

@@ -1,0 +1,338 @@
+"""``fastrun cache``: show, merge, diff, prune and export cache files.
+
+Only argument parsing and output live here; the work is done by :mod:`fastrun.cachetools`, which
+returns the data that ``--json`` prints as it is. Problems with a file raise
+:class:`fastrun.cachetools.CacheToolError` (a ValueError), which ``fastrun``'s main reports as
+``fastrun: error: ...`` with exit status 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import Any
+
+from fastrun._files import atomic_write
+from fastrun.cli.formatting import human_bytes, human_seconds
+
+MERGE_RULE = ("for each key, entries are combined by algorithm; of two measurements of the same "
+              "algorithm the one with more repeats wins, then the newer one (measured_at), then "
+              "the one from the later input; the union is then pruned (an entry goes when one "
+              "with the same attributes is no slower and needs no more workspace)")
+
+
+def _parse_duration(text: str) -> float:
+    from fastrun.cachetools import parse_duration
+
+    try:
+        return parse_duration(text)
+    except ValueError as error:
+        raise argparse.ArgumentTypeError(str(error)) from None
+
+
+def _parse_threshold(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not value >= 0:
+        raise argparse.ArgumentTypeError(
+            f"bad threshold {text!r}: expected a non-negative fraction, e.g. 0.1 for 10%")
+    return value
+
+
+def _add_selection(parser: argparse.ArgumentParser, what: str) -> None:
+    parser.add_argument("--category", action="append", default=[], metavar="SUBSTRING",
+                        help=f"only {what} categories containing SUBSTRING (repeatable: any)")
+    parser.add_argument("--operator", metavar="NAME",
+                        help=f"only {what} categories of this operator, e.g. matmul")
+
+
+def add_parser(commands: Any) -> None:
+    """Add ``fastrun cache`` and its actions to the ``fastrun`` subcommands."""
+    cache = commands.add_parser(
+        "cache", help="inspect and maintain cache files: show, merge, diff, prune, export",
+        description="Inspect and maintain fastrun cache files. show, diff and export only "
+                    "read (a corrupt file is reported and left as it is); merge and prune "
+                    "rewrite the output atomically under the cache's lock.")
+    actions = cache.add_subparsers(dest="cache_command", required=True, metavar="ACTION")
+
+    show = actions.add_parser(
+        "show", help="rankings and lookup choices of every key",
+        description="Print, per category and key, the measured algorithms from fastest to "
+                    "slowest and what a plain lookup chooses (the fastest entry), plus the "
+                    "fastest REPRODUCIBLE one when it differs. Dates are UTC.")
+    show.add_argument("file", help="cache file")
+    _add_selection(show, "show")
+    show.add_argument("--json", action="store_true", help="print one JSON object")
+    show.set_defaults(handler=_cmd_show)
+
+    merge = actions.add_parser(
+        "merge", help="merge cache files into one",
+        description=f"Merge cache files into OUT: {MERGE_RULE}. OUT may be one of the inputs; "
+                    "if it exists and is not, its contents are kept and merged too. OUT is "
+                    "written once, atomically, under its lock; inputs are only read.")
+    merge.add_argument("inputs", nargs="+", metavar="FILE", help="cache files to merge")
+    merge.add_argument("-o", "--output", required=True, metavar="OUT", help="merged cache file")
+    merge.add_argument("--json", action="store_true", help="print the counts as JSON")
+    merge.set_defaults(handler=_cmd_merge)
+
+    diff = actions.add_parser(
+        "diff", help="compare two cache files",
+        description="Compare cache A with cache B: categories and keys only in one of them, "
+                    "and per common key the winner and the time ratio B/A of every algorithm "
+                    "both measured, flagged beyond the threshold. Files from different device "
+                    "categories are matched by operator@version and key across devices, and "
+                    "times relative to a reference algorithm are compared instead of absolute "
+                    "times.")
+    diff.add_argument("a", metavar="A", help="the old cache file")
+    diff.add_argument("b", metavar="B", help="the new cache file")
+    diff.add_argument("--threshold", type=_parse_threshold, default=0.1, metavar="FRACTION",
+                      help="flag a ratio above 1+FRACTION or below 1/(1+FRACTION) "
+                           "(default 0.1)")
+    diff.add_argument("--json", action="store_true", help="print one JSON object")
+    diff.set_defaults(handler=_cmd_diff)
+
+    prune = actions.add_parser(
+        "prune", help="remove categories, keys or old entries",
+        description="Remove the selected categories whole or, with --older-than or "
+                    "--version-below, only their entries that match (all given criteria must "
+                    "match). Keys whose entries all go are removed, and so are emptied "
+                    "categories. The file is rewritten atomically under its lock.")
+    prune.add_argument("file", help="cache file")
+    _add_selection(prune, "prune")
+    prune.add_argument("--older-than", type=_parse_duration, metavar="DURATION",
+                       help="remove entries measured longer ago than this, e.g. 30d, 12h, 90m")
+    prune.add_argument("--version-below", metavar="X.Y.Z",
+                       help="remove entries measured by a fastrun version older than X.Y.Z")
+    prune.add_argument("--dry-run", action="store_true",
+                       help="say what would be removed; change nothing")
+    prune.add_argument("--json", action="store_true", help="print the report as JSON")
+    prune.set_defaults(handler=_cmd_prune)
+
+    export = actions.add_parser(
+        "export", help="write the whole cache as JSON",
+        description="Write the whole cache as one JSON document "
+                    '({"format": "fastrun-cache-json", "version": 1, "categories": '
+                    "{category: {key: [entry, ...]}}}; see docs/cache-format.md).")
+    export.add_argument("file", help="cache file")
+    export.add_argument("--json", action="store_true", required=True,
+                        help="export as JSON (the only format; required so that others can "
+                             "be added)")
+    export.add_argument("-o", "--output", metavar="OUT.json",
+                        help="write to this file instead of standard output")
+    export.set_defaults(handler=_cmd_export)
+
+
+# --------------------------------------------------------------------------------------------
+# handlers
+
+
+def _print_json(document: Any) -> None:
+    print(json.dumps(document, indent=2))
+
+
+def _cmd_show(args: argparse.Namespace) -> int:
+    from fastrun import cachetools
+
+    report = cachetools.show(args.file, args.category, args.operator)
+    if args.json:
+        _print_json(report)
+    else:
+        print(show_text(report))
+    return 0
+
+
+def _cmd_merge(args: argparse.Namespace) -> int:
+    from fastrun import cachetools
+
+    report = cachetools.merge(args.inputs, args.output)
+    if args.json:
+        _print_json(report)
+    else:
+        print(merge_text(report))
+    return 0
+
+
+def _cmd_diff(args: argparse.Namespace) -> int:
+    from fastrun import cachetools
+
+    report = cachetools.diff(args.a, args.b, args.threshold)
+    if args.json:
+        _print_json(report)
+    else:
+        print(diff_text(report))
+    return 0
+
+
+def _cmd_prune(args: argparse.Namespace) -> int:
+    from fastrun import cachetools
+
+    report = cachetools.prune(args.file, args.category, args.operator, args.older_than,
+                              args.version_below, dry_run=args.dry_run)
+    if args.json:
+        _print_json(report)
+    else:
+        print(prune_text(report))
+    return 0
+
+
+def _cmd_export(args: argparse.Namespace) -> int:
+    from fastrun import cachetools
+
+    text = json.dumps(cachetools.export(args.file), indent=1) + "\n"
+    if args.output is None:
+        sys.stdout.write(text)
+        return 0
+    # Replace the output atomically: an interrupted export leaves no half document behind.
+    try:
+        atomic_write(args.output, text)
+    except OSError as error:
+        raise cachetools.CacheToolError(
+            f"cannot write {args.output}: {error.strerror or error}") from None
+    print(f"exported {args.file} to {args.output}", file=sys.stderr)
+    return 0
+
+
+# --------------------------------------------------------------------------------------------
+# text output
+
+
+def _plural(count: int, word: str, words: str | None = None) -> str:
+    return f"{count} {word}" if count == 1 else f"{count} {words or word + 's'}"
+
+
+def _summary(counts: dict[str, int]) -> str:
+    return (f"{_plural(counts['categories'], 'category', 'categories')}, "
+            f"{_plural(counts['keys'], 'key')}, "
+            f"{_plural(counts['entries'], 'entry', 'entries')}")
+
+
+def show_text(report: dict[str, Any]) -> str:
+    lines = [f"cache file {report['file']}: {_summary(report['summary'])}"]
+    for category in report["categories"]:
+        lines += ["", f"{category['device']}", f"  | {category['category'].partition('|')[2]}"]
+        for item in category["keys"]:
+            choice = f"lookup -> {item['lookup']}"
+            if item["lookup_reproducible"] != item["lookup"]:
+                choice += f"; reproducible -> {item['lookup_reproducible'] or '(none)'}"
+            lines += ["", f"  {item['key']}", f"    {choice}",
+                      f"    {'rank':<5}{'algorithm':<34} {'median':>11} {'spread':>11} "
+                      f"{'workspace':>11} {'error':>9} {'n':>5}  {'measured (UTC)':<16} "
+                      f"{'version':<8} attributes"]
+            for rank, entry in enumerate(item["entries"], 1):
+                mark = "*" if entry["algorithm"] == item["lookup"] else " "
+                error = "-" if entry["error"] is None else f"{entry['error']:.1e}"
+                measured = entry["measured"].replace("T", " ")[:16]
+                lines.append(
+                    f"    {mark}{rank:<4}{entry['algorithm']:<34} "
+                    f"{human_seconds(entry['time_s']):>11} {human_seconds(entry['spread_s']):>11} "
+                    f"{human_bytes(entry['workspace_bytes']):>11} {error:>9} "
+                    f"{entry['repeats']:>5}  {measured:<16} {entry['version']:<8} "
+                    f"{'|'.join(entry['attributes']) or '-'}")
+    if report["categories"]:
+        lines += ["", "(* what a plain lookup chooses: the fastest entry)"]
+    return "\n".join(lines)
+
+
+def merge_text(report: dict[str, Any]) -> str:
+    count = sum(1 for s in report["sources"] if not s["path"].endswith("(existing contents)"))
+    if report["written"]:
+        head = f"merged {_plural(count, 'file')} into {report['output']}"
+    else:
+        head = (f"{report['output']} already holds the merge of {_plural(count, 'file')} "
+                "(not rewritten)")
+    lines = [f"{head}: {_summary(report['result'])}"]
+    for source in report["sources"]:
+        lines.append(f"  {source['path']}: {_plural(source['keys'], 'key')} "
+                     f"({source['keys_only_here']} only there), {source['entries_kept']} of its "
+                     f"{source['entries']} entries kept")
+    by = report["resolved_by"]
+    lines += [
+        f"  keys in several files: {report['shared_keys']}",
+        f"  conflicts resolved: {report['conflicts']} (more repeats {by['more_repeats']}, "
+        f"newer {by['newer']}, later input {by['later_input']}); identical duplicates: "
+        f"{report['identical_duplicates']}; dominated entries pruned: {report['pruned']}",
+        f"  rule: {MERGE_RULE}",
+    ]
+    return "\n".join(lines)
+
+
+def _ratio_text(ratio: float | None) -> str:
+    return "undef" if ratio is None else f"{ratio:.3f}"
+
+
+def diff_text(report: dict[str, Any]) -> str:
+    summary = report["summary"]
+    lines = [f"A: {report['a']}", f"B: {report['b']}", f"note: {report['note']}"]
+    if report["cross_device"]:
+        lines += [f"  A device: {d}" for d in report["devices_a"]]
+        lines += [f"  B device: {d}" for d in report["devices_b"]]
+    for side in ("a", "b"):
+        items = report[f"categories_only_in_{side}"]
+        if items:
+            lines.append(f"categories only in {side.upper()} ({len(items)}):")
+            lines += [f"  {item['category']} ({_plural(item['keys'], 'key')})" for item in items]
+        keys = report[f"keys_only_in_{side}"]
+        if keys:
+            lines.append(f"keys only in {side.upper()} ({len(keys)}):")
+            lines += [f"  {item['key']}  [{item['category']}]" for item in keys]
+    lines.append(f"common keys: {summary['common_keys']}, winner changes: "
+                 f"{summary['winner_changes']}, flagged ratios: {summary['flagged']} "
+                 f"(threshold {report['threshold']:.0%})")
+    cross = report["cross_device"]
+    shown_category = None
+    for item in report["common"]:
+        # across devices the categories differ in their device part: show what is shared
+        where = item["category_a"].partition("|")[2] if cross else item["category_a"]
+        if where != shown_category:
+            lines += ["", f"category {where}"]
+            shown_category = where
+        lines += ["", f"  {item['key']}"]
+        change = "CHANGED" if item["winner_changed"] else "same"
+        lines.append(f"    winner: {item['winner_a']} -> {item['winner_b']} ({change})")
+        if cross and item["reference"]:
+            lines.append(f"    times relative to {item['reference']} within each file")
+        header = f"    {'algorithm':<34} {'A':>11} {'B':>11} {'B/A':>8}"
+        if cross:
+            header += f" {'rel A':>8} {'rel B':>8} {'rel B/A':>8}"
+        lines.append(header)
+        for alg in item["algorithms"]:
+            row = (f"    {alg['algorithm']:<34} {human_seconds(alg['time_a']):>11} "
+                   f"{human_seconds(alg['time_b']):>11} {_ratio_text(alg['time_ratio']):>8}")
+            if cross:
+                row += (f" {_ratio_text(alg['relative_a']):>8} "
+                        f"{_ratio_text(alg['relative_b']):>8} {_ratio_text(alg['ratio']):>8}")
+            if alg["flagged"]:
+                row += "  !"
+            lines.append(row)
+        for side in ("a", "b"):
+            if item[f"only_in_{side}"]:
+                lines.append(f"    only in {side.upper()}: {', '.join(item[f'only_in_{side}'])}")
+    if any(alg["flagged"] for item in report["common"] for alg in item["algorithms"]):
+        lines += ["", "(! ratio beyond the threshold)"]
+    return "\n".join(lines)
+
+
+def prune_text(report: dict[str, Any]) -> str:
+    removed = report["removed"]
+    left = _summary(report["left"])
+    if report["dry_run"]:
+        lines = [f"would remove {_summary(removed)} from {report['file']} (dry run); "
+                 f"would leave {left}"]
+    elif report["written"]:
+        lines = [f"removed {_summary(removed)} from {report['file']}; left: {left}"]
+    else:
+        lines = [f"nothing to remove from {report['file']}; left: {left}"]
+    lines += [f"  category {c}" for c in report["removed_categories"]]
+    # keys of a category removed whole are not listed again
+    whole = set(report["removed_categories"])
+    shown = [item for item in report["removed_keys"] if item["category"] not in whole]
+    hidden = len(shown) - 50
+    shown = shown[:50]
+    lines += [f"  key {item['key']} ({_plural(item['entries'], 'entry', 'entries')})  "
+              f"[{item['category']}]" for item in shown]
+    if hidden > 0:
+        lines.append(f"  ... and {hidden} more keys")
+    return "\n".join(lines)

@@ -1,0 +1,501 @@
+"""Full algorithm rankings of a problem suite, their file, and the noise-aware regression check.
+
+A cache keeps only what dispatch needs (pruned entries); a *ranking* keeps every timed
+candidate of every problem with its median, spread and repeats, and every failure with its
+reason, so that two runs can be compared algorithm by algorithm: ``fastrun rank`` writes one,
+``fastrun regress`` measures again and compares with :func:`compare`. ``docs/regression.md``
+describes the file and the rule.
+
+File format (msgpack, ``use_bin_type=True``)::
+
+    {"format": "fastrun-rankings", "version": 1, "suite": str, "device": device category,
+     "fastrun_version": str, "created_at": unix time, "budget_s": float,
+     "strategy": str, "rounds": int,
+     "problems": [{"operator": str, "category": str, "key": str, "label": str, "weight": int,
+                   "entries": [{"algorithm": str, "time_s": float, "spread_s": float,
+                                "repeats": int, "workspace_bytes": int, "error": float | None,
+                                "attributes": [names], "early_stopped": bool}, ...],
+                   "failures": [{"algorithm": str, "reason": str}, ...]}, ...]}
+
+Entries are sorted by time, fastest first.
+"""
+
+from __future__ import annotations
+
+import os
+import statistics
+import time
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import asdict, dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from fastrun._files import atomic_write
+from fastrun.operator import Problem
+
+if TYPE_CHECKING:
+    from fastrun.api import Session
+    from fastrun.suites import Suite, SuiteProblem
+
+RANKINGS_FORMAT = "fastrun-rankings"
+RANKINGS_VERSION = 1
+
+#: Default relative margin of the regression rule (see :func:`compare`).
+DEFAULT_MARGIN = 0.25
+
+#: Relative spread assumed, at least, for a time that rests on an early-stopped candidate's
+#: two runs: their interquartile range says nothing about how far the next two would land
+#: (medians of such pairs moved by 2-3x between runs on the development machine).
+EARLY_STOP_NOISE = 0.5
+
+
+class RankingsError(ValueError):
+    """A rankings file is missing, unreadable, or not a fastrun rankings file."""
+
+
+@dataclass
+class RankedEntry:
+    """One timed candidate."""
+
+    algorithm: str
+    time_s: float  #: median of the timed repeats
+    spread_s: float  #: interquartile range of the timed repeats
+    repeats: int
+    workspace_bytes: int
+    error: float | None
+    attributes: list[str] = field(default_factory=list)
+    #: Timing stopped after a few repeats because it was clearly slower than the best so far:
+    #: its median rests on few runs.
+    early_stopped: bool = False
+
+    @property
+    def relative_spread(self) -> float:
+        return self.spread_s / self.time_s if self.time_s > 0 else 0.0
+
+    @property
+    def noise(self) -> float:
+        """The relative uncertainty the regression rule allows this time."""
+        spread = self.relative_spread
+        return max(spread, EARLY_STOP_NOISE) if self.early_stopped else spread
+
+
+@dataclass
+class RankedFailure:
+    """A candidate that could not be timed or chosen, and why."""
+
+    algorithm: str
+    reason: str
+
+
+@dataclass
+class RankedProblem:
+    operator: str
+    category: str
+    key: str
+    label: str
+    weight: int
+    entries: list[RankedEntry] = field(default_factory=list)
+    failures: list[RankedFailure] = field(default_factory=list)
+
+    @property
+    def ident(self) -> tuple[str, str]:
+        return (self.operator, self.key)
+
+    @property
+    def winner(self) -> RankedEntry | None:
+        return self.entries[0] if self.entries else None
+
+    def entry(self, algorithm: str) -> RankedEntry | None:
+        return next((e for e in self.entries if e.algorithm == algorithm), None)
+
+    def title(self) -> str:
+        return f"{self.operator}({self.key})"
+
+
+@dataclass
+class Rankings:
+    suite: str
+    device: str
+    fastrun_version: str
+    created_at: float
+    budget_s: float
+    problems: list[RankedProblem] = field(default_factory=list)
+    strategy: str = ""
+    #: how many times the suite was measured (see :func:`rank`)
+    rounds: int = 1
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"format": RANKINGS_FORMAT, "version": RANKINGS_VERSION, **asdict(self)}
+
+    @classmethod
+    def from_dict(cls, data: Any, source: str = "rankings") -> Rankings:
+        """Rebuild from :meth:`to_dict`'s shape; RankingsError names ``source`` otherwise."""
+        if not isinstance(data, dict) or data.get("format") != RANKINGS_FORMAT:
+            kind = data.get("format") if isinstance(data, dict) else type(data).__name__
+            raise RankingsError(f"{source} is not a fastrun rankings file (format: {kind!r}; "
+                                f"expected {RANKINGS_FORMAT!r}, written by 'fastrun rank')")
+        version = data.get("version")
+        if version != RANKINGS_VERSION:
+            raise RankingsError(f"{source} is rankings format version {version!r}; this fastrun "
+                                f"reads version {RANKINGS_VERSION}")
+        try:
+            problems = [
+                RankedProblem(
+                    str(p["operator"]), str(p["category"]), str(p["key"]), str(p["label"]),
+                    int(p["weight"]),
+                    [RankedEntry(str(e["algorithm"]), float(e["time_s"]), float(e["spread_s"]),
+                                 int(e["repeats"]), int(e["workspace_bytes"]),
+                                 None if e["error"] is None else float(e["error"]),
+                                 [str(a) for a in e["attributes"]], bool(e["early_stopped"]))
+                     for e in p["entries"]],
+                    [RankedFailure(str(f["algorithm"]), str(f["reason"]))
+                     for f in p["failures"]])
+                for p in data["problems"]]
+            return cls(str(data["suite"]), str(data["device"]), str(data["fastrun_version"]),
+                       float(data["created_at"]), float(data["budget_s"]), problems,
+                       str(data.get("strategy", "")), int(data.get("rounds", 1)))
+        except (KeyError, TypeError, ValueError, AttributeError) as error:
+            raise RankingsError(f"{source} is a malformed rankings file "
+                                f"({type(error).__name__}: {error})") from None
+
+    def save(self, path: str | os.PathLike) -> None:
+        """Write atomically: a temporary file in the same folder, then ``os.replace``, so a
+        reader (or a crash) never sees a half-written file."""
+        import msgpack
+
+        path = os.fspath(path)
+        os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+        atomic_write(path, msgpack.packb(self.to_dict(), use_bin_type=True))
+
+
+def load_rankings(path: str | os.PathLike) -> Rankings:
+    """Read a rankings file; RankingsError, naming the file, when it is missing, unreadable,
+    corrupt, or another kind of file (a cache file, say)."""
+    import msgpack
+
+    path = os.fspath(path)
+    try:
+        with open(path, "rb") as stream:
+            raw = stream.read()
+    except FileNotFoundError:
+        raise RankingsError(f"rankings file {path!r} does not exist") from None
+    except OSError as error:
+        raise RankingsError(f"cannot read rankings file {path!r}: {error}") from None
+    try:
+        data = msgpack.unpackb(raw, raw=False, strict_map_key=False)
+    except Exception as error:  # msgpack raises several unrelated types on garbage
+        raise RankingsError(f"{path!r} is not a fastrun rankings file (cannot be decoded: "
+                            f"{type(error).__name__})") from None
+    return Rankings.from_dict(data, repr(path))
+
+
+# --------------------------------------------------------------------------------------------
+# Ranking
+
+
+def _items(problems: Suite | Iterable[SuiteProblem | Problem], registry: Any
+           ) -> list[tuple[str, int, Problem]]:
+    from fastrun.suites import Suite, SuiteProblem
+
+    if isinstance(problems, Suite):
+        problems = problems.problems
+    items = []
+    for item in problems:
+        if isinstance(item, SuiteProblem):
+            items.append((item.label, item.weight, item.problem(registry)))
+        elif isinstance(item, Problem):
+            items.append((str(item), 1, item))
+        else:
+            raise TypeError(f"cannot rank {item!r}: expected a SuiteProblem or a Problem")
+    return items
+
+
+def rank(session: Session, problems: Suite | Iterable[SuiteProblem | Problem],
+         progress: Callable[[int, int, RankedProblem], None] | None = None,
+         suite: str | None = None, rounds: int = 1) -> Rankings:
+    """Profile every problem with ``session``'s strategy and keep the full ranking of each.
+
+    Each problem is measured afresh through :meth:`AlgoChooser.rank` (sub-problems are
+    decided first, as a search does; the session's cache is neither read nor written for the
+    ranked problems themselves). Problems are built first, so a bad suite fails before
+    anything is timed.
+
+    ``rounds`` > 1 measures the whole suite that many times, one round after another, and
+    keeps for each algorithm its fastest round (see :func:`_combine`): on a shared machine a
+    burst of someone else's work slows the few milliseconds one candidate is timed in, and
+    spreading the rounds over the run lets the undisturbed round through.
+    ``progress(done, total, ranked)`` is called after each problem of each round, with that
+    round's ranking.
+    """
+    from fastrun._version import __version__
+    from fastrun.suites import Suite
+
+    if rounds < 1:
+        raise ValueError(f"rounds must be at least 1, got {rounds}")
+    name = suite if suite is not None else (problems.name if isinstance(problems, Suite)
+                                             else "custom")
+    items = _items(problems, session.registry)
+    chooser = session.chooser
+    result = Rankings(name, session.device.category, __version__, time.time(),
+                      session.options.budget_s, [], session.options.strategy.text(), rounds)
+    measured: list[list[RankedProblem]] = [[] for _ in items]
+    bar = chooser.profiler.progress
+    total = rounds * len(items)
+    try:
+        for round_index in range(rounds):
+            for index, (label, weight, problem) in enumerate(items):
+                bar.context = f"[{round_index * len(items) + index + 1}/{total} {label}]"
+                ranked = _rank_once(session, problem, label, weight)
+                measured[index].append(ranked)
+                if progress is not None:
+                    progress(round_index * len(items) + index + 1, total, ranked)
+    finally:
+        bar.context = ""
+    result.problems = [_combine(runs) for runs in measured]
+    return result
+
+
+def _rank_once(session: Session, problem: Problem, label: str, weight: int) -> RankedProblem:
+    chooser = session.chooser
+    measured, excluded = chooser.rank(problem)
+    early = set(measured.early_stopped)
+    timed = {e.algorithm for e in measured.entries}
+    return RankedProblem(
+        problem.operator, chooser.category(session.registry.operator(problem.operator)),
+        problem.key, label, weight,
+        [RankedEntry(e.algorithm, e.time_s, e.spread_s, e.repeats, e.workspace_bytes, e.error,
+                     e.attributes.names(), e.algorithm in early)
+         for e in measured.entries],
+        [RankedFailure(algorithm, reason) for algorithm, reason in excluded.items()
+         if algorithm not in timed])
+
+
+def _combine(runs: list[RankedProblem]) -> RankedProblem:
+    """One ranking from several rounds of one problem.
+
+    Per algorithm: the round with the smallest median (load only ever adds time, so the
+    fastest round is the least disturbed one), its spread, and the repeats of all rounds;
+    early-stopped only if it stopped early in every round. A failure in any round is kept.
+    """
+    if len(runs) == 1:
+        return runs[0]
+    first = runs[0]
+    by_algorithm: dict[str, list[RankedEntry]] = {}
+    failures: dict[str, str] = {}
+    for run in runs:
+        for entry in run.entries:
+            by_algorithm.setdefault(entry.algorithm, []).append(entry)
+        for failure in run.failures:
+            failures.setdefault(failure.algorithm, failure.reason)
+    entries = []
+    for measured in by_algorithm.values():
+        best = min(measured, key=lambda e: e.time_s)
+        entries.append(RankedEntry(
+            best.algorithm, best.time_s, best.spread_s, sum(e.repeats for e in measured),
+            best.workspace_bytes, max((e.error for e in measured if e.error is not None),
+                                      default=None),
+            best.attributes, all(e.early_stopped for e in measured)))
+    entries.sort(key=lambda e: e.time_s)
+    return RankedProblem(first.operator, first.category, first.key, first.label, first.weight,
+                         entries, [RankedFailure(a, r) for a, r in failures.items()])
+
+
+# --------------------------------------------------------------------------------------------
+# Comparing two rankings
+
+
+@dataclass
+class AlgorithmChange:
+    """How one algorithm's time relative to a reference algorithm of the same run moved."""
+
+    algorithm: str
+    reference: str
+    ratio_then: float  #: time / reference's time, in the baseline
+    ratio_now: float  #: the same ratio, now
+    #: ratio_now / ratio_then: above 1 means the algorithm got slower relative to the reference
+    change: float
+    #: the change that counts: 1 + margin + the four relative spreads involved
+    threshold: float
+    then_s: float
+    now_s: float
+
+    @property
+    def regressed(self) -> bool:
+        return self.change > self.threshold
+
+
+@dataclass
+class ProblemComparison:
+    operator: str
+    key: str
+    label: str
+    verdict: str  #: 'ok', 'regression', 'new', 'missing'
+    winner_then: str | None = None
+    winner_now: str | None = None
+    spearman: float | None = None
+    changes: list[AlgorithmChange] = field(default_factory=list)
+    #: why the verdict is a regression: one line per finding
+    reasons: list[str] = field(default_factory=list)
+    #: findings that do not count (a winner change within noise, algorithms gone or new)
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def regressed(self) -> bool:
+        return self.verdict == "regression"
+
+
+@dataclass
+class Comparison:
+    baseline_suite: str
+    baseline_device: str
+    device: str
+    margin: float
+    problems: list[ProblemComparison] = field(default_factory=list)
+
+    @property
+    def cross_device(self) -> bool:
+        return self.baseline_device != self.device
+
+    @property
+    def regressions(self) -> list[ProblemComparison]:
+        return [p for p in self.problems if p.regressed]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "baseline_suite": self.baseline_suite, "baseline_device": self.baseline_device,
+            "device": self.device, "cross_device": self.cross_device, "margin": self.margin,
+            "method": "within-run ratios between algorithms",
+            "regressed": bool(self.regressions),
+            "problems": [{**asdict(p), "regressed": p.regressed} for p in self.problems],
+        }
+
+
+def spearman(first: Sequence[float], second: Sequence[float]) -> float | None:
+    """Spearman rank correlation of two paired samples (average ranks for ties); None when it
+    is undefined (fewer than two pairs, or a constant sample)."""
+    if len(first) != len(second) or len(first) < 2:
+        return None
+
+    def ranks(values: Sequence[float]) -> list[float]:
+        order = sorted(range(len(values)), key=lambda i: values[i])
+        result = [0.0] * len(values)
+        start = 0
+        while start < len(order):
+            end = start
+            while end + 1 < len(order) and values[order[end + 1]] == values[order[start]]:
+                end += 1
+            for position in range(start, end + 1):
+                result[order[position]] = (start + end) / 2
+            start = end + 1
+        return result
+
+    a, b = ranks(first), ranks(second)
+    mean_a, mean_b = statistics.fmean(a), statistics.fmean(b)
+    cov = sum((x - mean_a) * (y - mean_b) for x, y in zip(a, b, strict=True))
+    var_a = sum((x - mean_a) ** 2 for x in a)
+    var_b = sum((y - mean_b) ** 2 for y in b)
+    if var_a == 0 or var_b == 0:
+        return None
+    return cov / (var_a * var_b) ** 0.5
+
+
+def _compare_problem(then: RankedProblem, now: RankedProblem, margin: float
+                     ) -> ProblemComparison:
+    result = ProblemComparison(now.operator, now.key, now.label or then.label, "ok")
+    old = {e.algorithm: e for e in then.entries}
+    new = {e.algorithm: e for e in now.entries}
+    # Baseline order, so the fastest algorithm of the baseline comes first.
+    common = [e.algorithm for e in then.entries if e.algorithm in new]
+    result.winner_then = then.winner.algorithm if then.winner else None
+    result.winner_now = now.winner.algorithm if now.winner else None
+    result.spearman = spearman([old[a].time_s for a in common], [new[a].time_s for a in common])
+    if then.category.split("|")[1:] != now.category.split("|")[1:]:
+        result.notes.append(f"algorithm set changed: {then.category.split('|', 1)[-1]} then, "
+                            f"{now.category.split('|', 1)[-1]} now")
+
+    failed_now = {f.algorithm: f.reason for f in now.failures}
+    for name in old:
+        if name in failed_now:
+            result.reasons.append(f"{name} was timed in the baseline and now fails: "
+                                  f"{failed_now[name]}")
+        elif name not in new:
+            result.notes.append(f"{name} was timed in the baseline and is not a candidate now")
+    for name in new:
+        if name not in old:
+            result.notes.append(f"{name} is new (not timed in the baseline)")
+
+    # Winner change: counts only when the old winner is now slower than the new one by more
+    # than both measured spreads plus the margin.
+    w_old, w_new = result.winner_then, result.winner_now
+    if w_old and w_new and w_old != w_new and w_old in new:
+        slow, fast = new[w_old], new[w_new]
+        excess = slow.time_s - fast.time_s
+        allowed = slow.noise * slow.time_s + fast.noise * fast.time_s + margin * fast.time_s
+        text = (f"winner changed: {w_old} -> {w_new}; {w_old} is now "
+                f"{slow.time_s / fast.time_s:.2f}x {w_new}")
+        if excess > allowed:
+            result.reasons.append(f"{text} (beyond spreads + margin: "
+                                  f"{(fast.time_s + allowed) / fast.time_s:.2f}x)")
+        else:
+            result.notes.append(f"{text}, within spreads + margin")
+
+    # Relative slowdowns: each algorithm against a reference algorithm of the same run, the
+    # baseline's fastest other common algorithm, so the winner is checked against the runner-up.
+    for name in common:
+        others = [a for a in common if a != name]
+        if not others:
+            break
+        reference = others[0]
+        ratio_then = old[name].time_s / old[reference].time_s
+        ratio_now = new[name].time_s / new[reference].time_s
+        change = ratio_now / ratio_then
+        threshold = 1 + margin + (old[name].noise + old[reference].noise
+                                  + new[name].noise + new[reference].noise)
+        item = AlgorithmChange(name, reference, ratio_then, ratio_now, change, threshold,
+                               old[name].time_s, new[name].time_s)
+        result.changes.append(item)
+        if item.regressed:
+            result.reasons.append(
+                f"{name} slowed relative to {reference}: {ratio_then:.2f}x -> {ratio_now:.2f}x "
+                f"its time ({change:.2f}x, counts above {threshold:.2f}x)")
+    if result.reasons:
+        result.verdict = "regression"
+    return result
+
+
+def compare(baseline: Rankings, current: Rankings, margin: float = DEFAULT_MARGIN
+            ) -> Comparison:
+    """Compare two rankings of (mostly) the same problems; see ``docs/regression.md``.
+
+    Only ratios between algorithms measured in the same run are compared, never absolute
+    times, so a machine that is uniformly slower or busier today (or a different device) does
+    not read as a regression. A finding counts only when it exceeds the measured spreads
+    (relative interquartile ranges) of everything involved plus ``margin``:
+
+    * winner change: the old winner is now slower than the new winner by more than both
+      their spreads plus ``margin`` times the new winner's time;
+    * relative slowdown: ``(t_now(a) / t_now(ref)) / (t_then(a) / t_then(ref))`` exceeds
+      ``1 + margin`` plus the relative spreads of ``a`` and ``ref`` in both runs, where
+      ``ref`` is the baseline's fastest common algorithm other than ``a`` (an early-stopped
+      time counts with a relative spread of at least :data:`EARLY_STOP_NOISE`);
+    * an algorithm timed in the baseline that now fails.
+    """
+    result = Comparison(baseline.suite, baseline.device, current.device, margin)
+    old = {p.ident: p for p in baseline.problems}
+    seen = set()
+    for problem in current.problems:
+        seen.add(problem.ident)
+        then = old.get(problem.ident)
+        if then is None:
+            result.problems.append(ProblemComparison(
+                problem.operator, problem.key, problem.label, "new",
+                winner_now=problem.winner.algorithm if problem.winner else None,
+                notes=["not in the baseline"]))
+        else:
+            result.problems.append(_compare_problem(then, problem, margin))
+    for problem in baseline.problems:
+        if problem.ident not in seen:
+            result.problems.append(ProblemComparison(
+                problem.operator, problem.key, problem.label, "missing",
+                winner_then=problem.winner.algorithm if problem.winner else None,
+                notes=["in the baseline, not in this run's suite"]))
+    return result

@@ -1,0 +1,23 @@
+#!/usr/bin/env bash
+# Install what the tests need and run them, then the algorithm-ranking regression check.
+# This is the README's test command and exactly what CI runs (.ci/run), from a clean clone on a
+# possibly brand-new machine.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+# The report test renders a page in headless Chromium (Debian's package).
+if ! command -v chromium >/dev/null 2>&1; then
+    if [ "$(id -u)" = 0 ]; then
+        apt-get update -qq && apt-get install -y -qq chromium >/dev/null
+    else
+        sudo apt-get update -qq && sudo apt-get install -y -qq chromium >/dev/null
+    fi
+fi
+
+python3 -m pip install -q -e ".[test]"
+python3 -m pytest
+
+# Rankings of the small CI suite against the shipped baseline (docs/regression.md): single
+# threaded, because parallel kernels' times on a shared 2-core machine are too noisy to compare.
+OPENBLAS_NUM_THREADS=1 python3 -m fastrun.cli.main regress --baseline caches/ci-baseline.msgpack \
+    --suite ci --device cpu:1 --budget 0.01 --margin 0.5
