@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from fastrun.attribute import AlgoAttribute
 
 if TYPE_CHECKING:
+    from fastrun.device import Device
     from fastrun.operator import Problem
 
 
@@ -62,6 +63,10 @@ class AlgorithmDesc:
 class RunContext(Protocol):
     """What an algorithm may ask of the framework while it runs."""
 
+    #: The session's device: an OpenCL algorithm builds its programs with
+    #: ``ctx.device.build(...)`` and enqueues on ``ctx.device.queue``.
+    device: Device
+
     def call(self, problem: Problem, *inputs: Any) -> Any:
         """Compute a declared sub-problem with the algorithm chosen for it."""
 
@@ -70,13 +75,17 @@ class Algorithm:
     """Base class of every algorithm.
 
     Subclasses set ``operator``, ``name`` and ``attributes`` and implement :meth:`run`.  Everything
-    else has a sensible default: usable everywhere, no workspace, no sub-problems, no weight
-    preprocessing.
+    else has a sensible default: a CPU algorithm, usable everywhere, no workspace, no
+    sub-problems, no weight preprocessing.
     """
 
     operator: str = ""
     name: str = ""
     attributes: AlgoAttribute = AlgoAttribute.NONE
+    #: The :attr:`Device.kind` this algorithm runs on; only algorithms of the session device's
+    #: kind are candidates.  A CPU algorithm takes and returns numpy arrays; an "opencl" one
+    #: takes and returns ``pyopencl.array.Array`` values on ``ctx.device``.
+    device_kind: str = "cpu"
 
     def __init__(self, param: dict[str, Any] | None = None):
         self.param = dict(param or {})
@@ -88,6 +97,13 @@ class Algorithm:
         A reason rather than a boolean so that "no usable algorithm" errors can say why each
         candidate was excluded.
         """
+        return None
+
+    def device_unusable_reason(self, device: Any, problem: Problem) -> str | None:
+        """Why this algorithm cannot compute ``problem`` on ``device`` (a work-group or
+        local-memory limit, a missing float64 extension), or None.  Asked only of algorithms of
+        the device's kind, after :meth:`unusable_reason`; the reason shows in the "no usable
+        algorithm" error like any other."""
         return None
 
     def usable(self, problem: Problem) -> bool:

@@ -30,6 +30,7 @@ from fastrun.profiler import Failure, Profiler, ProfileResult
 from fastrun.progress import Progress
 from fastrun.registry import Registry
 from fastrun.strategy import ExecutionPolicy, SearchOptions
+from fastrun.tuning import budgeted_candidates
 
 log = logging.getLogger(__name__)
 
@@ -54,6 +55,8 @@ class NoUsableAlgorithmError(RuntimeError):
 
 def _hint(options: SearchOptions, excluded: dict[str, str]) -> str:
     reasons = " ".join(excluded.values())
+    if excluded and all(reason.startswith("runs on ") for reason in excluded.values()):
+        return "hint: none of the operator's algorithms runs on this device; pick another device"
     if "NAIVE" in reasons:
         return "hint: --full-run (strategy 'full-run') also considers NAIVE algorithms"
     if "workspace" in reasons:
@@ -77,6 +80,8 @@ class PreparedCall:
         self.prepared = prepared
 
     def __call__(self, *inputs: Any) -> Any:
+        if not self.chooser._host_memory:
+            inputs = tuple(self.chooser.device.to_device(x) for x in inputs)
         return self.algorithm.run(self.problem, inputs, self.chooser, self.prepared)
 
     def __repr__(self) -> str:
@@ -131,7 +136,8 @@ def _total_workspace(algorithm: Algorithm, problem: Problem,
 
 
 class AlgoChooser:
-    """Decides, remembers and dispatches.  Implements :class:`fastrun.algorithm.RunContext`."""
+    """Decides, remembers and dispatches.  Implements :class:`fastrun.algorithm.RunContext`
+    (``device`` included: algorithms reach the session's device through ``ctx.device``)."""
 
     def __init__(self, registry: Registry, device: Device, cache: PersistentCache,
                  options: SearchOptions, clock: Callable[[], int] | None = None,
@@ -147,6 +153,7 @@ class AlgoChooser:
         self._bound: dict[tuple, tuple[Algorithm, Problem]] = {}
         self._deciding: list[tuple[str, str]] = []
         self._lock = threading.RLock()
+        self._host_memory = device.host_memory
 
     # -- public --------------------------------------------------------------------------------
     def category(self, operator: Operator) -> str:
@@ -191,7 +198,9 @@ class AlgoChooser:
     def dispatch(self, operator: str, *inputs: Any, **params: Any) -> Any:
         """Compute ``operator`` on ``inputs`` with the chosen algorithm.
 
-        After the first call of a signature this is one tuple build and one dict lookup.
+        After the first call of a signature this is one tuple build and one dict lookup.  On
+        a device with its own memory (OpenCL) host inputs are copied to it first and the
+        result stays there (``device.to_host`` reads it back).
         """
         try:
             # Built by appending: measured ~2x cheaper than a comprehension of pairs.
@@ -205,8 +214,12 @@ class AlgoChooser:
             bound = self._bound.get(signature)
         except (AttributeError, TypeError):  # not arrays, or unhashable parameters
             signature, bound = None, None
+        if not self._host_memory:
+            # Algorithms of an accelerator take its arrays; device arrays pass unchanged.
+            inputs = tuple(self.device.to_device(x) for x in inputs)
         if bound is None:
-            inputs = tuple(np.asarray(x) for x in inputs)
+            if self._host_memory:
+                inputs = tuple(np.asarray(x) for x in inputs)
             problem = self.registry.operator(operator).problem_for(inputs, **params)
             bound = (self.decide(problem).algorithm, problem)
             if signature is not None:
@@ -219,6 +232,8 @@ class AlgoChooser:
         """Decide ``problem`` (see :meth:`decide` for ``prelude``) and bind it, preprocessing
         the constant inputs in ``inputs`` once when the problem has weight preprocessing on."""
         decision = self.decide(problem, prelude)
+        if not self._host_memory:
+            inputs = [self.device.to_device(x) for x in inputs]
         prepared = (decision.algorithm.preprocess(problem, inputs)
                     if problem.weight_preprocess else None)
         return PreparedCall(self, decision, prepared)
@@ -298,11 +313,19 @@ class AlgoChooser:
         return decision
 
     def _candidates(self, problem: Problem, excluded: dict[str, str]) -> list[Algorithm]:
-        """Usable algorithms whose attributes the strategy does not forbid."""
+        """Usable algorithms of the device's kind whose attributes the strategy does not
+        forbid."""
         forbidden = self.options.strategy.forbidden()
         candidates = []
+        kind = self.device.kind
         for algorithm in self.registry.algorithms(problem.operator):
-            reason = algorithm.unusable_reason(problem)
+            if algorithm.device_kind != kind:
+                # Checked first: usability rules of another device's algorithms may ask
+                # things (work-group limits, ...) only a device of their kind can answer.
+                excluded[algorithm.desc.text] = f"runs on {algorithm.device_kind} devices"
+                continue
+            reason = (algorithm.unusable_reason(problem)
+                      or algorithm.device_unusable_reason(self.device, problem))
             if reason is not None:
                 excluded[algorithm.desc.text] = f"not usable: {reason}"
             elif algorithm.attributes & forbidden:
@@ -401,6 +424,9 @@ class AlgoChooser:
             if children is not None:
                 timed.append(algorithm)
                 workspace[algorithm.desc.text] = _total_workspace(algorithm, problem, children)
+        # Spaces larger than the tuning budget are sampled and halved first (fastrun.tuning).
+        timed = budgeted_candidates(problem, operator, timed, self.profiler, self, workspace,
+                                    excluded, prelude)
         result: ProfileResult = self.profiler.profile(problem, operator, timed, self, workspace,
                                                       prelude)
         for failure in result.failures:

@@ -23,6 +23,10 @@ VARIABLES: dict[str, str] = {
     "FASTRUN_NUM_THREADS": "thread count the CPU device reports in its category and gives numba",
     "FASTRUN_PROFILE_BUDGET": "seconds of timed repeats per candidate (default 0.2)",
     "FASTRUN_PROGRESS": "1 forces a progress bar, 0 hides it (default: on a terminal)",
+    "FASTRUN_TUNING_BUDGET": "candidates of one problem timed fully; larger spaces are sampled "
+    "and halved first (default 24, 0 = time all)",
+    "FASTRUN_OPENCL_DEVICE": "PLATFORM:DEVICE indices of the device 'opencl' selects, e.g. 0:1 "
+    "(default: the first GPU, else the first device)",
 }
 
 _SIZE_UNITS = {
@@ -71,6 +75,11 @@ def profile_budget(explicit: float | None = None) -> float:
     return setting(explicit, "FASTRUN_PROFILE_BUDGET", 0.2, float)
 
 
+def tuning_budget(explicit: int | None = None, default: int = 24) -> int:
+    """Candidates timed fully per problem (see fastrun.tuning); 0 or less: no budget."""
+    return setting(explicit, "FASTRUN_TUNING_BUDGET", default, int)
+
+
 def workspace_limit(explicit: int | str | None = None) -> int | None:
     if explicit is not None:
         return parse_size(explicit)
@@ -88,3 +97,21 @@ def cache_path(explicit: str | None = None) -> str | None:
 def progress(explicit: bool | None = None) -> bool | None:
     """True/False when forced; None means 'decide by whether stderr is a terminal'."""
     return setting(explicit, "FASTRUN_PROGRESS", None, lambda raw: raw.strip() not in ("0", ""))
+
+
+def opencl_device(explicit: str | None = None) -> tuple[int, int] | None:
+    """(platform index, device index) of the OpenCL device to use; None: let fastrun pick."""
+    return setting(explicit, "FASTRUN_OPENCL_DEVICE", None, parse_opencl_indices)
+
+
+def parse_opencl_indices(text: str) -> tuple[int, int]:
+    """Read 'P:D' (platform index, device index), e.g. '0:1'."""
+    platform, sep, device = text.strip().partition(":")
+    try:
+        indices = (int(platform), int(device)) if sep else None
+    except ValueError:
+        indices = None
+    if indices is None or min(indices) < 0:
+        raise ValueError(f"cannot read OpenCL device {text!r}: expected PLATFORM:DEVICE "
+                         "indices, e.g. 0:0 (list them with `fastrun config --device opencl`)")
+    return indices

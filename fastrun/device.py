@@ -10,26 +10,65 @@ from __future__ import annotations
 import functools
 import platform
 import time
+from collections.abc import Callable
 from importlib.metadata import PackageNotFoundError, version
+from typing import Any, TypeVar
 
 import numpy as np
 
 from fastrun import config
 
+T = TypeVar("T")
+
 
 class Device:
+    """Where algorithms run: its category namespaces the cache, its clock times candidates.
+
+    The defaults describe a device that computes in host memory (numpy arrays) and finishes
+    its work before a call returns; an accelerator overrides the memory methods and
+    :meth:`measure`.  ``kind`` is matched against :attr:`Algorithm.device_kind`, so only
+    algorithms written for this kind of device are candidates on it.
+    """
+
     kind: str = ""
+    #: True when algorithms take and return numpy arrays, so inputs need no conversion.
+    host_memory: bool = True
 
     @property
     def category(self) -> str:
         raise NotImplementedError
 
     def clock_ns(self) -> int:
-        """The clock timings are taken with."""
+        """The host clock: budgets and (on synchronous devices) timings are taken with it."""
         return time.perf_counter_ns()
 
     def synchronize(self) -> None:
         """Wait until queued work is done (a no-op for synchronous devices)."""
+
+    def measure(self, function: Callable[[], T]) -> tuple[int, T]:
+        """Run ``function`` once and return (nanoseconds it took on this device, its value).
+
+        The device's own notion of time: here the host clock around the call and a
+        synchronize, so asynchronous work is counted; an OpenCL device times with markers on
+        its queue instead.
+        """
+        start = self.clock_ns()
+        value = function()
+        self.synchronize()
+        return self.clock_ns() - start, value
+
+    def to_device(self, array: Any) -> Any:
+        """``array`` in the memory this device's algorithms take (here: a numpy array, not
+        copied, so profiling a CPU algorithm times the arrays it would get in production)."""
+        return np.asarray(array)
+
+    def to_host(self, value: Any) -> np.ndarray:
+        """A result as a numpy array, for the numerical check and for the caller."""
+        return np.asarray(value)
+
+    def empty(self, shape: tuple[int, ...], dtype: Any) -> Any:
+        """An uninitialised array in this device's memory."""
+        return np.empty(shape, dtype)
 
     def __str__(self) -> str:
         return self.kind
@@ -119,15 +158,26 @@ class CPUDevice(Device):
 
 
 def get_device(spec: str | Device | None = None) -> Device:
-    """A device from a spec: a Device, 'cpu' (the default) or 'cpu:THREADS'."""
+    """A device from a spec: a Device, 'cpu' (the default), 'cpu:THREADS', 'opencl' (the
+    device FASTRUN_OPENCL_DEVICE names, else the first GPU, else the first device) or
+    'opencl:PLATFORM:DEVICE' (indices).
+
+    An OpenCL spec without pyopencl, without a platform or with an index out of range raises
+    :class:`fastrun.opencl.OpenCLUnavailableError` (a ValueError) saying which.
+    """
     if isinstance(spec, Device):
         return spec
     text = (spec or "cpu").strip().lower()
     kind, _, rest = text.partition(":")
     if kind == "cpu":
-        return CPUDevice(int(rest) if rest else None)
+        try:
+            threads = int(rest) if rest else None
+        except ValueError:
+            raise ValueError(f"bad device {spec!r}: expected cpu:THREADS, e.g. cpu:4") from None
+        return CPUDevice(threads)
     if kind == "opencl":
-        raise ValueError(
-            "device 'opencl' is not available in this version of fastrun yet; use 'cpu'"
-        )
-    raise ValueError(f"unknown device {spec!r}: expected 'cpu' or 'cpu:THREADS'")
+        from fastrun import opencl  # pyopencl itself is imported only when a device is opened
+
+        return opencl.open_device(config.parse_opencl_indices(rest) if rest else None)
+    raise ValueError(f"unknown device {spec!r}: expected 'cpu', 'cpu:THREADS', 'opencl' or "
+                     "'opencl:PLATFORM:DEVICE'")

@@ -83,8 +83,12 @@ class SearchOptions:
     early_stop_ratio: float = 1.5
     #: Check each candidate's output against the operator's reference before it can be chosen.
     check_numerics: bool = True
-    #: Seed of the random profiling inputs.
+    #: Seed of the random profiling inputs (and of the budgeted search's sample).
     seed: int = 0
+    #: Candidates of one problem timed fully; a problem with more is sampled and narrowed by
+    #: successive halving first (:mod:`fastrun.tuning`).  None: FASTRUN_TUNING_BUDGET, else 24;
+    #: 0: time every candidate fully.
+    tuning_budget: int | None = None
 
     @classmethod
     def create(cls, strategy: str | Strategy | None = None,

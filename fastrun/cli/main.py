@@ -109,7 +109,8 @@ def _cmd_algorithms(args: argparse.Namespace) -> int:
         operator = registry.operator(name)
         print(f"{name} (algorithm set version {operator.version})")
         for algorithm in registry.algorithms(name):
-            print(f"  {algorithm.desc.text:<36} {algorithm.attributes.text()}")
+            where = "" if algorithm.device_kind == "cpu" else f"  [{algorithm.device_kind}]"
+            print(f"  {algorithm.desc.text:<36} {algorithm.attributes.text()}{where}")
     for plugin, error in registry.plugin_errors.items():
         print(f"plugin {plugin} failed to load: {error}", file=sys.stderr)
     return 0
@@ -120,7 +121,14 @@ def _cmd_config(args: argparse.Namespace) -> int:
 
     from fastrun.device import get_device
 
-    print(f"device category: {get_device(args.device).category}")
+    device = get_device(args.device)
+    print(f"device category: {device.category}")
+    if device.kind == "opencl":
+        from fastrun.opencl import describe_devices
+
+        print(f"opencl devices (PLATFORM:DEVICE; this one is {device.spec}):")
+        for line in describe_devices():
+            print(f"  {line}")
     print("settings:")
     for name, meaning in config.VARIABLES.items():
         value = os.environ.get(name)
@@ -175,7 +183,8 @@ def build_parser() -> argparse.ArgumentParser:
     profile.add_argument("--weight-preprocess", action="store_true",
                          help="profile with constant weights transformed once, outside the "
                               "timing (recorded in the cache key)")
-    profile.add_argument("--device", default="cpu", help="device (default cpu)")
+    profile.add_argument("--device", default="cpu",
+                         help="cpu (default), cpu:THREADS, opencl[:PLATFORM:DEVICE]")
     profile.add_argument("--json", action="store_true", help="print one JSON object")
     add_strategy_arguments(profile)
     profile.set_defaults(handler=_cmd_profile)
@@ -185,7 +194,8 @@ def build_parser() -> argparse.ArgumentParser:
     algorithms.set_defaults(handler=_cmd_algorithms)
 
     show_config = commands.add_parser("config", help="show the device category and settings")
-    show_config.add_argument("--device", default="cpu")
+    show_config.add_argument("--device", default="cpu",
+                             help="cpu (default), cpu:THREADS, opencl[:PLATFORM:DEVICE]")
     show_config.set_defaults(handler=_cmd_config)
 
     zoo = commands.add_parser("zoo", help="built-in ONNX models: list, export")

@@ -33,7 +33,9 @@ from tests.algorithms._helpers import (
 REGISTRY = Registry(load_plugins=False)
 matmul.register(REGISTRY)
 OPERATOR = REGISTRY.operator("matmul")
-ALGORITHMS = REGISTRY.algorithms("matmul")
+# The CPU algorithms; the OpenCL ones take device arrays and are tested on an OpenCL device
+# in test_matmul_opencl.py.
+ALGORITHMS = [a for a in REGISTRY.algorithms("matmul") if a.device_kind == "cpu"]
 BY_TEXT = {algorithm.desc.text: algorithm for algorithm in ALGORITHMS}
 BLAS = BY_TEXT["blas"]
 STRASSEN = BY_TEXT["strassen"]

@@ -76,6 +76,14 @@ def test_a_prelude_runs_before_each_timed_call_and_counts_against_the_budget(clo
     assert timed == ["prelude", "run fake:one"] * entry.repeats
 
 
+def test_an_algorithm_the_device_cannot_run_is_excluded_before_timing(clock):
+    big, small = algos(clock, ("big", 1 * MS, {}), ("small", 2 * MS, {}))
+    big.device_unusable_reason = lambda device, problem: "work-group too large for fake-device"
+    decision = chooser(make_registry(big, small), clock).decide(problem())
+    assert decision.algorithm is small and big.runs == 0
+    assert decision.excluded["big"] == "not usable: work-group too large for fake-device"
+
+
 def test_a_lone_candidate_is_taken_without_timing_or_caching(clock):
     """One eligible algorithm: profiling could not change the choice, so none is done."""
     (one,) = algos(clock, ("one", 1 * MS, {}))

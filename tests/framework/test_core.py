@@ -106,5 +106,7 @@ def test_device_specs():
     assert get_device("cpu:2").threads == 2
     with pytest.raises(ValueError, match="unknown device 'tpu'"):
         get_device("tpu")
-    with pytest.raises(ValueError, match="'opencl' is not available"):
-        get_device("opencl")
+    with pytest.raises(ValueError, match="bad device 'cpu:x'"):
+        get_device("cpu:x")
+    with pytest.raises(ValueError, match="expected PLATFORM:DEVICE"):
+        get_device("opencl:1")

@@ -19,6 +19,12 @@ def test_import_fastrun_does_not_import_the_compute_library_or_heavy_packages():
         assert heavy not in modules, f"import fastrun imported {heavy}"
 
 
+def test_opencl_support_imports_pyopencl_only_when_a_device_is_opened():
+    modules = _modules_after("import fastrun, fastrun.opencl, fastrun.chooser, fastrun.api\n"
+                             "fastrun.get_device('cpu').category")
+    assert "pyopencl" not in modules
+
+
 def test_framework_modules_never_import_the_compute_library():
     code = ("import fastrun.chooser, fastrun.api, fastrun.cli.main, fastrun.cache, "
             "fastrun.profiler")

@@ -1,10 +1,13 @@
-"""The matmul operator and its CPU algorithms.
+"""The matmul operator, its CPU algorithms and its OpenCL algorithms.
 
 ``register(registry)`` adds the operator and every algorithm: ``naive``, ``blas``, ``strassen``
-and one ``blocked`` algorithm per tile configuration in :data:`BLOCKED_TILES`.
+and one ``blocked`` algorithm per tile configuration in :data:`BLOCKED_TILES`; and, where
+pyopencl is installed, the OpenCL configurations of :mod:`fastrun_algorithms.matmul.opencl`.
 """
 
 from __future__ import annotations
+
+import importlib.util
 
 from fastrun.registry import Registry
 from fastrun_algorithms.matmul._batch import MatmulLayout, layout_of, matmul_layout
@@ -48,3 +51,10 @@ def register(registry: Registry) -> None:
     for mb, nb, kb in BLOCKED_TILES:
         registry.register_algorithm(BlockedMatmul({"mb": mb, "nb": nb, "kb": kb}))
     registry.register_algorithm(StrassenMatmul())
+    # Checked without importing pyopencl (slow, and it may fail on machines without OpenCL);
+    # the OpenCL algorithms are only candidates on an OpenCL device, so CPU searches and the
+    # CPU cache category are unchanged by them.
+    if importlib.util.find_spec("pyopencl") is not None:
+        from fastrun_algorithms.matmul import opencl
+
+        opencl.register(registry)

@@ -88,12 +88,20 @@ class MatmulOperator(Operator):
            order.
         4. ``strassen`` for other shapes, then algorithms this rule does not know.
         5. ``naive`` last.
+
+        OpenCL algorithms (only ever candidates on an OpenCL device) are ordered by
+        :func:`fastrun_algorithms.matmul.opencl.heuristic.opencl_rank`.
         """
+        # Imported here: the opencl package imports this package's modules.
+        from fastrun_algorithms.matmul.opencl.heuristic import opencl_rank
+
         layout = layout_of(problem)
         threads = numba.get_num_threads()
         strassen_early = min(layout.m, layout.k, layout.n) >= STRASSEN_MIN_SIZE
 
         def rank(algorithm: Algorithm) -> tuple[float, ...]:
+            if algorithm.device_kind == "opencl":
+                return (6, *opencl_rank(layout, algorithm))
             name = algorithm.desc.name
             if name == "blas":
                 return (0,)

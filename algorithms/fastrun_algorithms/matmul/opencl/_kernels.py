@@ -1,0 +1,299 @@
+"""OpenCL C source of the matmul kernels (text only: importing this needs no OpenCL).
+
+Every kernel computes ``C[p] = A[p] @ B[p]`` for row-major ``A (M x K)``, ``B (K x N)`` and
+``C (M x N)``.  Buffers are passed with an element offset (pyopencl arrays can start inside a
+buffer) and a batch stride (0 for an operand broadcast over the batch), so one launch covers the
+whole batch through the third NDRange dimension.  Configuration values arrive as ``-D`` build
+options, so each configuration is its own program with its loops fully unrolled, and the
+device layer caches the build per (source, options, device, driver).
+"""
+
+from __future__ import annotations
+
+#: Scalar and vector types for float32 or float64 (``-D REAL_DOUBLE=1``), and ``VW``-wide
+#: loads/stores that need only element alignment (vloadN/vstoreN).
+COMMON = r"""
+#if REAL_DOUBLE
+#pragma OPENCL EXTENSION cl_khr_fp64 : enable
+typedef double real;
+typedef double2 real2;
+typedef double4 real4;
+#else
+typedef float real;
+typedef float2 real2;
+typedef float4 real4;
+#endif
+
+#ifndef VW
+#define VW 1
+#endif
+#if VW == 1
+typedef real realV;
+#define LOADV(p) (*(p))
+#define STOREV(v, p) (*(p) = (v))
+#elif VW == 2
+typedef real2 realV;
+#define LOADV(p) vload2(0, (p))
+#define STOREV(v, p) vstore2((v), 0, (p))
+#elif VW == 4
+typedef real4 realV;
+#define LOADV(p) vload4(0, (p))
+#define STOREV(v, p) vstore4((v), 0, (p))
+#else
+#error "VW must be 1, 2 or 4"
+#endif
+"""
+
+#: One work-item per output element, driver-chosen local size: the simplest correct kernel,
+#: the baseline the others are measured against.
+NAIVE = COMMON + r"""
+__kernel void mm_naive(const int M, const int N, const int K,
+                       __global const real* restrict A, const long a_off, const long a_bs,
+                       __global const real* restrict B, const long b_off, const long b_bs,
+                       __global real* restrict C, const long c_off)
+{
+    const int n = get_global_id(0);
+    const int m = get_global_id(1);
+    const long p = get_global_id(2);
+    if (m >= M || n >= N) return;
+    const __global real* a = A + a_off + p * a_bs + (long)m * K;
+    const __global real* b = B + b_off + p * b_bs + n;
+    real acc = 0;
+    for (int k = 0; k < K; ++k) acc += a[k] * b[(long)k * N];
+    C[c_off + p * M * N + (long)m * N + n] = acc;
+}
+"""
+
+#: Square TS x TS tiles of A and B staged in local memory, one output per work-item; edges are
+#: handled by loading zeros, so no padded copies are needed.  The +1 column keeps the
+#: transposed reads of As free of local-memory bank conflicts.
+TILED = COMMON + r"""
+__kernel __attribute__((reqd_work_group_size(TS, TS, 1)))
+void mm_tiled(const int M, const int N, const int K,
+              __global const real* restrict A, const long a_off, const long a_bs,
+              __global const real* restrict B, const long b_off, const long b_bs,
+              __global real* restrict C, const long c_off)
+{
+    __local real As[TS][TS + 1];
+    __local real Bs[TS][TS + 1];
+    const int tx = get_local_id(0);
+    const int ty = get_local_id(1);
+    const int n = get_group_id(0) * TS + tx;
+    const int m = get_group_id(1) * TS + ty;
+    const long p = get_global_id(2);
+    const __global real* a = A + a_off + p * a_bs;
+    const __global real* b = B + b_off + p * b_bs;
+    real acc = 0;
+    for (int k0 = 0; k0 < K; k0 += TS) {
+        As[ty][tx] = (m < M && k0 + tx < K) ? a[(long)m * K + k0 + tx] : (real)0;
+        Bs[ty][tx] = (k0 + ty < K && n < N) ? b[(long)(k0 + ty) * N + n] : (real)0;
+        barrier(CLK_LOCAL_MEM_FENCE);
+        #pragma unroll
+        for (int k = 0; k < TS; ++k) acc += As[ty][k] * Bs[k][tx];
+        barrier(CLK_LOCAL_MEM_FENCE);
+    }
+    if (m < M && n < N) C[c_off + p * M * N + (long)m * N + n] = acc;
+}
+"""
+
+#: WM x WN outputs per work-item straight from global memory, no local memory and no padding:
+#: out-of-range rows and columns read a clamped (valid) element and are simply not stored, so
+#: the inner loop has no branches.  For small, skinny or odd shapes, where tiling and padding
+#: cost more than they save.
+DIRECT = COMMON + r"""
+__kernel void mm_direct(const int M, const int N, const int K,
+                        __global const real* restrict A, const long a_off, const long a_bs,
+                        __global const real* restrict B, const long b_off, const long b_bs,
+                        __global real* restrict C, const long c_off)
+{
+    const int n0 = get_global_id(0) * WN;
+    const int m0 = get_global_id(1) * WM;
+    const long p = get_global_id(2);
+    if (m0 >= M || n0 >= N) return;
+    const __global real* a = A + a_off + p * a_bs;
+    const __global real* b = B + b_off + p * b_bs;
+    __global real* c = C + c_off + p * M * N;
+    int rows[WM];
+    int cols[WN];
+    #pragma unroll
+    for (int i = 0; i < WM; ++i) rows[i] = min(m0 + i, M - 1);
+    #pragma unroll
+    for (int j = 0; j < WN; ++j) cols[j] = min(n0 + j, N - 1);
+    real acc[WM][WN];
+    #pragma unroll
+    for (int i = 0; i < WM; ++i) {
+        #pragma unroll
+        for (int j = 0; j < WN; ++j) acc[i][j] = 0;
+    }
+    for (int k = 0; k < K; ++k) {
+        real av[WM];
+        real bv[WN];
+        #pragma unroll
+        for (int i = 0; i < WM; ++i) av[i] = a[(long)rows[i] * K + k];
+        #pragma unroll
+        for (int j = 0; j < WN; ++j) bv[j] = b[(long)k * N + cols[j]];
+        #pragma unroll
+        for (int i = 0; i < WM; ++i) {
+            #pragma unroll
+            for (int j = 0; j < WN; ++j) acc[i][j] += av[i] * bv[j];
+        }
+    }
+    #pragma unroll
+    for (int i = 0; i < WM; ++i) {
+        #pragma unroll
+        for (int j = 0; j < WN; ++j) {
+            if (m0 + i < M && n0 + j < N) c[(long)(m0 + i) * N + n0 + j] = acc[i][j];
+        }
+    }
+}
+"""
+
+#: The register-tiled kernel.  A work-group of NDIMC x MDIMC work-items computes an MWG x NWG
+#: tile of C; work-item (tx, ty) owns MWI = MWG/MDIMC rows (ty, ty + MDIMC, ...) and
+#: NWI = NWG/NDIMC columns in VW-wide vectors (tx*VW, tx*VW + NDIMC*VW, ...), so neighbouring
+#: work-items touch neighbouring vectors: coalesced global loads and stores, conflict-free
+#: local reads.  K advances KWG at a time; with SA (SB) the A (B) tile of that step is first
+#: copied cooperatively into local memory (A transposed to k-major, so the inner loop reads a
+#: column of it as consecutive words; its rows are padded by one word so that the transposing
+#: stores do not all fall into one bank), without it the inner loop reads global memory directly
+#: (better where local memory is emulated or the cache already does the job).  M, N and K must
+#: be multiples of MWG, NWG and KWG: the host pads operands that are not.
+GEMM = COMMON + r"""
+#define MWI (MWG / MDIMC)
+#define NWI (NWG / NDIMC)
+#define NVW (NWI / VW)
+#define THREADS (MDIMC * NDIMC)
+#define A_LOADS ((MWG * KWG / VW) / THREADS)
+#define B_LOADS ((KWG * NWG / VW) / THREADS)
+
+__kernel __attribute__((reqd_work_group_size(NDIMC, MDIMC, 1)))
+void mm_gemm(const int M, const int N, const int K,
+             __global const real* restrict A, const long a_off, const long a_bs,
+             __global const real* restrict B, const long b_off, const long b_bs,
+             __global real* restrict C, const long c_off, const long c_bs)
+{
+    const int tx = get_local_id(0);
+    const int ty = get_local_id(1);
+    const int m0 = get_group_id(1) * MWG;
+    const int n0 = get_group_id(0) * NWG;
+    const long p = get_group_id(2);
+    const __global real* a = A + a_off + p * a_bs + (long)m0 * K;
+    const __global real* b = B + b_off + p * b_bs + n0;
+    __global real* c = C + c_off + p * c_bs + (long)m0 * N + n0;
+#if SA || SB
+    const int tid = ty * NDIMC + tx;
+#endif
+#if SA
+    // One word of padding per row: the transposing stores below hit different banks.
+    __local real Alm[KWG][MWG + 1];
+#endif
+#if SB
+    __local realV Blm[KWG][NWG / VW];
+#endif
+    realV acc[MWI][NVW];
+    #pragma unroll
+    for (int i = 0; i < MWI; ++i) {
+        #pragma unroll
+        for (int j = 0; j < NVW; ++j) acc[i][j] = (realV)(0);
+    }
+    for (int k0 = 0; k0 < K; k0 += KWG) {
+#if SA
+        #pragma unroll
+        for (int l = 0; l < A_LOADS; ++l) {
+            const int r = tid + l * THREADS;
+            const int mm = r / (KWG / VW);
+            const int kk = (r % (KWG / VW)) * VW;
+            const realV v = LOADV(a + (long)mm * K + k0 + kk);
+#if VW == 1
+            Alm[kk][mm] = v;
+#elif VW == 2
+            Alm[kk][mm] = v.s0; Alm[kk + 1][mm] = v.s1;
+#else
+            Alm[kk][mm] = v.s0; Alm[kk + 1][mm] = v.s1;
+            Alm[kk + 2][mm] = v.s2; Alm[kk + 3][mm] = v.s3;
+#endif
+        }
+#endif
+#if SB
+        #pragma unroll
+        for (int l = 0; l < B_LOADS; ++l) {
+            const int r = tid + l * THREADS;
+            const int kk = r / (NWG / VW);
+            const int nv = r % (NWG / VW);
+            Blm[kk][nv] = LOADV(b + (long)(k0 + kk) * N + nv * VW);
+        }
+#endif
+#if SA || SB
+        barrier(CLK_LOCAL_MEM_FENCE);
+#endif
+        #pragma unroll
+        for (int k = 0; k < KWG; ++k) {
+            real av[MWI];
+            realV bv[NVW];
+            #pragma unroll
+            for (int i = 0; i < MWI; ++i) {
+#if SA
+                av[i] = Alm[k][i * MDIMC + ty];
+#else
+                av[i] = a[(long)(i * MDIMC + ty) * K + k0 + k];
+#endif
+            }
+            #pragma unroll
+            for (int j = 0; j < NVW; ++j) {
+#if SB
+                bv[j] = Blm[k][j * NDIMC + tx];
+#else
+                bv[j] = LOADV(b + (long)(k0 + k) * N + (j * NDIMC + tx) * VW);
+#endif
+            }
+            #pragma unroll
+            for (int i = 0; i < MWI; ++i) {
+                #pragma unroll
+                for (int j = 0; j < NVW; ++j) acc[i][j] += av[i] * bv[j];
+            }
+        }
+#if SA || SB
+        barrier(CLK_LOCAL_MEM_FENCE);
+#endif
+    }
+    #pragma unroll
+    for (int i = 0; i < MWI; ++i) {
+        #pragma unroll
+        for (int j = 0; j < NVW; ++j) {
+            STOREV(acc[i][j], c + (long)(i * MDIMC + ty) * N + (j * NDIMC + tx) * VW);
+        }
+    }
+}
+"""
+
+#: Copies between an operand and its zero-padded, tile-multiple copy for ``mm_gemm`` (built
+#: into the same program, so one build serves a configuration).  ``rows`` x ``cols`` is the
+#: real matrix, ``prows`` x ``pcols`` the padded one; the launch covers the padded (pad) or the
+#: real (unpad) extent exactly, with the batch in the third dimension.
+PAD = r"""
+__kernel void pad_copy(const int rows, const int cols,
+                       __global const real* restrict src, const long s_off, const long s_bs,
+                       const int prows, const int pcols, __global real* restrict dst)
+{
+    const int col = get_global_id(0);
+    const int row = get_global_id(1);
+    const long p = get_global_id(2);
+    const real v = (row < rows && col < cols)
+        ? src[s_off + p * s_bs + (long)row * cols + col] : (real)0;
+    dst[p * prows * pcols + (long)row * pcols + col] = v;
+}
+
+__kernel void unpad_copy(const int rows, const int cols,
+                         __global const real* restrict src, const int prows, const int pcols,
+                         __global real* restrict dst, const long d_off)
+{
+    const int col = get_global_id(0);
+    const int row = get_global_id(1);
+    const long p = get_global_id(2);
+    dst[d_off + p * rows * cols + (long)row * cols + col] =
+        src[p * prows * pcols + (long)row * pcols + col];
+}
+"""
+
+#: The ``cl_gemm`` program: the kernel and its padding copies.
+GEMM_PROGRAM = GEMM + PAD

@@ -1,0 +1,393 @@
+"""OpenCL matmul algorithms: ``cl_naive``, ``cl_tiled``, ``cl_direct`` and ``cl_gemm``.
+
+They run on an OpenCL device (``device_kind = "opencl"``): inputs and output are
+``pyopencl.array.Array`` values on ``ctx.device`` (a :class:`fastrun.opencl.OpenCLDevice`).
+pyopencl is imported only inside :meth:`run`, so registering them costs nothing on machines
+without OpenCL.
+
+Usability has two halves.  ``unusable_reason(problem)`` answers what depends on the problem
+alone (batch broadcasting, tiles far larger than the product).  What depends on the device
+(float64 support, work-group size, local memory) is answered by
+:meth:`OpenCLMatmul.device_unusable_reason` (the :class:`~fastrun.algorithm.Algorithm` hook the
+chooser asks before timing), so a configuration the device cannot run is excluded with its
+reason and never launched.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from fastrun.algorithm import Algorithm, RunContext
+from fastrun.attribute import AlgoAttribute
+from fastrun.operator import Problem
+from fastrun_algorithms.matmul._batch import MatmulLayout, layout_of
+from fastrun_algorithms.matmul.opencl import _kernels
+from fastrun_algorithms.matmul.opencl.space import next_pow2
+
+
+def _operand_batch(shape: tuple[int, ...]) -> int:
+    return math.prod(shape[:-2]) if len(shape) > 2 else 1
+
+
+def batch_strides(layout: MatmulLayout) -> tuple[int, int] | None:
+    """Element strides between the batch entries of A and B in the (batch, M, K) x
+    (batch, K, N) form, or None when an operand is broadcast only partly.
+
+    An operand either has the whole batch (stride M*K or K*N) or none of it (stride 0, read
+    by every entry); ``A (2, 1, M, K) @ B (1, 3, K, N)`` would need a per-dimension stride
+    and is left to the CPU algorithms.
+    """
+    strides = []
+    for shape, size in ((layout.a_shape, layout.m * layout.k),
+                        (layout.b_shape, layout.k * layout.n)):
+        count = _operand_batch(shape)
+        if count == layout.batch:
+            strides.append(size if layout.batch > 1 else 0)
+        elif count == 1:
+            strides.append(0)
+        else:
+            return None
+    return strides[0], strides[1]
+
+
+def _buffer(x: Any, which: str) -> tuple[Any, int]:
+    """(buffer, element offset) of a contiguous device array."""
+    if not x.flags.c_contiguous:
+        raise ValueError(f"OpenCL matmul needs a contiguous {which}; got strides {x.strides}")
+    return x.base_data, x.offset // x.dtype.itemsize
+
+
+class OpenCLMatmul(Algorithm):
+    """What every OpenCL matmul algorithm shares: device checks, operand plumbing, the
+    kernel cache, and the empty-product cases (no kernel can be launched on a 0-sized
+    NDRange, so those are answered directly)."""
+
+    operator = "matmul"
+    device_kind = "opencl"
+    # One work-item sums each output in a fixed k order, no atomics: bit-identical run to run
+    # for one device, driver and configuration.
+    attributes = AlgoAttribute.REPRODUCIBLE | AlgoAttribute.USABLE_DEPEND_ON_SHAPE
+    #: kernel source and entry point, set by subclasses
+    source: str = ""
+    kernel_name: str = ""
+
+    def __init__(self, param: dict[str, Any] | None = None):
+        super().__init__(param)
+        #: (device, dtype) -> (program, kernel): a program is built (or looked up) once and
+        #: its kernel object reused, since creating a kernel costs more than launching it.
+        self._kernels: dict[tuple[int, str, str], tuple[Any, Any]] = {}
+
+    # -- usability -----------------------------------------------------------------------------
+    def unusable_reason(self, problem: Problem) -> str | None:
+        if batch_strides(layout_of(problem)) is None:
+            return ("batch dimensions broadcast partly within an operand (OpenCL kernels take "
+                    "an operand with the whole batch or with none)")
+        return None
+
+    def work_group_size(self) -> int:
+        """Work-items per work-group this configuration requires (0: driver's choice)."""
+        return 0
+
+    def local_bytes(self, itemsize: int) -> int:
+        """Local memory one work-group of this configuration allocates."""
+        return 0
+
+    def device_unusable_reason(self, device: Any, problem: Problem) -> str | None:
+        """Why this configuration cannot run ``problem`` on ``device`` (an OpenCLDevice), or
+        None.  Checks float64 support, the work-group size and the local memory."""
+        itemsize = np.dtype(problem.dtypes[0]).itemsize
+        if itemsize == 8 and "cl_khr_fp64" not in device.cl_device.extensions:
+            return f"{device.name} does not support float64 (no cl_khr_fp64)"
+        size = self.work_group_size()
+        if size > device.max_work_group_size:
+            return (f"work-group of {size} work-items, over the device's maximum of "
+                    f"{device.max_work_group_size}")
+        local = self.local_bytes(itemsize)
+        if local > device.local_mem_size:
+            return (f"needs {local} B of local memory, over the device's "
+                    f"{device.local_mem_size} B")
+        return None
+
+    # -- running -------------------------------------------------------------------------------
+    def options(self, dtype: np.dtype) -> list[str]:
+        """Build options: the dtype and this configuration's -D values."""
+        defines = {"REAL_DOUBLE": int(dtype == np.float64), **self.defines()}
+        return [f"-D{key}={value}" for key, value in sorted(defines.items())]
+
+    def defines(self) -> dict[str, int]:
+        return {}
+
+    def kernel(self, device: Any, dtype: np.dtype, name: str | None = None) -> Any:
+        name = name or self.kernel_name
+        key = (id(device), dtype.str, name)
+        program = device.build(self.source, self.options(dtype))
+        cached = self._kernels.get(key)
+        if cached is not None and cached[0] is program:
+            return cached[1]
+        import pyopencl as cl
+
+        kernel = cl.Kernel(program, name)
+        self._kernels[key] = (program, kernel)
+        return kernel
+
+    def run(self, problem: Problem, inputs: Sequence[Any], ctx: RunContext,
+            prepared: Any = None) -> Any:
+        device = ctx.device
+        layout = layout_of(problem)
+        dtype = np.dtype(problem.dtypes[0])
+        out = device.empty(layout.out_shape, dtype)
+        if layout.batch * layout.m * layout.n == 0:
+            return out
+        if layout.k == 0:
+            out.fill(0)
+            return out
+        a_stride, b_stride = batch_strides(layout)
+        a_buf, a_off = _buffer(inputs[0], "A")
+        b_buf, b_off = _buffer(inputs[1], "B")
+        c_buf, c_off = _buffer(out, "output")
+        self.launch(device, dtype, layout, (a_buf, a_off, a_stride), (b_buf, b_off, b_stride),
+                    (c_buf, c_off))
+        return out
+
+    def launch(self, device: Any, dtype: np.dtype, layout: MatmulLayout,
+               a: tuple[Any, int, int], b: tuple[Any, int, int], c: tuple[Any, int]) -> None:
+        """Enqueue the kernel(s) computing ``c = a @ b`` (buffer, offset[, batch stride])."""
+        raise NotImplementedError
+
+
+def _simple_args(layout: MatmulLayout, a: tuple, b: tuple, c: tuple) -> tuple:
+    """Arguments of the naive, tiled and direct kernels: M, N, K, A, a_off, a_bs, B, b_off,
+    b_bs, C, c_off."""
+    return (np.int32(layout.m), np.int32(layout.n), np.int32(layout.k),
+            a[0], np.int64(a[1]), np.int64(a[2]), b[0], np.int64(b[1]), np.int64(b[2]),
+            c[0], np.int64(c[1]))
+
+
+def _enqueue(device: Any, kernel: Any, global_size: tuple[int, ...],
+             local_size: tuple[int, ...] | None, args: tuple) -> None:
+    import pyopencl as cl
+
+    kernel.set_args(*args)
+    cl.enqueue_nd_range_kernel(device.queue, kernel, global_size, local_size)
+
+
+def _round_up(value: int, multiple: int) -> int:
+    return -(-value // multiple) * multiple
+
+
+class NaiveCLMatmul(OpenCLMatmul):
+    """One work-item per output element, the driver picks the local size: the baseline.
+
+    NAIVE, so fast-run leaves it out; full-run still times it.
+    """
+
+    name = "cl_naive"
+    attributes = OpenCLMatmul.attributes | AlgoAttribute.NAIVE
+    source = _kernels.NAIVE
+    kernel_name = "mm_naive"
+
+    def launch(self, device, dtype, layout, a, b, c):
+        _enqueue(device, self.kernel(device, dtype), (layout.n, layout.m, layout.batch), None,
+                 _simple_args(layout, a, b, c))
+
+
+class TiledCLMatmul(OpenCLMatmul):
+    """TS x TS tiles of A and B in local memory, one output per work-item (``param``:
+    ``{"ts": tile side}``).  Edges load zeros, so any shape runs without padded copies."""
+
+    name = "cl_tiled"
+    source = _kernels.TILED
+    kernel_name = "mm_tiled"
+
+    def __init__(self, param: dict[str, Any] | None = None):
+        super().__init__(param)
+        self.ts = int(self.param["ts"])
+
+    def defines(self) -> dict[str, int]:
+        return {"TS": self.ts}
+
+    def work_group_size(self) -> int:
+        return self.ts * self.ts
+
+    def local_bytes(self, itemsize: int) -> int:
+        return 2 * self.ts * (self.ts + 1) * itemsize
+
+    def launch(self, device, dtype, layout, a, b, c):
+        ts = self.ts
+        _enqueue(device, self.kernel(device, dtype),
+                 (_round_up(layout.n, ts), _round_up(layout.m, ts), layout.batch), (ts, ts, 1),
+                 _simple_args(layout, a, b, c))
+
+
+class DirectCLMatmul(OpenCLMatmul):
+    """WM x WN outputs per work-item read straight from global memory, no padding, with an
+    explicit LX x LY local size (``param``: wm, wn, lx, ly).
+
+    The local sizes are registered as a fixed grid of powers of two; for a given problem only
+    those that fit its global size are usable (as mobile tuners generate local-size
+    candidates from the global size), so a 3 x 5 product is not timed with 256-wide groups
+    that would be almost entirely idle.
+    """
+
+    name = "cl_direct"
+    source = _kernels.DIRECT
+    kernel_name = "mm_direct"
+
+    def __init__(self, param: dict[str, Any] | None = None):
+        super().__init__(param)
+        self.wm, self.wn = int(self.param["wm"]), int(self.param["wn"])
+        self.lx, self.ly = int(self.param["lx"]), int(self.param["ly"])
+
+    def global_extent(self, layout: MatmulLayout) -> tuple[int, int]:
+        """Work-items needed along N and M (before rounding up to the local size)."""
+        return -(-layout.n // self.wn), -(-layout.m // self.wm)
+
+    def unusable_reason(self, problem: Problem) -> str | None:
+        reason = super().unusable_reason(problem)
+        if reason is not None:
+            return reason
+        gx, gy = self.global_extent(layout_of(problem))
+        # The smallest candidate in each direction (LX 8, LY 1) is always allowed, so every
+        # problem keeps at least one local size.
+        if self.lx > max(8, next_pow2(gx)):
+            return f"local size {self.lx} along N exceeds the {gx} work-items the problem needs"
+        if self.ly > max(1, next_pow2(gy)):
+            return f"local size {self.ly} along M exceeds the {gy} work-items the problem needs"
+        return None
+
+    def defines(self) -> dict[str, int]:
+        return {"WM": self.wm, "WN": self.wn}
+
+    def work_group_size(self) -> int:
+        return self.lx * self.ly
+
+    def launch(self, device, dtype, layout, a, b, c):
+        gx, gy = self.global_extent(layout)
+        _enqueue(device, self.kernel(device, dtype),
+                 (_round_up(gx, self.lx), _round_up(gy, self.ly), layout.batch),
+                 (self.lx, self.ly, 1), _simple_args(layout, a, b, c))
+
+
+class GemmCLMatmul(OpenCLMatmul):
+    """The register-tiled kernel (see ``_kernels.GEMM``), one algorithm per configuration.
+
+    ``param``: mwg, nwg, kwg (work-group tile in M, N, K), mdimc, ndimc (local size along M
+    and N; each work-item computes mwg/mdimc x nwg/ndimc outputs), vw (vector width of loads
+    and stores along N and K), sa, sb (stage the A / B tile in local memory).
+
+    The kernel needs M, N and K to be multiples of the tile.  Operands that are not are copied
+    into zero-padded buffers (and the result out of a padded one); those copies are this
+    algorithm's workspace.
+    """
+
+    name = "cl_gemm"
+    source = _kernels.GEMM_PROGRAM
+    kernel_name = "mm_gemm"
+    KEYS = ("mwg", "nwg", "kwg", "mdimc", "ndimc", "vw", "sa", "sb")
+
+    def __init__(self, param: dict[str, Any] | None = None):
+        super().__init__(param)
+        missing = [key for key in self.KEYS if key not in self.param]
+        if missing:
+            raise ValueError(f"cl_gemm needs parameters {', '.join(self.KEYS)}; missing "
+                             f"{', '.join(missing)} in {self.param!r}")
+        (self.mwg, self.nwg, self.kwg, self.mdimc, self.ndimc, self.vw, self.sa,
+         self.sb) = (int(self.param[key]) for key in self.KEYS)
+
+    def unusable_reason(self, problem: Problem) -> str | None:
+        reason = super().unusable_reason(problem)
+        if reason is not None:
+            return reason
+        layout = layout_of(problem)
+        # A tile bigger than the next power of two of the product (beyond the smallest tile)
+        # only multiplies padding: a smaller registered tile covers the same work.
+        for label, tile, size, smallest in (("MWG", self.mwg, layout.m, 32),
+                                            ("NWG", self.nwg, layout.n, 32),
+                                            ("KWG", self.kwg, layout.k, 16)):
+            if tile > max(smallest, next_pow2(size)):
+                return f"{label}={tile} is larger than the product needs ({size})"
+        return None
+
+    def defines(self) -> dict[str, int]:
+        return {key.upper(): value for key, value in zip(
+            self.KEYS, (self.mwg, self.nwg, self.kwg, self.mdimc, self.ndimc, self.vw,
+                        self.sa, self.sb), strict=True)}
+
+    def work_group_size(self) -> int:
+        return self.mdimc * self.ndimc
+
+    def local_bytes(self, itemsize: int) -> int:
+        # A's rows carry one word of padding (see _kernels.GEMM)
+        return (self.sa * (self.mwg + 1) * self.kwg + self.sb * self.kwg * self.nwg) * itemsize
+
+    def padded(self, layout: MatmulLayout) -> tuple[int, int, int]:
+        """(M, N, K) rounded up to the tile."""
+        return (_round_up(layout.m, self.mwg), _round_up(layout.n, self.nwg),
+                _round_up(layout.k, self.kwg))
+
+    def _copies(self, layout: MatmulLayout) -> tuple[bool, bool, bool]:
+        """Which of A, B and C go through a padded copy."""
+        mp, np_, kp = self.padded(layout)
+        pad_m, pad_n, pad_k = mp != layout.m, np_ != layout.n, kp != layout.k
+        return pad_m or pad_k, pad_k or pad_n, pad_m or pad_n
+
+    def workspace_bytes(self, problem: Problem) -> int:
+        """Bytes of the padded copies :meth:`run` allocates: A as Mp x Kp, B as Kp x Np (once
+        per batch entry it has, one for a broadcast operand), C as Mp x Np per batch entry;
+        each only when the shape is not already a tile multiple."""
+        layout = layout_of(problem)
+        itemsize = np.dtype(problem.dtypes[0]).itemsize
+        mp, np_, kp = self.padded(layout)
+        pad_a, pad_b, pad_c = self._copies(layout)
+        strides = batch_strides(layout) or (1, 1)
+        a_batch = layout.batch if strides[0] else 1
+        b_batch = layout.batch if strides[1] else 1
+        total = (pad_a * a_batch * mp * kp + pad_b * b_batch * kp * np_
+                 + pad_c * layout.batch * mp * np_)
+        return total * itemsize
+
+    def launch(self, device, dtype, layout, a, b, c):
+        mp, np_, kp = self.padded(layout)
+        pad_a, pad_b, pad_c = self._copies(layout)
+        batch = layout.batch
+        a_bs = a[2] and mp * kp
+        b_bs = b[2] and kp * np_
+        keep = []  # padded buffers stay referenced until the kernels are enqueued
+        if pad_a:
+            a_batch = batch if a[2] else 1
+            buf = device.empty((a_batch, mp, kp), dtype)
+            keep.append(buf)
+            self._pad(device, dtype, a, layout.m, layout.k, mp, kp, a_batch, buf)
+            a = (buf.base_data, buf.offset // dtype.itemsize, a_bs)
+        if pad_b:
+            b_batch = batch if b[2] else 1
+            buf = device.empty((b_batch, kp, np_), dtype)
+            keep.append(buf)
+            self._pad(device, dtype, b, layout.k, layout.n, kp, np_, b_batch, buf)
+            b = (buf.base_data, buf.offset // dtype.itemsize, b_bs)
+        target = c
+        if pad_c:
+            cbuf = device.empty((batch, mp, np_), dtype)
+            keep.append(cbuf)
+            target = (cbuf.base_data, cbuf.offset // dtype.itemsize)
+        global_size = (np_ // self.nwg * self.ndimc, mp // self.mwg * self.mdimc, batch)
+        _enqueue(device, self.kernel(device, dtype), global_size, (self.ndimc, self.mdimc, 1),
+                 (np.int32(mp), np.int32(np_), np.int32(kp),
+                  a[0], np.int64(a[1]), np.int64(a_bs if pad_a else a[2]),
+                  b[0], np.int64(b[1]), np.int64(b_bs if pad_b else b[2]),
+                  target[0], np.int64(target[1]), np.int64(mp * np_)))
+        if pad_c:
+            _enqueue(device, self.kernel(device, dtype, "unpad_copy"),
+                     (layout.n, layout.m, batch), None,
+                     (np.int32(layout.m), np.int32(layout.n), target[0], np.int32(mp),
+                      np.int32(np_), c[0], np.int64(c[1])))
+        del keep  # pyopencl releases buffers only after the enqueued work is done
+
+    def _pad(self, device, dtype, src, rows, cols, prows, pcols, batch, dst) -> None:
+        _enqueue(device, self.kernel(device, dtype, "pad_copy"), (pcols, prows, batch), None,
+                 (np.int32(rows), np.int32(cols), src[0], np.int64(src[1]), np.int64(src[2]),
+                  np.int32(prows), np.int32(pcols), dst.base_data))

@@ -1,0 +1,60 @@
+"""Rule-of-thumb order of the OpenCL matmul algorithms for one problem.
+
+It is the order a heuristic strategy picks from, the profiling order, and what the budgeted
+search (:mod:`fastrun.tuning`) always includes in its first round ("the heuristic's first
+ones"), so its job is to put a few good configurations first without knowing the device.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastrun_algorithms.matmul._batch import MatmulLayout
+
+#: Below this many multiply-adds per batch entry, or with M or N under SMALL_SIDE, tiles and
+#: padded copies cost more than they save and the direct kernel goes first.
+SMALL_MACS = 64 ** 3
+SMALL_SIDE = 16
+#: Work-groups that keep a large GPU busy (an H100 has 132 SMs; two groups each are plenty).
+BUSY_GROUPS = 256
+
+
+def _ceil(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+def opencl_rank(layout: MatmulLayout, algorithm: Any) -> tuple[float, ...]:
+    """Sort key (smaller first) of an OpenCL matmul algorithm for ``layout``:
+
+    1. small products (fewer than ``SMALL_MACS`` multiply-adds, or M or N < ``SMALL_SIDE``):
+       ``cl_direct`` first, the configuration wasting the fewest work-items first;
+    2. ``cl_gemm``: by fit = (fraction of the padded product that is real work) x (fraction
+       of ``BUSY_GROUPS`` work-groups the tiling provides), then more outputs per work-item
+       (register reuse), wider vectors, both tiles staged, KWG 16;
+    3. ``cl_tiled`` (16 first), then ``cl_direct`` for large products;
+    4. ``cl_naive`` last.
+    """
+    m, n, k, batch = max(layout.m, 1), max(layout.n, 1), max(layout.k, 1), max(layout.batch, 1)
+    small = m * n * k < SMALL_MACS or min(m, n) < SMALL_SIDE
+    name = algorithm.desc.name
+    p = algorithm.param
+    if name == "cl_naive":
+        return (9,)
+    if name == "cl_direct":
+        gx, gy = _ceil(n, p["wn"]), _ceil(m, p["wm"])
+        used = (gx * gy) / (_ceil(gx, p["lx"]) * p["lx"] * _ceil(gy, p["ly"]) * p["ly"])
+        # for equal waste: 64-128 work-items per group, then more outputs per work-item
+        size_penalty = abs(p["lx"] * p["ly"] - 128) / 128
+        return (0 if small else 3, -round(used, 2), size_penalty, -(p["wm"] * p["wn"]))
+    if name == "cl_gemm":
+        mp, np_, kp = (_ceil(m, p["mwg"]) * p["mwg"], _ceil(n, p["nwg"]) * p["nwg"],
+                       _ceil(k, p["kwg"]) * p["kwg"])
+        coverage = (m * n * k) / (mp * np_ * kp)
+        groups = batch * (mp // p["mwg"]) * (np_ // p["nwg"])
+        fit = coverage * min(1.0, groups / BUSY_GROUPS)
+        outputs = (p["mwg"] // p["mdimc"]) * (p["nwg"] // p["ndimc"])
+        return (1 if small else 0, -round(fit, 2), -outputs, -p["vw"], -(p["sa"] + p["sb"]),
+                p["kwg"], -(p["mdimc"] * p["ndimc"]))
+    if name == "cl_tiled":
+        return (2, abs(p["ts"] - 16))
+    return (8,)

@@ -1,0 +1,317 @@
+"""The OpenCL device: selection, category, memory, program builds and event timing.
+
+pyopencl is imported inside functions only, so ``import fastrun`` stays fast and works on
+machines without pyopencl or without an OpenCL platform; those learn why only when they ask
+for an OpenCL device (:class:`OpenCLUnavailableError`).
+
+Devices are opened once per process and per (platform, device) index pair: a context, a
+profiling queue and the program cache are worth keeping across sessions, and kernels built in
+one context cannot run in another.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import re
+import threading
+import time
+from collections.abc import Callable, Sequence
+from typing import Any, TypeVar
+
+import numpy as np
+
+from fastrun import config
+from fastrun.device import Device
+
+log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+_NVIDIA_ICD_HINT = ("an NVIDIA GPU needs its ICD registered: /etc/OpenCL/vendors/nvidia.icd "
+                    "containing the path of libnvidia-opencl.so.1")
+
+
+class OpenCLUnavailableError(ValueError):
+    """No OpenCL device can be opened as asked: no pyopencl, no platform, or a bad index.
+
+    A ValueError, like any other bad device spec, so the command-line tools report it as a
+    usage error (exit 2) with this message.
+    """
+
+
+class OpenCLBuildError(RuntimeError):
+    """An OpenCL program failed to compile; :attr:`log` holds the compiler's build log."""
+
+    def __init__(self, message: str, log_text: str):
+        super().__init__(message)
+        self.log = log_text
+
+
+def _pyopencl() -> Any:
+    try:
+        import pyopencl
+    except ImportError as error:
+        raise OpenCLUnavailableError(
+            f"the OpenCL device needs pyopencl, which cannot be imported ({error}); "
+            "pip install 'pyopencl[pocl]' (PoCL gives a CPU platform), or use device 'cpu'"
+        ) from None
+    return pyopencl
+
+
+def _platform_devices(cl: Any) -> list[tuple[Any, list[Any]]]:
+    """Every platform with its devices, in the ICD loader's order (what the indices mean)."""
+    try:
+        platforms = cl.get_platforms()
+    except cl.Error:  # PLATFORM_NOT_FOUND_KHR: the ICD loader found no vendor file
+        return []
+    found = []
+    for platform in platforms:
+        try:
+            devices = platform.get_devices()
+        except cl.Error:  # DEVICE_NOT_FOUND: a platform with nothing attached
+            devices = []
+        found.append((platform, devices))
+    return found
+
+
+def _type_text(cl: Any, device: Any) -> str:
+    kinds = [name for name, flag in (("GPU", cl.device_type.GPU), ("CPU", cl.device_type.CPU),
+                                     ("accelerator", cl.device_type.ACCELERATOR))
+             if device.type & flag]
+    return "/".join(kinds) or "other"
+
+
+def describe_devices() -> list[str]:
+    """One line per OpenCL device, 'P:D name (type) on platform', for messages and
+    ``fastrun config``.  Empty when there is no platform; raises without pyopencl."""
+    cl = _pyopencl()
+    lines = []
+    for p, (platform, devices) in enumerate(_platform_devices(cl)):
+        if not devices:
+            lines.append(f"{p}:- (no devices) on {platform.name.strip()}")
+        for d, device in enumerate(devices):
+            lines.append(f"{p}:{d} {device.name.strip()} ({_type_text(cl, device)}) on "
+                         f"{platform.name.strip()}, {device.version.strip()}")
+    return lines
+
+
+def _pick(cl: Any, found: list[tuple[Any, list[Any]]],
+          indices: tuple[int, int] | None) -> tuple[int, int]:
+    """The indices to open: the requested pair if it exists, else the first GPU, else the
+    first device."""
+    if not any(devices for _, devices in found):
+        raise OpenCLUnavailableError(
+            "no OpenCL platform with a device was found: pyopencl is installed, but the ICD "
+            "loader lists no usable vendor (files in /etc/OpenCL/vendors/). pip install "
+            f"'pyopencl[pocl]' gives a CPU platform; {_NVIDIA_ICD_HINT}")
+    if indices is not None:
+        p, d = indices
+        if p < len(found) and d < len(found[p][1]):
+            return p, d
+        listing = "\n".join(f"  {line}" for line in describe_devices())
+        raise OpenCLUnavailableError(
+            f"OpenCL device {p}:{d} does not exist; available (PLATFORM:DEVICE):\n{listing}")
+    for p, (_, devices) in enumerate(found):
+        for d, device in enumerate(devices):
+            if device.type & cl.device_type.GPU:
+                return p, d
+    return next((p, 0) for p, (_, devices) in enumerate(found) if devices)
+
+
+_devices: dict[tuple[int, int], OpenCLDevice] = {}
+_devices_lock = threading.Lock()
+
+
+def open_device(indices: tuple[int, int] | None = None) -> OpenCLDevice:
+    """The OpenCL device at ``indices`` (platform, device); None: the pair
+    FASTRUN_OPENCL_DEVICE names, else the first GPU, else the first device.
+
+    Opened once per process and pair, so sessions share its context, queue and programs.
+    """
+    cl = _pyopencl()
+    if indices is None:
+        indices = config.opencl_device()
+    found = _platform_devices(cl)
+    chosen = _pick(cl, found, indices)
+    with _devices_lock:
+        device = _devices.get(chosen)
+        if device is None:
+            devices = found[chosen[0]][1]
+            device = OpenCLDevice(devices[chosen[1]], chosen[0], chosen[1])
+            _devices[chosen] = device
+        return device
+
+
+def _clean(text: str) -> str:
+    """A value fit for the category: one line, no field (';') or category ('|') separator."""
+    return re.sub(r"\s+", " ", text).strip().replace("|", "/").replace(";", ",")
+
+
+class OpenCLDevice(Device):
+    """One OpenCL device with its own context and in-order profiling queue.
+
+    Algorithms with ``device_kind = "opencl"`` take and return ``pyopencl.array.Array``
+    values (the profiler converts its inputs with :meth:`to_device`), build their kernels
+    with :meth:`build` and enqueue them on :attr:`queue`.
+    """
+
+    kind = "opencl"
+    host_memory = False
+
+    def __init__(self, cl_device: Any, platform_index: int, device_index: int):
+        cl = _pyopencl()
+        self._cl = cl
+        self.cl_device = cl_device
+        self.platform_index = platform_index
+        self.device_index = device_index
+        self.name = cl_device.name.strip()
+        try:
+            self.context = cl.Context([cl_device])
+            self.queue = cl.CommandQueue(
+                self.context, cl_device,
+                properties=cl.command_queue_properties.PROFILING_ENABLE)
+        except cl.Error as error:
+            raise OpenCLUnavailableError(
+                f"cannot open OpenCL device {self.spec} ({self.name}): {error}") from None
+        self.max_work_group_size: int = cl_device.max_work_group_size
+        self.local_mem_size: int = cl_device.local_mem_size
+        self.max_compute_units: int = cl_device.max_compute_units
+        self._category = ";".join([
+            "opencl",
+            f"platform={_clean(cl_device.platform.name)}",
+            f"device={_clean(self.name)}",
+            f"driver={_clean(cl_device.driver_version)}",
+            f"cl={_clean(cl_device.version)}",
+            f"units={self.max_compute_units}",
+        ])
+        self._programs: dict[tuple[str, tuple[str, ...], str, str], Any] = {}
+        self._kernels: dict[tuple[str, str, tuple[str, ...]], Any] = {}
+        self._build_lock = threading.Lock()
+        #: "markers" while the driver reports marker profiling times, else "host" (see
+        #: :meth:`measure`).
+        self.timer = "markers"
+
+    @property
+    def spec(self) -> str:
+        """The spec that selects this device again: 'opencl:P:D'."""
+        return f"opencl:{self.platform_index}:{self.device_index}"
+
+    @property
+    def category(self) -> str:
+        return self._category
+
+    # -- memory --------------------------------------------------------------------------------
+    def to_device(self, array: Any) -> Any:
+        """A ``pyopencl.array.Array`` on this device: a contiguous copy of a host array, or
+        a device array as it is (so converting twice costs nothing)."""
+        from pyopencl import array as cl_array
+
+        if isinstance(array, cl_array.Array):
+            return array
+        return cl_array.to_device(self.queue, np.ascontiguousarray(array))
+
+    def to_host(self, value: Any) -> np.ndarray:
+        """A numpy array from a device array (read after the queued work that writes it) or
+        from anything numpy takes."""
+        from pyopencl import array as cl_array
+
+        if isinstance(value, cl_array.Array):
+            return value.get(queue=self.queue)
+        return np.asarray(value)
+
+    def empty(self, shape: tuple[int, ...], dtype: Any) -> Any:
+        from pyopencl import array as cl_array
+
+        return cl_array.empty(self.queue, shape, dtype)
+
+    def synchronize(self) -> None:
+        self.queue.finish()
+
+    # -- programs ------------------------------------------------------------------------------
+    def build(self, source: str, options: Sequence[str] = ()) -> Any:
+        """The compiled ``pyopencl.Program`` for ``source`` and compiler ``options``.
+
+        Built once per process: the key is the source's sha256, the options, the device name
+        and the driver version, so an algorithm may call this on every run and pay a dict
+        lookup.  (pyopencl also keeps compiled binaries on disk between processes.)  A failed
+        build raises :class:`OpenCLBuildError` carrying the compiler's log.
+        """
+        cl = self._cl
+        key = (hashlib.sha256(source.encode()).hexdigest(), tuple(options), self.name,
+               self.cl_device.driver_version)
+        program = self._programs.get(key)
+        if program is not None:
+            return program
+        with self._build_lock:
+            program = self._programs.get(key)
+            if program is not None:
+                return program
+            program = cl.Program(self.context, source)
+            try:
+                program.build(options=list(options), devices=[self.cl_device])
+            except cl.Error as error:
+                try:
+                    log_text = program.get_build_info(self.cl_device,
+                                                      cl.program_build_info.LOG).strip()
+                except cl.Error:
+                    log_text = ""
+                log_text = log_text or str(error)
+                first_line = source.strip().splitlines()[0] if source.strip() else "(empty)"
+                raise OpenCLBuildError(
+                    f"OpenCL program failed to build on {self.name} (options: "
+                    f"{' '.join(options) or 'none'}; source begins {first_line[:60]!r}); "
+                    f"build log:\n{log_text}", log_text) from None
+            self._programs[key] = program
+            return program
+
+    def kernel(self, source: str, name: str, options: Sequence[str] = ()) -> Any:
+        """The ``pyopencl.Kernel`` ``name`` of :meth:`build`'s program, created once.
+
+        ``program.name`` makes a new kernel object on every access (pyopencl warns about the
+        cost), so an algorithm that launches on every run should take its kernel from here.
+        A kernel object holds its arguments until launch: threads that share a device must
+        not launch the same kernel at once.
+        """
+        key = (source, name, tuple(options))
+        kernel = self._kernels.get(key)
+        if kernel is None:
+            kernel = self._cl.Kernel(self.build(source, options), name)
+            self._kernels[key] = kernel
+        return kernel
+
+    # -- timing --------------------------------------------------------------------------------
+    def measure(self, function: Callable[[], T]) -> tuple[int, T]:
+        """Run ``function`` (which enqueues work on :attr:`queue`) and return (device
+        nanoseconds, its value).
+
+        A marker is enqueued before and after the call; the time is from the start of the
+        first to the end of the last, so an algorithm that launches several kernels (or
+        copies) is timed as a whole, including the gaps between its launches, and the host's
+        Python overhead only where the device waited for it.  Drivers that report no
+        profiling times for markers fall back (logged once) to the host clock around the call
+        and a ``finish``; so does a call whose marker times come back non-positive.
+        """
+        cl = self._cl
+        if self.timer != "markers":
+            return super().measure(function)
+        host_start = time.perf_counter_ns()
+        first = cl.enqueue_marker(self.queue)
+        value = function()
+        last = cl.enqueue_marker(self.queue)
+        last.wait()
+        host_ns = time.perf_counter_ns() - host_start
+        try:
+            elapsed = last.profile.end - first.profile.start
+        except cl.Error as error:
+            log.warning("%s reports no profiling times for markers (%s); timing with the host "
+                        "clock from now on", self.name, error)
+            self.timer = "host"
+            return host_ns, value
+        return (elapsed if elapsed > 0 else host_ns), value
+
+    def __str__(self) -> str:
+        return f"{self.spec} ({self.name})"
+
+    def __repr__(self) -> str:
+        return f"<OpenCLDevice {self} units={self.max_compute_units}>"

@@ -1,0 +1,232 @@
+"""The OpenCL matmul algorithms on the OpenCL device here (PoCL on the CPU in CI): every family
+and a seeded sample of ``cl_gemm`` configurations against the reference, their usability and
+workspace claims, and a fast-run search that picks a configuration, caches it under the OpenCL
+category and times no more than the tuning budget fully.
+
+PoCL compiles each configuration on first use (about a second each on 2 cores), so the
+configurations are sampled, not all run; pyopencl and PoCL keep the binaries on disk, so
+later runs are faster.
+"""
+
+from __future__ import annotations
+
+import random
+
+import numpy as np
+import pytest
+
+import fastrun
+from fastrun.cache import InMemoryCache
+from fastrun.operator import Problem
+from fastrun.registry import Registry
+from fastrun_algorithms import matmul
+from fastrun_algorithms.matmul.opencl import (
+    DirectCLMatmul,
+    GemmCLMatmul,
+    TiledCLMatmul,
+    opencl_algorithms,
+)
+from fastrun_algorithms.matmul.opencl.space import gemm_configurations
+
+
+def _open_device():
+    try:
+        from fastrun.opencl import OpenCLUnavailableError, open_device
+    except ImportError as error:  # pragma: no cover - the device layer ships with fastrun
+        pytest.skip(f"fastrun.opencl cannot be imported: {error}")
+    try:
+        return open_device()
+    except OpenCLUnavailableError as error:
+        pytest.skip(f"no OpenCL device here: {error}")
+
+
+@pytest.fixture(scope="module")
+def device():
+    return _open_device()
+
+
+class Ctx:
+    """The RunContext an OpenCL algorithm needs: the device."""
+
+    def __init__(self, device):
+        self.device = device
+
+    def call(self, problem, *inputs):  # pragma: no cover - no OpenCL matmul has sub-problems
+        raise AssertionError("OpenCL matmul declares no sub-problems")
+
+
+REGISTRY = Registry(load_plugins=False)
+matmul.register(REGISTRY)
+OPERATOR = REGISTRY.operator("matmul")
+OPENCL = [a for a in REGISTRY.algorithms("matmul") if a.device_kind == "opencl"]
+GEMM = [a for a in OPENCL if a.desc.name == "cl_gemm"]
+
+#: (A shape, B shape): odd sizes that pad every dimension, a tile multiple, a batch with a
+#: broadcast operand, and 1-D operands
+ODD = ((37, 29), (29, 45))
+MULTIPLE = ((64, 32), (32, 128))
+BATCHED = ((3, 33, 17), (17, 70))
+VECTOR = ((70,), (70, 5))
+
+
+def check(device, algorithm, a_shape, b_shape, dtype="float32", seed=0):
+    problem = Problem.create("matmul", [a_shape, b_shape], [dtype, dtype])
+    OPERATOR.validate(problem)
+    assert algorithm.usable(problem), algorithm.unusable_reason(problem)
+    rng = np.random.default_rng(seed)
+    inputs = OPERATOR.random_inputs(problem, rng)
+    output = algorithm.run(problem, [device.to_device(x) for x in inputs], Ctx(device))
+    host = device.to_host(output)
+    assert host.shape == OPERATOR.output_shape(problem)
+    assert host.dtype == np.dtype(dtype)
+    error = OPERATOR.error(problem, host, OPERATOR.reference(problem, inputs))
+    assert error <= OPERATOR.tolerance(problem), f"{algorithm.desc.text} on {problem}: {error}"
+
+
+def test_registered_space_is_bounded_and_unique():
+    texts = [a.desc.text for a in OPENCL]
+    assert len(texts) == len(set(texts))
+    assert len(GEMM) == len(gemm_configurations())
+    assert 100 <= len(GEMM) <= 300 and len(OPENCL) <= 400
+    # identity carries every parameter, e.g. the configuration the issue names
+    assert ("cl_gemm(kwg=16,mdimc=16,mwg=64,ndimc=16,nwg=64,sa=1,sb=1,vw=4)"
+            in texts)
+    assert [a.desc.text for a in opencl_algorithms()] == texts
+
+
+FAMILIES = [a for a in OPENCL if a.desc.name in ("cl_naive", "cl_tiled")] + [
+    DirectCLMatmul({"wm": 1, "wn": 4, "lx": 8, "ly": 1}),
+    DirectCLMatmul({"wm": 4, "wn": 4, "lx": 8, "ly": 4}),
+    DirectCLMatmul({"wm": 1, "wn": 4, "lx": 16, "ly": 2}),
+]
+
+
+@pytest.mark.parametrize("algorithm", FAMILIES, ids=lambda a: a.desc.text)
+@pytest.mark.parametrize("shapes", [ODD, BATCHED, VECTOR], ids=["odd", "batched", "vector"])
+def test_naive_tiled_and_direct_match_the_reference(device, algorithm, shapes):
+    problem = Problem.create("matmul", list(shapes), ["float32"] * 2)
+    if not algorithm.usable(problem):
+        pytest.skip(algorithm.unusable_reason(problem))
+    check(device, algorithm, *shapes)
+
+
+GEMM_SAMPLE = random.Random(2024).sample(GEMM, 20)
+
+
+@pytest.mark.parametrize("algorithm", GEMM_SAMPLE, ids=lambda a: a.desc.text)
+def test_gemm_sample_matches_the_reference_padded_and_unpadded(device, algorithm):
+    m, n, k = algorithm.mwg, algorithm.nwg, algorithm.kwg
+    # Just over one tile in every dimension: every operand is padded, and edge tiles are
+    # mostly padding.
+    check(device, algorithm, (m + 5, k + 7), (k + 7, n + 3))
+    check(device, algorithm, (2, m, 2 * k), (2, 2 * k, n), seed=1)  # tile multiple, batched
+
+
+def test_float64_and_broadcast_batches(device):
+    if "cl_khr_fp64" not in device.cl_device.extensions:
+        pytest.skip(f"{device.name} has no float64")
+    gemm = GemmCLMatmul({"mwg": 32, "nwg": 32, "kwg": 16, "mdimc": 8, "ndimc": 8, "vw": 2,
+                         "sa": 1, "sb": 1})
+    check(device, gemm, (33, 20), (2, 20, 7), dtype="float64")
+    check(device, TiledCLMatmul({"ts": 8}), (2, 9, 20), (20, 7), dtype="float64")
+
+
+def test_empty_products(device):
+    gemm = GEMM_SAMPLE[0]
+    for a_shape, b_shape in (((0, 5), (5, 3)), ((4, 0), (0, 3))):
+        problem = Problem.create("matmul", [a_shape, b_shape], ["float32"] * 2)
+        inputs = [np.ones(a_shape, np.float32), np.ones(b_shape, np.float32)]
+        out = device.to_host(gemm.run(problem, [device.to_device(x) for x in inputs],
+                                      Ctx(device)))
+        np.testing.assert_array_equal(out, np.matmul(*inputs))
+
+
+def test_usability_reasons():
+    partial = Problem.create("matmul", [(2, 1, 4, 5), (1, 3, 5, 6)], ["float32"] * 2)
+    assert "broadcast partly" in GEMM[0].unusable_reason(partial)
+    tiny = Problem.create("matmul", [(3, 5), (5, 4)], ["float32"] * 2)
+    big = GemmCLMatmul({"mwg": 128, "nwg": 64, "kwg": 16, "mdimc": 16, "ndimc": 16, "vw": 4,
+                        "sa": 1, "sb": 1})
+    assert big.unusable_reason(tiny) == "MWG=128 is larger than the product needs (3)"
+    wide = DirectCLMatmul({"wm": 1, "wn": 4, "lx": 64, "ly": 1})
+    assert "local size 64 along N" in wide.unusable_reason(tiny)
+    # every problem keeps at least one configuration of each family
+    for algorithm in (DirectCLMatmul({"wm": 4, "wn": 4, "lx": 8, "ly": 1}),
+                      GemmCLMatmul({"mwg": 32, "nwg": 32, "kwg": 16, "mdimc": 8, "ndimc": 8,
+                                    "vw": 1, "sa": 1, "sb": 1})):
+        assert algorithm.usable(tiny)
+
+
+def test_device_limits_are_checked_before_running():
+    class SmallDevice:
+        name = "small"
+        max_work_group_size = 256
+        local_mem_size = 8 * 1024
+
+        class cl_device:  # mimics pyopencl's attribute
+            extensions = "cl_khr_global_int32_base_atomics"
+
+    problem = Problem.create("matmul", [(64, 64), (64, 64)], ["float32"] * 2)
+    assert "over the device's maximum of 256" in TiledCLMatmul({"ts": 32}) \
+        .device_unusable_reason(SmallDevice, problem)
+    staged = GemmCLMatmul({"mwg": 128, "nwg": 128, "kwg": 16, "mdimc": 16, "ndimc": 16,
+                           "vw": 4, "sa": 1, "sb": 1})
+    assert staged.device_unusable_reason(SmallDevice, problem) == (
+        "needs 16448 B of local memory, over the device's 8192 B")
+    double = Problem.create("matmul", [(4, 4), (4, 4)], ["float64"] * 2)
+    assert "float64" in TiledCLMatmul({"ts": 8}).device_unusable_reason(SmallDevice, double)
+
+
+def test_workspace_counts_the_padded_copies():
+    gemm = GemmCLMatmul({"mwg": 64, "nwg": 32, "kwg": 16, "mdimc": 16, "ndimc": 8, "vw": 1,
+                         "sa": 1, "sb": 1})
+    aligned = Problem.create("matmul", [(128, 32), (32, 64)], ["float32"] * 2)
+    assert gemm.workspace_bytes(aligned) == 0
+    # M odd: A and C padded (64 x 32 and 64 x 64 per batch entry), B (broadcast) untouched
+    odd_m = Problem.create("matmul", [(3, 50, 32), (32, 64)], ["float32"] * 2)
+    assert gemm.workspace_bytes(odd_m) == 4 * (3 * 64 * 32 + 3 * 64 * 64)
+    # K odd: A and B padded, C not
+    odd_k = Problem.create("matmul", [(64, 20), (20, 32)], ["float32"] * 2)
+    assert gemm.workspace_bytes(odd_k) == 4 * (64 * 32 + 32 * 32)
+
+
+def test_heuristic_puts_direct_first_for_small_and_big_register_tiles_for_large():
+    small = Problem.create("matmul", [(5, 7), (7, 3)], ["float32"] * 2)
+    usable = [a for a in OPENCL if a.usable(small)]
+    assert OPERATOR.heuristic_order(small, usable)[0].desc.name == "cl_direct"
+    large = Problem.create("matmul", [(2048, 2048), (2048, 2048)], ["float32"] * 2)
+    order = OPERATOR.heuristic_order(large, [a for a in OPENCL if a.usable(large)])
+    first = order[0].param
+    assert order[0].desc.name == "cl_gemm" and order[-1].desc.name == "cl_naive"
+    assert (first["mwg"] // first["mdimc"]) * (first["nwg"] // first["ndimc"]) == 64
+    assert first["vw"] == 4 and first["sa"] == first["sb"] == 1
+
+
+def test_fast_run_search_picks_a_checked_configuration_and_caches_it(device):
+    cache = InMemoryCache()
+    options = {"cache": cache, "strategy": "fast-run", "budget_s": 0.002, "progress": False,
+               "tuning_budget": 3, "device": device}
+    with fastrun.session(**options) as session:
+        rng = np.random.default_rng(0)
+        a = rng.standard_normal((20, 24)).astype(np.float32)
+        b = rng.standard_normal((24, 36)).astype(np.float32)
+        out = device.to_host(fastrun.call("matmul", a, b))
+        np.testing.assert_allclose(out, a @ b, rtol=1e-4, atol=1e-4)
+        (decision,) = session.chooser.decisions()
+    assert decision.source == "profiled"
+    assert decision.algorithm.device_kind == "opencl"
+    assert decision.algorithm.desc.name != "cl_naive"  # NAIVE: not a fast-run candidate
+    # the budget: at most 3 timed fully (and each checked against the reference)
+    assert 1 <= len(decision.entries) <= 3
+    assert all(entry.error is not None and entry.error <= 1e-3 for entry in decision.entries)
+    reasons = list(decision.excluded.values())
+    assert any(r.startswith("dropped by successive halving after") for r in reasons)
+    assert any(r.startswith("not in the budgeted search's sample") for r in reasons)
+    assert any(r == "runs on cpu devices" for r in reasons)
+    # cached under the OpenCL device's category; a second session only looks it up
+    ((category, _, entries),) = list(cache)
+    assert category.startswith("opencl;") and "|matmul@" in category
+    assert entries[0].algorithm == decision.algorithm.desc.text
+    with fastrun.session(**options) as again:
+        repeat = again.decide(again.problem("matmul", [(20, 24), (24, 36)], ["float32"] * 2))
+    assert repeat.source == "cache" and repeat.algorithm.desc == decision.algorithm.desc
