@@ -62,7 +62,8 @@ def oracle(session, problem, inputs, sample_s: float, rounds: int) -> dict[str, 
     chooser = session.chooser
     functions = {}
     for algorithm in session.registry.algorithms("conv"):
-        if not algorithm.usable(problem) or algorithm.attributes & AlgoAttribute.NAIVE:
+        if (algorithm.device_kind != session.device.kind or not algorithm.usable(problem)
+                or algorithm.attributes & AlgoAttribute.NAIVE):
             continue
         try:
             for sub in algorithm.sub_problems(problem):

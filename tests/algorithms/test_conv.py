@@ -26,7 +26,7 @@ def _registry() -> Registry:
 
 
 REGISTRY = _registry()
-ALGORITHMS = REGISTRY.algorithms("conv")
+ALGORITHMS = [a for a in REGISTRY.algorithms("conv") if a.device_kind == "cpu"]
 
 
 def _onnx_conv_cases():

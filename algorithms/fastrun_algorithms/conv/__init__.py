@@ -1,18 +1,28 @@
-"""The conv operator and its CPU algorithms."""
+"""The conv operator, its CPU algorithms and (where pyopencl is installed) its OpenCL ones."""
 
 from __future__ import annotations
+
+import importlib.util
 
 from fastrun_algorithms.conv.operator import ConvOperator
 
 
 def register(registry) -> None:
-    """Add the conv operator and every conv algorithm (naive last in registration order)."""
+    """Add the conv operator and every conv algorithm: the CPU ones (naive last), then the
+    OpenCL ones where pyopencl is installed."""
     from fastrun_algorithms.conv import conv1x1, depthwise, direct, im2col, naive, winograd
 
     registry.register_operator(ConvOperator())
     for module in (direct, depthwise, im2col, conv1x1, winograd, naive):
         for algorithm in module.algorithms():
             registry.register_algorithm(algorithm)
+    # Checked without importing pyopencl (slow, and it may fail on machines without OpenCL);
+    # the OpenCL algorithms are candidates only on an OpenCL device, so CPU searches and the
+    # CPU cache category are unchanged by them.
+    if importlib.util.find_spec("pyopencl") is not None:
+        from fastrun_algorithms.conv import opencl
+
+        opencl.register(registry)
 
 
 __all__ = ["ConvOperator", "register"]

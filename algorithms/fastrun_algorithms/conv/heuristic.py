@@ -29,7 +29,12 @@ WINOGRAD_F4_MIN_PIXELS = 256
 DIRECT_MAX_CHANNELS = 4
 
 
-def _rank(geo: ConvGeometry, algorithm: Algorithm) -> tuple[int, int]:
+def _rank(geo: ConvGeometry, algorithm: Algorithm) -> tuple[float, ...]:
+    if algorithm.device_kind == "opencl":
+        # Only ever candidates on an OpenCL device, where they are all the candidates there are.
+        from fastrun_algorithms.conv.opencl.heuristic import opencl_rank
+
+        return (7, *opencl_rank(geo, algorithm))
     name = algorithm.desc.name
     if name == "naive":
         return (9, 0)

@@ -1,0 +1,447 @@
+"""OpenCL conv algorithms: ``cl_direct``, ``cl_depthwise``, ``cl_im2col`` and ``cl_conv1x1``.
+
+They run on an OpenCL device (``device_kind = "opencl"``): X, W and the optional bias are
+``pyopencl.array.Array`` values on ``ctx.device`` and the output is one too.  pyopencl is
+imported only inside :meth:`run`, so registering them costs nothing on machines without
+OpenCL.  Every algorithm applies the fused epilogue (bias, relu / clip) where it writes the
+output: the direct kernels in their store, the GEMM-based ones in one small kernel over the
+product (in place when the product is the output).
+
+``cl_im2col`` and ``cl_conv1x1`` hand their products to matmul sub-problems through
+``ctx.call``, so on an OpenCL session the OpenCL matmul search picks (and caches) the GEMM
+configuration for each product shape, and the execution policy shows it as a child.
+
+None of them preprocesses weights (no ``preprocess``): with weight preprocessing on, the
+framework hands them ``prepared=None`` and they read W as it is, which is all they need.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from fastrun.algorithm import Algorithm, RunContext
+from fastrun.attribute import AlgoAttribute
+from fastrun.operator import Problem
+from fastrun_algorithms.conv._gemm_common import matmul_problem
+from fastrun_algorithms.conv.epilogue import activation_code
+from fastrun_algorithms.conv.geometry import ConvGeometry, geometry
+from fastrun_algorithms.conv.opencl import _kernels
+
+#: Taps (R x S) up to which ``cl_depthwise`` unrolls its kernel window with the weights in
+#: registers; larger windows (rare in depthwise layers) are left to ``cl_direct``.
+DEPTHWISE_MAX_TAPS = 64
+#: The smallest local size registered: always allowed, so every problem keeps a configuration.
+SMALLEST_LOCAL = 32
+
+
+def next_pow2(value: int) -> int:
+    """The smallest power of two >= value (1 for 0 and 1)."""
+    return 1 << max(0, int(value) - 1).bit_length()
+
+
+def _ceil(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+def _round_up(value: int, multiple: int) -> int:
+    return _ceil(value, multiple) * multiple
+
+
+def _buffer(x: Any, which: str) -> tuple[Any, np.int64]:
+    """(buffer, element offset) of a contiguous device array, as the kernels take them."""
+    if not x.flags.c_contiguous:
+        raise ValueError(f"OpenCL conv needs a contiguous {which}; got strides {x.strides}")
+    return x.base_data, np.int64(x.offset // x.dtype.itemsize)
+
+
+def _enqueue(device: Any, kernel: Any, global_size: tuple[int, ...],
+             local_size: tuple[int, ...] | None, args: Sequence[Any]) -> None:
+    import pyopencl as cl
+
+    kernel.set_args(*args)
+    cl.enqueue_nd_range_kernel(device.queue, kernel, global_size, local_size)
+
+
+def _epilogue_args(geo: ConvGeometry, dtype: np.dtype, inputs: Sequence[Any],
+                   dummy: Any) -> tuple[tuple[Any, ...], tuple[Any, ...]]:
+    """((bias buffer, offset, has_bias), (act, lo, hi)) kernel arguments.
+
+    Without a bias the kernels never read the bias argument, but OpenCL needs a buffer there:
+    ``dummy`` (the output's buffer) stands in, so no call allocates a placeholder.
+    """
+    if geo.has_bias:
+        buf, off = _buffer(inputs[2], "bias")
+        bias = (buf, off, np.int32(1))
+    else:
+        bias = (dummy, np.int64(0), np.int32(0))
+    real = dtype.type
+    act = (np.int32(activation_code(geo)), real(geo.clip_min), real(geo.clip_max))
+    return bias, act
+
+
+def _has_epilogue(geo: ConvGeometry) -> bool:
+    return geo.has_bias or geo.activation != "none"
+
+
+class OpenCLConv(Algorithm):
+    """What every OpenCL conv algorithm shares: device checks, build options and kernels.
+
+    REPRODUCIBLE: every kernel sums in a fixed order without atomics; the GEMM-based ones are
+    as reproducible as the OpenCL matmul chosen for their sub-problem (all of which are).
+    """
+
+    operator = "conv"
+    device_kind = "opencl"
+    attributes = AlgoAttribute.REPRODUCIBLE
+    source: str = ""
+
+    def work_group_size(self) -> int:
+        """Work-items per work-group this configuration launches (0: driver's choice)."""
+        return 0
+
+    def device_unusable_reason(self, device: Any, problem: Problem) -> str | None:
+        """float64 needs ``cl_khr_fp64``; the local size must fit the device."""
+        if geometry(problem).itemsize == 8 and "cl_khr_fp64" not in device.cl_device.extensions:
+            return f"{device.name} does not support float64 (no cl_khr_fp64)"
+        size = self.work_group_size()
+        if size > device.max_work_group_size:
+            return (f"work-group of {size} work-items, over the device's maximum of "
+                    f"{device.max_work_group_size}")
+        return None
+
+    def defines(self, geo: ConvGeometry) -> dict[str, int]:
+        """This configuration's compile-time constants (``-D`` options) for ``geo``."""
+        return {}
+
+    def kernel(self, device: Any, geo: ConvGeometry, name: str) -> Any:
+        """The kernel ``name`` built for ``geo``'s dtype and this configuration (built and
+        created once per process by the device)."""
+        defines = {"REAL_DOUBLE": int(geo.itemsize == 8), **self.defines(geo)}
+        options = [f"-D{key}={value}" for key, value in sorted(defines.items())]
+        return device.kernel(self.source, name, options)
+
+
+class _LocalSized(OpenCLConv):
+    """A direct kernel with an explicit 1-D local size ``l`` along the output pixels.
+
+    Only local sizes that fit the problem's work along that dimension are usable (as the
+    OpenCL matmul's ``cl_direct`` does), so a 7x7 output is not timed with 128-wide groups
+    that would idle most of their work-items; the smallest one is always usable.
+    """
+
+    attributes = OpenCLConv.attributes | AlgoAttribute.USABLE_DEPEND_ON_SHAPE
+
+    def __init__(self, param: dict[str, Any] | None = None):
+        super().__init__(param)
+        self.local = int(self.param["l"])
+
+    def work_group_size(self) -> int:
+        return self.local
+
+    def pixel_work(self, geo: ConvGeometry) -> int:
+        """Work-items per (image, channel block) along dimension 0."""
+        raise NotImplementedError
+
+    def unusable_reason(self, problem: Problem) -> str | None:
+        work = self.pixel_work(geometry(problem))
+        if self.local > max(SMALLEST_LOCAL, next_pow2(work)):
+            return (f"local size {self.local} exceeds the {work} work-items per output plane "
+                    f"the problem needs")
+        return None
+
+
+class DirectCLConv(_LocalSized):
+    """Direct convolution for every parameter set: ``ko`` output channels of one group per
+    work-item at one output pixel, ``l`` work-items per group along the pixels.
+
+    No workspace, no sub-problem.  Each input value a work-item loads serves its ``ko``
+    channels; more channels per work-item mean fewer input reads but fewer work-items (and
+    idle accumulators when ``ko`` does not divide the group's channels).
+    """
+
+    name = "cl_direct"
+    source = _kernels.DIRECT
+
+    def __init__(self, param: dict[str, Any] | None = None):
+        super().__init__(param)
+        self.ko = int(self.param["ko"])
+
+    def pixel_work(self, geo: ConvGeometry) -> int:
+        return geo.oh * geo.ow
+
+    def unusable_reason(self, problem: Problem) -> str | None:
+        geo = geometry(problem)
+        if self.ko > 1 and self.ko > next_pow2(geo.kg):
+            return (f"{self.ko} output channels per work-item, but a group has only {geo.kg} "
+                    f"(a smaller ko does the same work with fewer idle accumulators)")
+        return super().unusable_reason(problem)
+
+    def defines(self, geo: ConvGeometry) -> dict[str, int]:
+        return {"KO": self.ko}
+
+    def run(self, problem: Problem, inputs: Sequence[Any], ctx: RunContext,
+            prepared: Any = None) -> Any:
+        geo = geometry(problem)
+        device, dtype = ctx.device, np.dtype(geo.dtype)
+        out = device.empty((geo.n, geo.k, geo.oh, geo.ow), dtype)
+        x_buf, x_off = _buffer(inputs[0], "X")
+        w_buf, w_off = _buffer(inputs[1], "W")
+        bias, act = _epilogue_args(geo, dtype, inputs, out.base_data)
+        kblocks = _ceil(geo.kg, self.ko)
+        ints = [geo.c, geo.h, geo.w, geo.k, geo.r, geo.s, geo.oh, geo.ow, geo.stride_h,
+                geo.stride_w, geo.dil_h, geo.dil_w, geo.pad_top, geo.pad_left, geo.cg, geo.kg,
+                kblocks]
+        _enqueue(device, self.kernel(device, geo, "conv_direct"),
+                 (_round_up(geo.oh * geo.ow, self.local), geo.group * kblocks, geo.n),
+                 (self.local, 1, 1),
+                 [*map(np.int32, ints), x_buf, x_off, w_buf, w_off, *bias, out.base_data,
+                  np.int64(0), *act])
+        return out.reshape(geo.out_shape)
+
+
+class DepthwiseCLConv(_LocalSized):
+    """Depthwise convolution (group == C; a channel multiplier K/C > 1 is allowed): ``px``
+    neighbouring outputs of one row per work-item, the kernel window unrolled at compile time
+    (one program per window size) with its weights in registers.
+
+    Depthwise layers do few multiply-adds per value moved, so the win over ``cl_direct`` is in
+    the unrolled taps and in reusing each loaded row segment for ``px`` outputs.
+    """
+
+    name = "cl_depthwise"
+    source = _kernels.DEPTHWISE
+
+    def __init__(self, param: dict[str, Any] | None = None):
+        super().__init__(param)
+        self.px = int(self.param["px"])
+
+    def pixel_work(self, geo: ConvGeometry) -> int:
+        return geo.oh * _ceil(geo.ow, self.px)
+
+    def unusable_reason(self, problem: Problem) -> str | None:
+        geo = geometry(problem)
+        if not geo.is_depthwise:
+            return (f"cl_depthwise needs group == C with one input channel per group; got "
+                    f"group={geo.group}, C={geo.c}")
+        if geo.r * geo.s > DEPTHWISE_MAX_TAPS:
+            return (f"a {geo.r}x{geo.s} window is over the {DEPTHWISE_MAX_TAPS} taps "
+                    f"cl_depthwise unrolls")
+        if self.px > 1 and self.px > next_pow2(geo.ow):
+            return f"{self.px} outputs per work-item along a row of {geo.ow}"
+        return super().unusable_reason(problem)
+
+    def defines(self, geo: ConvGeometry) -> dict[str, int]:
+        return {"PX": self.px, "KR": geo.r, "KS": geo.s}
+
+    def run(self, problem: Problem, inputs: Sequence[Any], ctx: RunContext,
+            prepared: Any = None) -> Any:
+        geo = geometry(problem)
+        device, dtype = ctx.device, np.dtype(geo.dtype)
+        out = device.empty((geo.n, geo.k, geo.oh, geo.ow), dtype)
+        x_buf, x_off = _buffer(inputs[0], "X")
+        w_buf, w_off = _buffer(inputs[1], "W")
+        bias, act = _epilogue_args(geo, dtype, inputs, out.base_data)
+        ints = [geo.c, geo.h, geo.w, geo.k, geo.oh, geo.ow, geo.stride_h, geo.stride_w,
+                geo.dil_h, geo.dil_w, geo.pad_top, geo.pad_left, geo.kg]
+        _enqueue(device, self.kernel(device, geo, "conv_depthwise"),
+                 (_round_up(self.pixel_work(geo), self.local), geo.n * geo.k),
+                 (self.local, 1),
+                 [*map(np.int32, ints), x_buf, x_off, w_buf, w_off, *bias, out.base_data,
+                  np.int64(0), *act])
+        return out.reshape(geo.out_shape)
+
+
+class _GemmCLConv(OpenCLConv):
+    """A conv computed by OpenCL matmul sub-problems plus the epilogue kernel.
+
+    One product covers every image when the OpenCL matmul can batch it: with one group the
+    weights (K, rows) are broadcast over the images' (N, rows, pixels) operand, and the
+    (N, K, pixels) product *is* the NCHW output, finished by the epilogue in place.  With
+    groups the weights are (G, K/G, rows) and the images' operand would be (N, G, rows,
+    pixels): a partial broadcast the OpenCL matmul refuses, so then each image gets its own
+    product, which the epilogue kernel writes into the image's slot of the output.
+    """
+
+    source = _kernels.GEMM_HELPERS
+
+    @staticmethod
+    def batched(geo: ConvGeometry) -> bool:
+        """Whether one product covers all images."""
+        return geo.group == 1 or geo.n == 1
+
+    def sub_problems(self, problem: Problem) -> Sequence[Problem]:
+        geo = geometry(problem)
+        return [_product(problem)] * (1 if self.batched(geo) else geo.n)
+
+    def product_bytes(self, geo: ConvGeometry) -> int:
+        """The per-image product held until the epilogue has copied it into the output (none
+        when the product is the output)."""
+        return 0 if self.batched(geo) else geo.k * geo.oh * geo.ow * geo.itemsize
+
+    def epilogue(self, device: Any, geo: ConvGeometry, inputs: Sequence[Any], product: Any,
+                 out: Any, out_offset: int, images: int) -> None:
+        """Enqueue ``out = act(product + bias)`` for ``images`` images starting at element
+        ``out_offset`` of ``out`` (in place when ``product`` is ``out``)."""
+        dtype = np.dtype(geo.dtype)
+        p_buf, p_off = _buffer(product, "product")
+        o_buf, o_off = _buffer(out, "output")
+        bias, act = _epilogue_args(geo, dtype, inputs, o_buf)
+        pixels = geo.oh * geo.ow
+        _enqueue(device, self.kernel(device, geo, "epilogue"), (pixels, geo.k, images), None,
+                 [np.int32(geo.k), np.int32(pixels), p_buf, p_off, *bias, o_buf,
+                  np.int64(o_off + out_offset), *act])
+
+    def multiply(self, device: Any, geo: ConvGeometry, problem: Problem, ctx: RunContext,
+                 inputs: Sequence[Any], right: Any, image: int | None, out: Any) -> Any:
+        """The product of the weights and ``right`` through the sub-problem; with ``image``
+        (per-image mode) written through the epilogue into that image's slot of ``out``,
+        else returned as the output with the epilogue applied in place."""
+        a_shape, b_shape = _shapes(geo)
+        result = ctx.call(_product(problem), inputs[1].reshape(a_shape),
+                          right.reshape(b_shape))
+        if image is None:
+            if _has_epilogue(geo):
+                self.epilogue(device, geo, inputs, result, result, 0, geo.n)
+            return result
+        self.epilogue(device, geo, inputs, result, out, image * geo.k * geo.oh * geo.ow, 1)
+        return out
+
+
+def _shapes(geo: ConvGeometry) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """Operand shapes of a product: the weights, and one image's (or all images') right
+    operand, dimensions of size one left out (a plain 2-D or a broadcast batched product in
+    the common cases).  The depth is C/group*R*S for both algorithms: the unfolded rows for
+    im2col, the input channels for a 1x1 kernel."""
+    rows, pixels = geo.cg * geo.r * geo.s, geo.oh * geo.ow
+    if geo.group > 1:
+        return (geo.group, geo.kg, rows), (geo.group, rows, pixels)
+    if geo.n > 1:
+        return (geo.k, rows), (geo.n, rows, pixels)
+    return (geo.k, rows), (rows, pixels)
+
+
+@functools.lru_cache(maxsize=1024)
+def _product(problem: Problem) -> Problem:
+    geo = geometry(problem)
+    a_shape, b_shape = _shapes(geo)
+    return matmul_problem(a_shape, b_shape, geo.dtype)
+
+
+class Im2colCLConv(_GemmCLConv):
+    """Unfold kernel + matmul sub-problem + epilogue kernel; usable for every parameter set.
+
+    The unfold writes ``cols`` as (C*R*S, OH*OW) per image (rows = channel and tap, columns
+    = output pixels), so ``W (K, C*R*S) @ cols`` is the image's NCHW output with no
+    transpose.  One group: every image is unfolded by one launch and multiplied by one
+    broadcast batched product.  Groups with several images: one image at a time, reusing one
+    ``cols`` buffer (the in-order queue orders the reuse).
+    """
+
+    name = "cl_im2col"
+
+    def workspace_bytes(self, problem: Problem) -> int:
+        """``cols`` (for all images when batched, one image otherwise) plus, per image, the
+        product held until the epilogue copies it into the output."""
+        geo = geometry(problem)
+        images = geo.n if self.batched(geo) else 1
+        cols = images * geo.c * geo.r * geo.s * geo.oh * geo.ow * geo.itemsize
+        return cols + self.product_bytes(geo)
+
+    def run(self, problem: Problem, inputs: Sequence[Any], ctx: RunContext,
+            prepared: Any = None) -> Any:
+        geo = geometry(problem)
+        device, dtype = ctx.device, np.dtype(geo.dtype)
+        batched = self.batched(geo)
+        images = geo.n if batched else 1
+        pixels, rows = geo.oh * geo.ow, geo.c * geo.r * geo.s
+        cols = device.empty((images, rows, pixels), dtype)
+        x_buf, x_off = _buffer(inputs[0], "X")
+        c_buf, c_off = _buffer(cols, "cols")
+        unfold = self.kernel(device, geo, "unfold")
+        ints = [geo.c, geo.h, geo.w, geo.r, geo.s, geo.oh, geo.ow, geo.stride_h, geo.stride_w,
+                geo.dil_h, geo.dil_w, geo.pad_top, geo.pad_left]
+        image_elements = geo.c * geo.h * geo.w
+
+        def unfold_images(first: int) -> None:
+            _enqueue(device, unfold, (pixels, rows, images), None,
+                     [*map(np.int32, ints), x_buf, np.int64(x_off + first * image_elements),
+                      c_buf, c_off])
+
+        if batched:
+            unfold_images(0)
+            out = self.multiply(device, geo, problem, ctx, inputs, cols, None, None)
+        else:
+            out = device.empty((geo.n, geo.k, geo.oh, geo.ow), dtype)
+            for n in range(geo.n):
+                unfold_images(n)
+                self.multiply(device, geo, problem, ctx, inputs, cols, n, out)
+        return out.reshape(geo.out_shape)
+
+
+class Conv1x1CLConv(_GemmCLConv):
+    """1x1 stride-1 unpadded convs as matmul sub-problems with no unfold: image ``n`` viewed
+    as (C, H*W) is the right operand where it lies, ``W (K, C) @ X`` its NCHW output.
+
+    One group: all images in one broadcast batched product, which is the output (no
+    workspace).  Groups with several images: one product per image, held until the epilogue
+    copies it into the output.  Strided or padded 1x1 convs need a gather first: they are
+    ``cl_im2col``'s (whose unfold of a 1x1 kernel is exactly that gather).
+    """
+
+    name = "cl_conv1x1"
+
+    def unusable_reason(self, problem: Problem) -> str | None:
+        geo = geometry(problem)
+        if geo.r != 1 or geo.s != 1:
+            return f"cl_conv1x1 needs a 1x1 kernel, got {geo.r}x{geo.s}"
+        if (geo.stride_h, geo.stride_w) != (1, 1) or any(
+                (geo.pad_top, geo.pad_left, geo.pad_bottom, geo.pad_right)):
+            return "cl_conv1x1 needs stride 1 and no padding (cl_im2col gathers the others)"
+        return None
+
+    def workspace_bytes(self, problem: Problem) -> int:
+        """Nothing when the product is the output; else one image's product."""
+        return self.product_bytes(geometry(problem))
+
+    def run(self, problem: Problem, inputs: Sequence[Any], ctx: RunContext,
+            prepared: Any = None) -> Any:
+        geo = geometry(problem)
+        device = ctx.device
+        x = inputs[0]
+        if self.batched(geo):
+            out = self.multiply(device, geo, problem, ctx, inputs, x, None, None)
+        else:
+            out = device.empty((geo.n, geo.k, geo.oh, geo.ow), np.dtype(geo.dtype))
+            images = x.reshape(geo.n, geo.c * geo.h * geo.w)
+            for n in range(geo.n):
+                self.multiply(device, geo, problem, ctx, inputs, images[n], n, out)
+        return out.reshape(geo.out_shape)
+
+
+#: ``cl_direct`` configurations: (output channels per work-item, local size).
+DIRECT_CONFIGS = tuple((ko, local) for ko in (1, 4, 8) for local in (32, 128))
+#: ``cl_depthwise`` configurations: (outputs per work-item along a row, local size).
+DEPTHWISE_CONFIGS = tuple((px, local) for px in (1, 4) for local in (32, 128))
+
+
+def opencl_algorithms() -> list[Algorithm]:
+    """Every OpenCL conv algorithm, one per configuration."""
+    algorithms: list[Algorithm] = [DirectCLConv({"ko": ko, "l": local})
+                                   for ko, local in DIRECT_CONFIGS]
+    algorithms += [DepthwiseCLConv({"px": px, "l": local}) for px, local in DEPTHWISE_CONFIGS]
+    algorithms += [Im2colCLConv(), Conv1x1CLConv()]
+    return algorithms
+
+
+__all__ = [
+    "Conv1x1CLConv",
+    "DepthwiseCLConv",
+    "DirectCLConv",
+    "Im2colCLConv",
+    "OpenCLConv",
+    "opencl_algorithms",
+]

@@ -1,0 +1,60 @@
+"""Rule-of-thumb order of the OpenCL conv algorithms for one problem.
+
+The order a heuristic strategy picks from and the order fast-run times candidates in, so its
+job is to put a good candidate first without knowing the device.  The rules mirror the CPU
+ones in :mod:`fastrun_algorithms.conv.heuristic` (a specialised kernel when one applies, a
+direct kernel for few input channels, the GEMM route otherwise), because the reasons carry
+over: a GEMM only pays for its unfold and extra launches when each output sums enough terms.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastrun_algorithms.conv.geometry import ConvGeometry
+
+#: At most this many input channels per group and ``cl_direct`` goes before ``cl_im2col`` (the
+#: CPU rule's threshold): the unfold is then mostly copying, the product is shallow, and the
+#: direct kernel needs one launch instead of three.  On PoCL (docs/opencl-conv.md) direct won
+#: ResNet's 3-channel first layer narrowly and the depthwise layers clearly, im2col every
+#: deeper layer by 1.4x or more.
+DIRECT_MAX_CHANNELS = 4
+
+
+def _ceil(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+def _used(work: int, local: int) -> float:
+    """Fraction of the launched work-items along the pixels that have an output."""
+    return work / (_ceil(work, local) * local)
+
+
+def opencl_rank(geo: ConvGeometry, algorithm: Any) -> tuple[float, ...]:
+    """Sort key (smaller first) of an OpenCL conv algorithm for ``geo``:
+
+    1. ``cl_depthwise`` and ``cl_conv1x1`` where they apply (they are usable only there);
+    2. few input channels per group (<= ``DIRECT_MAX_CHANNELS``: the RGB first layer,
+       depthwise layers): ``cl_direct`` before ``cl_im2col``; more the other way round;
+    3. within ``cl_direct``: fewest idle work-items along the pixels, fewest idle channel
+       accumulators, then more channels per work-item (input reuse), then the larger local
+       size; within ``cl_depthwise``: 4 outputs per work-item on rows of 8 or more, then the
+       fewest idle work-items.
+    """
+    name = algorithm.desc.name
+    p = algorithm.param
+    pixels = geo.oh * geo.ow
+    shallow = geo.cg <= DIRECT_MAX_CHANNELS
+    if name == "cl_depthwise":
+        wide_first = 0 if (p["px"] > 1) == (geo.ow >= 8) else 1
+        work = geo.oh * _ceil(geo.ow, p["px"])
+        return (0, wide_first, -round(_used(work, p["l"]), 2), -p["l"])
+    if name == "cl_conv1x1":
+        return (0,)
+    if name == "cl_direct":
+        fill = geo.kg / (_ceil(geo.kg, p["ko"]) * p["ko"])
+        return (1 if shallow else 2, -round(_used(pixels, p["l"]), 2), -round(fill, 2),
+                -p["ko"], -p["l"])
+    if name == "cl_im2col":
+        return (2 if shallow else 1, 0.0)
+    return (8,)
