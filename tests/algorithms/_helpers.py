@@ -13,6 +13,7 @@ import numpy as np
 
 from fastrun.algorithm import Algorithm
 from fastrun.operator import Operator, Problem
+from fastrun.registry import Registry
 
 #: Python objects (views, wrappers, frames) a run allocates besides its arrays: a few hundred
 #: bytes each, far below any array the workspace tests allocate, so a missed buffer still fails.
@@ -54,3 +55,14 @@ def assert_matches_reference(operator: Operator, algorithm: Algorithm, problem: 
     assert output.dtype == np.dtype(problem.dtypes[0])
     error = operator.error(problem, output, operator.reference(problem, inputs))
     assert error <= operator.tolerance(problem), f"{algorithm.desc} on {problem}: {error:.3g}"
+
+
+def conv_registry() -> Registry:
+    """The conv operator and its algorithms, with the matmul algorithms its sub-problems use
+    (CPU and, where pyopencl is installed, OpenCL ones), and nothing else."""
+    from fastrun_algorithms import conv, matmul
+
+    registry = Registry(load_plugins=False)
+    matmul.register(registry)
+    conv.register(registry)
+    return registry

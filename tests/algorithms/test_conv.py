@@ -10,22 +10,14 @@ import pytest
 import fastrun
 from fastrun.attribute import AlgoAttribute
 from fastrun.cache import Entry, InMemoryCache
-from fastrun.registry import Registry
-from fastrun_algorithms import conv, matmul
 from fastrun_algorithms.conv.operator import ConvOperator
+from tests.algorithms._helpers import conv_registry
 from tests.onnx_cases import node_cases
 
 OPERATOR = ConvOperator()
 
 
-def _registry() -> Registry:
-    registry = Registry(load_plugins=False)
-    matmul.register(registry)
-    conv.register(registry)
-    return registry
-
-
-REGISTRY = _registry()
+REGISTRY = conv_registry()
 ALGORITHMS = [a for a in REGISTRY.algorithms("conv") if a.device_kind == "cpu"]
 
 

@@ -29,19 +29,13 @@ from fastrun_algorithms.conv.opencl import (
     opencl_algorithms,
 )
 from fastrun_algorithms.conv.operator import ConvOperator
+from tests.algorithms._helpers import conv_registry
 from tests.onnx_cases import node_cases
 
 OPERATOR = ConvOperator()
 
 
-def _registry() -> Registry:
-    registry = Registry(load_plugins=False)
-    matmul.register(registry)
-    conv.register(registry)
-    return registry
-
-
-REGISTRY = _registry()
+REGISTRY = conv_registry()
 OPENCL = [a for a in REGISTRY.algorithms("conv") if a.device_kind == "opencl"]
 MATMUL_DIRECT = [a for a in REGISTRY.algorithms("matmul")
                  if a.device_kind == "opencl" and a.desc.name == "cl_direct"]

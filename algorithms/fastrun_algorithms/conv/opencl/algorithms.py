@@ -435,13 +435,3 @@ def opencl_algorithms() -> list[Algorithm]:
     algorithms += [DepthwiseCLConv({"px": px, "l": local}) for px, local in DEPTHWISE_CONFIGS]
     algorithms += [Im2colCLConv(), Conv1x1CLConv()]
     return algorithms
-
-
-__all__ = [
-    "Conv1x1CLConv",
-    "DepthwiseCLConv",
-    "DirectCLConv",
-    "Im2colCLConv",
-    "OpenCLConv",
-    "opencl_algorithms",
-]
