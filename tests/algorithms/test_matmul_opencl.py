@@ -87,10 +87,13 @@ def test_registered_space_is_bounded_and_unique():
     texts = [a.desc.text for a in OPENCL]
     assert len(texts) == len(set(texts))
     assert len(GEMM) == len(gemm_configurations())
-    assert 100 <= len(GEMM) <= 300 and len(OPENCL) <= 400
-    # identity carries every parameter, e.g. the configuration the issue names
-    assert ("cl_gemm(kwg=16,mdimc=16,mwg=64,ndimc=16,nwg=64,sa=1,sb=1,vw=4)"
-            in texts)
+    assert 100 <= len(GEMM) <= 360 and len(OPENCL) <= 400
+    # identity carries every parameter, e.g. the configuration the issue names and the
+    # double-buffered one that wins on an H100
+    assert "cl_gemm(db=0,kwg=16,mdimc=16,mwg=64,ndimc=16,nwg=64,sa=1,sb=1,vw=4)" in texts
+    assert "cl_gemm(db=1,kwg=16,mdimc=16,mwg=128,ndimc=16,nwg=128,sa=1,sb=1,vw=4)" in texts
+    # double buffering only with both tiles staged
+    assert all(a.sa and a.sb for a in GEMM if a.db)
     assert [a.desc.text for a in opencl_algorithms()] == texts
 
 
@@ -111,6 +114,16 @@ def test_naive_tiled_and_direct_match_the_reference(device, algorithm, shapes):
 
 
 GEMM_SAMPLE = random.Random(2024).sample(GEMM, 20)
+#: Every kernel path: double-buffered with 4-wide A reads from local memory (VWM 4), with
+#: 2-wide ones, and with scalar ones (MWG not a multiple of MDIMC x VW)
+GEMM_SAMPLE += [GemmCLMatmul(p) for p in (
+    {"mwg": 128, "nwg": 128, "kwg": 16, "mdimc": 16, "ndimc": 16, "vw": 4, "sa": 1, "sb": 1,
+     "db": 1},
+    {"mwg": 64, "nwg": 32, "kwg": 16, "mdimc": 8, "ndimc": 8, "vw": 2, "sa": 1, "sb": 1,
+     "db": 1},
+    {"mwg": 32, "nwg": 64, "kwg": 16, "mdimc": 16, "ndimc": 8, "vw": 4, "sa": 1, "sb": 1,
+     "db": 1},
+)]
 
 
 @pytest.mark.parametrize("algorithm", GEMM_SAMPLE, ids=lambda a: a.desc.text)
@@ -126,7 +139,7 @@ def test_float64_and_broadcast_batches(device):
     if "cl_khr_fp64" not in device.cl_device.extensions:
         pytest.skip(f"{device.name} has no float64")
     gemm = GemmCLMatmul({"mwg": 32, "nwg": 32, "kwg": 16, "mdimc": 8, "ndimc": 8, "vw": 2,
-                         "sa": 1, "sb": 1})
+                         "sa": 1, "sb": 1, "db": 0})
     check(device, gemm, (33, 20), (2, 20, 7), dtype="float64")
     check(device, TiledCLMatmul({"ts": 8}), (2, 9, 20), (20, 7), dtype="float64")
 
@@ -146,14 +159,14 @@ def test_usability_reasons():
     assert "broadcast partly" in GEMM[0].unusable_reason(partial)
     tiny = Problem.create("matmul", [(3, 5), (5, 4)], ["float32"] * 2)
     big = GemmCLMatmul({"mwg": 128, "nwg": 64, "kwg": 16, "mdimc": 16, "ndimc": 16, "vw": 4,
-                        "sa": 1, "sb": 1})
+                        "sa": 1, "sb": 1, "db": 0})
     assert big.unusable_reason(tiny) == "MWG=128 is larger than the product needs (3)"
     wide = DirectCLMatmul({"wm": 1, "wn": 4, "lx": 64, "ly": 1})
     assert "local size 64 along N" in wide.unusable_reason(tiny)
     # every problem keeps at least one configuration of each family
     for algorithm in (DirectCLMatmul({"wm": 4, "wn": 4, "lx": 8, "ly": 1}),
                       GemmCLMatmul({"mwg": 32, "nwg": 32, "kwg": 16, "mdimc": 8, "ndimc": 8,
-                                    "vw": 1, "sa": 1, "sb": 1})):
+                                    "vw": 1, "sa": 1, "sb": 1, "db": 0})):
         assert algorithm.usable(tiny)
 
 
@@ -170,16 +183,19 @@ def test_device_limits_are_checked_before_running():
     assert "over the device's maximum of 256" in TiledCLMatmul({"ts": 32}) \
         .device_unusable_reason(SmallDevice, problem)
     staged = GemmCLMatmul({"mwg": 128, "nwg": 128, "kwg": 16, "mdimc": 16, "ndimc": 16,
-                           "vw": 4, "sa": 1, "sb": 1})
+                           "vw": 4, "sa": 1, "sb": 1, "db": 0})
+    # A's rows padded by one 4-wide vector: (128 + 4) x 16 + 16 x 128 words
     assert staged.device_unusable_reason(SmallDevice, problem) == (
-        "needs 16448 B of local memory, over the device's 8192 B")
-    double = Problem.create("matmul", [(4, 4), (4, 4)], ["float64"] * 2)
-    assert "float64" in TiledCLMatmul({"ts": 8}).device_unusable_reason(SmallDevice, double)
+        "needs 16640 B of local memory, over the device's 8192 B")
+    double = GemmCLMatmul({**staged.param, "db": 1})
+    assert double.local_bytes(4) == 2 * 16640
+    doubles = Problem.create("matmul", [(4, 4), (4, 4)], ["float64"] * 2)
+    assert "float64" in TiledCLMatmul({"ts": 8}).device_unusable_reason(SmallDevice, doubles)
 
 
 def test_workspace_counts_the_padded_copies():
     gemm = GemmCLMatmul({"mwg": 64, "nwg": 32, "kwg": 16, "mdimc": 16, "ndimc": 8, "vw": 1,
-                         "sa": 1, "sb": 1})
+                         "sa": 1, "sb": 1, "db": 0})
     aligned = Problem.create("matmul", [(128, 32), (32, 64)], ["float32"] * 2)
     assert gemm.workspace_bytes(aligned) == 0
     # M odd: A and C padded (64 x 32 and 64 x 64 per batch entry), B (broadcast) untouched
@@ -199,7 +215,7 @@ def test_heuristic_puts_direct_first_for_small_and_big_register_tiles_for_large(
     first = order[0].param
     assert order[0].desc.name == "cl_gemm" and order[-1].desc.name == "cl_naive"
     assert (first["mwg"] // first["mdimc"]) * (first["nwg"] // first["ndimc"]) == 64
-    assert first["vw"] == 4 and first["sa"] == first["sb"] == 1
+    assert first["vw"] == 4 and first["sa"] == first["sb"] == first["db"] == 1
 
 
 def test_fast_run_search_picks_a_checked_configuration_and_caches_it(device):

@@ -149,15 +149,21 @@ __kernel void mm_direct(const int M, const int N, const int K,
 """
 
 #: The register-tiled kernel.  A work-group of NDIMC x MDIMC work-items computes an MWG x NWG
-#: tile of C; work-item (tx, ty) owns MWI = MWG/MDIMC rows (ty, ty + MDIMC, ...) and
-#: NWI = NWG/NDIMC columns in VW-wide vectors (tx*VW, tx*VW + NDIMC*VW, ...), so neighbouring
-#: work-items touch neighbouring vectors: coalesced global loads and stores, conflict-free
-#: local reads.  K advances KWG at a time; with SA (SB) the A (B) tile of that step is first
-#: copied cooperatively into local memory (A transposed to k-major, so the inner loop reads a
-#: column of it as consecutive words; its rows are padded by one word so that the transposing
-#: stores do not all fall into one bank), without it the inner loop reads global memory directly
-#: (better where local memory is emulated or the cache already does the job).  M, N and K must
-#: be multiples of MWG, NWG and KWG: the host pads operands that are not.
+#: tile of C.  Columns: work-item (tx, ty) owns NWI = NWG/NDIMC columns in VW-wide vectors
+#: (tx*VW, tx*VW + NDIMC*VW, ...), so neighbouring work-items touch neighbouring vectors:
+#: coalesced global loads and stores, conflict-free local reads.  Rows: MWI = MWG/MDIMC rows in
+#: VWM-wide groups (ty*VWM, ty*VWM + MDIMC*VWM, ...); VWM is VW when A is staged and the rows
+#: split that way, else 1, so that a staged A column is read from local memory as vectors too
+#: (per k a work-item issues MWI/VWM + NWI/VW local loads for MWI x NWI multiply-adds).
+#: K advances KWG at a time; with SA (SB) the A (B) tile of that step is first copied
+#: cooperatively into local memory (A transposed to k-major, so the inner loop reads a column
+#: of it as consecutive words; each row is padded by one vector so that the transposing stores
+#: spread over the banks), without it the inner loop reads global memory directly (better where
+#: local memory is emulated or the cache already does the job).  With DB (both tiles staged)
+#: local memory is double-buffered and the next step's tile is prefetched into registers while
+#: the current one is multiplied: one barrier per step, and the global-load latency hides
+#: behind the arithmetic.  M, N and K must be multiples of MWG, NWG and KWG: the host pads
+#: operands that are not.
 GEMM = COMMON + r"""
 #define MWI (MWG / MDIMC)
 #define NWI (NWG / NDIMC)
@@ -165,6 +171,48 @@ GEMM = COMMON + r"""
 #define THREADS (MDIMC * NDIMC)
 #define A_LOADS ((MWG * KWG / VW) / THREADS)
 #define B_LOADS ((KWG * NWG / VW) / THREADS)
+#ifndef DB
+#define DB 0
+#endif
+#if SA && (MWG % (MDIMC * VW) == 0)
+#define VWM VW
+#else
+#define VWM 1
+#endif
+#define MVW (MWI / VWM)
+#if VWM == 1
+typedef real realM;
+#elif VWM == 2
+typedef real2 realM;
+#else
+typedef real4 realM;
+#endif
+/* Row of C (within the tile) of this work-item's ii-th row. */
+#define ROW(ii) ((((ii) / VWM) * MDIMC + ty) * VWM + (ii) % VWM)
+/* A's local row length (k-major): MWG words plus one vector of padding. */
+#define AROW (MWG / VWM + 1)
+
+/* Scatter the VW words of v into rows kk, kk+1, ... of the k-major local A tile s. */
+#if VW == 1
+#define STORE_AT(s, kk, mm, v) (s)[(kk) * AROW * VWM + (mm)] = (v)
+#elif VW == 2
+#define STORE_AT(s, kk, mm, v) { (s)[(kk) * AROW * VWM + (mm)] = (v).s0; \
+    (s)[((kk) + 1) * AROW * VWM + (mm)] = (v).s1; }
+#else
+#define STORE_AT(s, kk, mm, v) { (s)[(kk) * AROW * VWM + (mm)] = (v).s0; \
+    (s)[((kk) + 1) * AROW * VWM + (mm)] = (v).s1; \
+    (s)[((kk) + 2) * AROW * VWM + (mm)] = (v).s2; \
+    (s)[((kk) + 3) * AROW * VWM + (mm)] = (v).s3; }
+#endif
+/* Unpack a VWM-wide local read of A into the scalars av[i*VWM ...]. */
+#if VWM == 1
+#define UNPACK_A(av, i, v) av[(i)] = (v)
+#elif VWM == 2
+#define UNPACK_A(av, i, v) { av[2 * (i)] = (v).s0; av[2 * (i) + 1] = (v).s1; }
+#else
+#define UNPACK_A(av, i, v) { av[4 * (i)] = (v).s0; av[4 * (i) + 1] = (v).s1; \
+    av[4 * (i) + 2] = (v).s2; av[4 * (i) + 3] = (v).s3; }
+#endif
 
 __kernel __attribute__((reqd_work_group_size(NDIMC, MDIMC, 1)))
 void mm_gemm(const int M, const int N, const int K,
@@ -184,11 +232,10 @@ void mm_gemm(const int M, const int N, const int K,
     const int tid = ty * NDIMC + tx;
 #endif
 #if SA
-    // One word of padding per row: the transposing stores below hit different banks.
-    __local real Alm[KWG][MWG + 1];
+    __local realM Alm[DB + 1][KWG][AROW];
 #endif
 #if SB
-    __local realV Blm[KWG][NWG / VW];
+    __local realV Blm[DB + 1][KWG][NWG / VW];
 #endif
     realV acc[MWI][NVW];
     #pragma unroll
@@ -196,23 +243,66 @@ void mm_gemm(const int M, const int N, const int K,
         #pragma unroll
         for (int j = 0; j < NVW; ++j) acc[i][j] = (realV)(0);
     }
+#if DB
+    /* Each step first stores the tile its registers hold (loaded during the previous step)
+     * into buffer buf, then loads the next tile into registers and multiplies buffer buf.
+     * Buffer buf was last read two steps ago, before the previous step's barrier, so one
+     * barrier per step suffices. */
+    realV ra[A_LOADS];
+    realV rb[B_LOADS];
+    /* This work-item's share of the tiles at a and b, into registers. */
+#define LOAD_TILES_TO_REGISTERS()                                                      \
+    do {                                                                               \
+        _Pragma("unroll")                                                              \
+        for (int l = 0; l < A_LOADS; ++l) {                                            \
+            const int r = tid + l * THREADS;                                           \
+            ra[l] = LOADV(a + (long)(r / (KWG / VW)) * K + (r % (KWG / VW)) * VW);     \
+        }                                                                              \
+        _Pragma("unroll")                                                              \
+        for (int l = 0; l < B_LOADS; ++l) {                                            \
+            const int r = tid + l * THREADS;                                           \
+            rb[l] = LOADV(b + (long)(r / (NWG / VW)) * N + (r % (NWG / VW)) * VW);     \
+        }                                                                              \
+    } while (0)
+    LOAD_TILES_TO_REGISTERS();
+    int buf = 0;
+    for (int k0 = 0; k0 < K; k0 += KWG) {
+        {
+            __local real* as = (__local real*)&Alm[buf][0][0];
+            #pragma unroll
+            for (int l = 0; l < A_LOADS; ++l) {
+                const int r = tid + l * THREADS;
+                STORE_AT(as, (r % (KWG / VW)) * VW, r / (KWG / VW), ra[l]);
+            }
+            #pragma unroll
+            for (int l = 0; l < B_LOADS; ++l) {
+                const int r = tid + l * THREADS;
+                Blm[buf][r / (NWG / VW)][r % (NWG / VW)] = rb[l];
+            }
+        }
+        barrier(CLK_LOCAL_MEM_FENCE);
+        if (k0 + KWG < K) {
+            a += KWG;
+            b += (long)KWG * N;
+            LOAD_TILES_TO_REGISTERS();
+        }
+        __local const realM (*As)[AROW] = Alm[buf];
+        __local const realV (*Bs)[NWG / VW] = Blm[buf];
+#else
     for (int k0 = 0; k0 < K; k0 += KWG) {
 #if SA
-        #pragma unroll
-        for (int l = 0; l < A_LOADS; ++l) {
-            const int r = tid + l * THREADS;
-            const int mm = r / (KWG / VW);
-            const int kk = (r % (KWG / VW)) * VW;
-            const realV v = LOADV(a + (long)mm * K + k0 + kk);
-#if VW == 1
-            Alm[kk][mm] = v;
-#elif VW == 2
-            Alm[kk][mm] = v.s0; Alm[kk + 1][mm] = v.s1;
-#else
-            Alm[kk][mm] = v.s0; Alm[kk + 1][mm] = v.s1;
-            Alm[kk + 2][mm] = v.s2; Alm[kk + 3][mm] = v.s3;
-#endif
+        {
+            __local real* as = (__local real*)&Alm[0][0][0];
+            #pragma unroll
+            for (int l = 0; l < A_LOADS; ++l) {
+                const int r = tid + l * THREADS;
+                const int mm = r / (KWG / VW);
+                const int kk = (r % (KWG / VW)) * VW;
+                const realV v = LOADV(a + (long)mm * K + k0 + kk);
+                STORE_AT(as, kk, mm, v);
+            }
         }
+        __local const realM (*As)[AROW] = Alm[0];
 #endif
 #if SB
         #pragma unroll
@@ -220,28 +310,32 @@ void mm_gemm(const int M, const int N, const int K,
             const int r = tid + l * THREADS;
             const int kk = r / (NWG / VW);
             const int nv = r % (NWG / VW);
-            Blm[kk][nv] = LOADV(b + (long)(k0 + kk) * N + nv * VW);
+            Blm[0][kk][nv] = LOADV(b + (long)(k0 + kk) * N + nv * VW);
         }
+        __local const realV (*Bs)[NWG / VW] = Blm[0];
 #endif
 #if SA || SB
         barrier(CLK_LOCAL_MEM_FENCE);
+#endif
 #endif
         #pragma unroll
         for (int k = 0; k < KWG; ++k) {
             real av[MWI];
             realV bv[NVW];
-            #pragma unroll
-            for (int i = 0; i < MWI; ++i) {
 #if SA
-                av[i] = Alm[k][i * MDIMC + ty];
-#else
-                av[i] = a[(long)(i * MDIMC + ty) * K + k0 + k];
-#endif
+            #pragma unroll
+            for (int i = 0; i < MVW; ++i) {
+                const realM v = As[k][i * MDIMC + ty];
+                UNPACK_A(av, i, v);
             }
+#else
+            #pragma unroll
+            for (int i = 0; i < MWI; ++i) av[i] = a[(long)ROW(i) * K + k0 + k];
+#endif
             #pragma unroll
             for (int j = 0; j < NVW; ++j) {
 #if SB
-                bv[j] = Blm[k][j * NDIMC + tx];
+                bv[j] = Bs[k][j * NDIMC + tx];
 #else
                 bv[j] = LOADV(b + (long)(k0 + k) * N + (j * NDIMC + tx) * VW);
 #endif
@@ -252,7 +346,9 @@ void mm_gemm(const int M, const int N, const int K,
                 for (int j = 0; j < NVW; ++j) acc[i][j] += av[i] * bv[j];
             }
         }
-#if SA || SB
+#if DB
+        buf ^= 1;
+#elif SA || SB
         barrier(CLK_LOCAL_MEM_FENCE);
 #endif
     }
@@ -260,7 +356,7 @@ void mm_gemm(const int M, const int N, const int K,
     for (int i = 0; i < MWI; ++i) {
         #pragma unroll
         for (int j = 0; j < NVW; ++j) {
-            STOREV(acc[i][j], c + (long)(i * MDIMC + ty) * N + (j * NDIMC + tx) * VW);
+            STOREV(acc[i][j], c + (long)ROW(i) * N + (j * NDIMC + tx) * VW);
         }
     }
 }

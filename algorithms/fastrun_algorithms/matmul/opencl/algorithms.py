@@ -26,7 +26,7 @@ from fastrun.attribute import AlgoAttribute
 from fastrun.operator import Problem
 from fastrun_algorithms.matmul._batch import MatmulLayout, layout_of
 from fastrun_algorithms.matmul.opencl import _kernels
-from fastrun_algorithms.matmul.opencl.space import next_pow2
+from fastrun_algorithms.matmul.opencl.space import a_vector_width, next_pow2
 
 
 def _operand_batch(shape: tuple[int, ...]) -> int:
@@ -277,7 +277,9 @@ class GemmCLMatmul(OpenCLMatmul):
 
     ``param``: mwg, nwg, kwg (work-group tile in M, N, K), mdimc, ndimc (local size along M
     and N; each work-item computes mwg/mdimc x nwg/ndimc outputs), vw (vector width of loads
-    and stores along N and K), sa, sb (stage the A / B tile in local memory).
+    and stores along N and K, and of local reads of A along M where the rows split that way),
+    sa, sb (stage the A / B tile in local memory), db (double-buffer both staged tiles, with
+    the next tile prefetched into registers).
 
     The kernel needs M, N and K to be multiples of the tile.  Operands that are not are copied
     into zero-padded buffers (and the result out of a padded one); those copies are this
@@ -287,7 +289,7 @@ class GemmCLMatmul(OpenCLMatmul):
     name = "cl_gemm"
     source = _kernels.GEMM_PROGRAM
     kernel_name = "mm_gemm"
-    KEYS = ("mwg", "nwg", "kwg", "mdimc", "ndimc", "vw", "sa", "sb")
+    KEYS = ("mwg", "nwg", "kwg", "mdimc", "ndimc", "vw", "sa", "sb", "db")
 
     def __init__(self, param: dict[str, Any] | None = None):
         super().__init__(param)
@@ -296,7 +298,9 @@ class GemmCLMatmul(OpenCLMatmul):
             raise ValueError(f"cl_gemm needs parameters {', '.join(self.KEYS)}; missing "
                              f"{', '.join(missing)} in {self.param!r}")
         (self.mwg, self.nwg, self.kwg, self.mdimc, self.ndimc, self.vw, self.sa,
-         self.sb) = (int(self.param[key]) for key in self.KEYS)
+         self.sb, self.db) = (int(self.param[key]) for key in self.KEYS)
+        if self.db and not (self.sa and self.sb):
+            raise ValueError(f"cl_gemm: db=1 needs both tiles staged (sa=sb=1); got {param!r}")
 
     def unusable_reason(self, problem: Problem) -> str | None:
         reason = super().unusable_reason(problem)
@@ -315,14 +319,17 @@ class GemmCLMatmul(OpenCLMatmul):
     def defines(self) -> dict[str, int]:
         return {key.upper(): value for key, value in zip(
             self.KEYS, (self.mwg, self.nwg, self.kwg, self.mdimc, self.ndimc, self.vw,
-                        self.sa, self.sb), strict=True)}
+                        self.sa, self.sb, self.db), strict=True)}
 
     def work_group_size(self) -> int:
         return self.mdimc * self.ndimc
 
     def local_bytes(self, itemsize: int) -> int:
-        # A's rows carry one word of padding (see _kernels.GEMM)
-        return (self.sa * (self.mwg + 1) * self.kwg + self.sb * self.kwg * self.nwg) * itemsize
+        # A's rows carry one vector of VWM words of padding, and double buffering doubles
+        # both tiles (see _kernels.GEMM)
+        return ((1 + self.db) * (self.sa * (self.mwg + a_vector_width(self.mwg, self.mdimc,
+                                                                       self.vw, self.sa))
+                                 * self.kwg + self.sb * self.kwg * self.nwg) * itemsize)
 
     def padded(self, layout: MatmulLayout) -> tuple[int, int, int]:
         """(M, N, K) rounded up to the tile."""

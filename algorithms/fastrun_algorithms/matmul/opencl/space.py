@@ -18,16 +18,19 @@ GEMM_KWG = (16, 32)
 GEMM_MDIMC = (8, 16)
 GEMM_NDIMC = (8, 16)
 GEMM_VW = (1, 2, 4)
-#: (SA, SB): both tiles staged, only B staged, nothing staged.  Staging only A is left out: A
-#: is read as one word broadcast to a row of work-items, which caches serve as well as local
-#: memory, so it never helps without B staged too.
-GEMM_STAGING = ((1, 1), (0, 1), (0, 0))
+#: (SA, SB, DB): both tiles staged and double-buffered, both staged, only B staged, nothing
+#: staged.  Staging only A is left out: A is read as one word broadcast to a row of
+#: work-items, which caches serve as well as local memory, so it never helps without B staged
+#: too.  Double buffering needs both tiles staged.
+GEMM_STAGING = ((1, 1, 1), (1, 1, 0), (0, 1, 0), (0, 0, 0))
 
 #: Bytes of local memory a float32 configuration may use: the OpenCL minimum for full-profile
 #: devices (32 KiB), so every registered float32 configuration fits every conformant GPU.
 LOCAL_MEM_BUDGET = 32 * 1024
 #: Work per work-item: at least 2 x 2 outputs (otherwise it is just the tiled kernel) and at
-#: most 8 in either direction / 64 in all (more spills registers on every GPU).
+#: most 8 in either direction / 64 in all: 8 x 8 already takes 127 of the 128 registers that
+#: let two 256-work-item groups share an NVIDIA SM, and 16 x 8 (238 registers, one group per
+#: SM) and 256-wide tiles measured slower on an H100 (docs/opencl-matmul.md).
 MIN_WI, MAX_WI, MAX_OUTPUTS = 2, 8, 64
 
 #: ``cl_tiled`` tile sizes.  32 x 32 = 1024 work-items needs a device that allows work-groups
@@ -46,18 +49,31 @@ DIRECT_LOCAL = tuple(
 )
 
 
+def a_vector_width(mwg: int, mdimc: int, vw: int, sa: int) -> int:
+    """VWM, the width of the local reads of a staged A tile along M: VW where each
+    work-item's rows split into VW-wide groups over MDIMC (``MWG % (MDIMC * VW) == 0``), else
+    1 (and 1 without staging, where A is read from global memory one row at a time)."""
+    return vw if sa and mwg % (mdimc * vw) == 0 else 1
+
+
 def gemm_valid(mwg: int, nwg: int, kwg: int, mdimc: int, ndimc: int, vw: int, sa: int,
-               sb: int) -> bool:
+               sb: int, db: int = 0) -> bool:
     """Whether a ``cl_gemm`` configuration is registered (valid on common devices).
 
     The tile must split evenly over the work-items (rows over MDIMC, VW-wide columns over
     NDIMC, and with staging the cooperative loads over all of them), the work per work-item
-    stays within registers, and the staged tiles fit ``LOCAL_MEM_BUDGET`` in float32 (counted
-    without A's one word of row padding: the largest tiles need 32.5 KiB with it, which every
-    GPU measured has; a device with exactly 32 KiB refuses them at run time).
-    Unstaged configurations use KWG 16 only: without local memory KWG is only an unroll
-    factor, and 16 vs 32 never mattered by more than noise.
+    stays within registers, and the staged tiles fit ``LOCAL_MEM_BUDGET`` in float32, twice
+    over with double buffering (counted without A's row padding: the largest tiles need a
+    little more with it, which every GPU measured has; a device with exactly 32 KiB refuses
+    them at run time).
+    KWG: unstaged configurations use 16 only (without local memory KWG is only an unroll
+    factor, and 16 vs 32 never mattered by more than noise); double-buffered ones 16 only
+    (two 32-deep tiles of the large configurations do not fit the budget, and the
+    double-buffered kernel hides the load latency that a deeper step would amortise: 8 and
+    16 measured the same on an H100).
     """
+    if db and not (sa and sb):
+        return False
     if mwg % mdimc or nwg % (ndimc * vw) or kwg % vw:
         return False
     mwi, nwi = mwg // mdimc, nwg // ndimc
@@ -68,19 +84,21 @@ def gemm_valid(mwg: int, nwg: int, kwg: int, mdimc: int, ndimc: int, vw: int, sa
         return False
     if sb and (kwg * nwg // vw) % threads:
         return False
-    if (sa * mwg * kwg + sb * kwg * nwg) * 4 > LOCAL_MEM_BUDGET:
+    if (1 + db) * (sa * mwg * kwg + sb * kwg * nwg) * 4 > LOCAL_MEM_BUDGET:
         return False
+    if db:
+        return kwg == 16
     return bool(sa and sb) or kwg == 16
 
 
 def gemm_configurations() -> list[dict[str, Any]]:
     """Every registered ``cl_gemm`` parameter set, in a fixed order."""
     configs = []
-    for mwg, nwg, kwg, mdimc, ndimc, vw, (sa, sb) in itertools.product(
+    for mwg, nwg, kwg, mdimc, ndimc, vw, (sa, sb, db) in itertools.product(
             GEMM_MWG, GEMM_NWG, GEMM_KWG, GEMM_MDIMC, GEMM_NDIMC, GEMM_VW, GEMM_STAGING):
-        if gemm_valid(mwg, nwg, kwg, mdimc, ndimc, vw, sa, sb):
+        if gemm_valid(mwg, nwg, kwg, mdimc, ndimc, vw, sa, sb, db):
             configs.append({"mwg": mwg, "nwg": nwg, "kwg": kwg, "mdimc": mdimc,
-                            "ndimc": ndimc, "vw": vw, "sa": sa, "sb": sb})
+                            "ndimc": ndimc, "vw": vw, "sa": sa, "sb": sb, "db": db})
     return configs
 
 
