@@ -233,7 +233,8 @@ class AlgoChooser:
         the constant inputs in ``inputs`` once when the problem has weight preprocessing on."""
         decision = self.decide(problem, prelude)
         if not self._host_memory:
-            inputs = [self.device.to_device(x) for x in inputs]
+            # None stands for an input only known at run time (the runtime's activations).
+            inputs = [None if x is None else self.device.to_device(x) for x in inputs]
         prepared = (decision.algorithm.preprocess(problem, inputs)
                     if problem.weight_preprocess else None)
         return PreparedCall(self, decision, prepared)

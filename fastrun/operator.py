@@ -115,7 +115,11 @@ class Operator:
         ]
 
     def error(self, problem: Problem, output: Any, reference: np.ndarray) -> float:
-        """Maximum absolute difference relative to the largest reference magnitude."""
+        """Maximum absolute difference relative to the largest reference magnitude.
+
+        The magnitude is floored at the smallest normal number of the output's float type: a
+        float32 result cannot hold a reference of 4e-44 (sigmoid(-100)) except as a subnormal
+        or zero, and that rounding is not an error of the algorithm."""
         output = np.asarray(output)
         if output.shape != reference.shape:
             return float("inf")
@@ -124,7 +128,8 @@ class Operator:
         worst = float(np.max(diff)) if diff.size else 0.0
         if not np.isfinite(worst):
             return float("inf")
-        return worst / max(scale, np.finfo(np.float64).tiny)
+        kind = output.dtype if output.dtype.kind == "f" else np.dtype(np.float64)
+        return worst / max(scale, float(np.finfo(kind).tiny))
 
     def tolerance(self, problem: Problem) -> float:
         """Largest acceptable :meth:`error` for this problem."""

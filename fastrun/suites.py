@@ -240,8 +240,9 @@ def suite_names() -> list[str]:
     return sorted(_BUILT_IN)
 
 
-def get_suite(name: str, registry: Registry | None = None) -> Suite:
-    """A suite by name: a built-in one, ``model:PATH`` (an .onnx file) or ``zoo:NAME``.
+def get_suite(name: str, registry: Registry | None = None, device_kind: str = "cpu") -> Suite:
+    """A suite by name: a built-in one, ``model:PATH`` (an .onnx file) or ``zoo:NAME``
+    (``device_kind``: whose algorithms make a model's problem one with a choice).
 
     Raises ValueError for an unknown name, naming the known ones.
     """
@@ -249,21 +250,23 @@ def get_suite(name: str, registry: Registry | None = None) -> Suite:
         description, make = _BUILT_IN[name]
         return Suite(name, description, tuple(make()))
     if name.startswith("zoo:"):
-        return model_suite(name, registry, name=name)
+        return model_suite(name, registry, name=name, device_kind=device_kind)
     if name.startswith("model:"):
         path = name.removeprefix("model:")
         if not path:
             raise ValueError("suite 'model:' needs a path, e.g. model:resnet.onnx")
-        return model_suite(path, registry, name=name)
+        return model_suite(path, registry, name=name, device_kind=device_kind)
     raise ValueError(f"unknown suite {name!r}; expected one of {', '.join(suite_names())}, "
                      "model:PATH or zoo:NAME")
 
 
 def model_suite(model: Any, registry: Registry | None = None, name: str | None = None,
                 batch: int | None = None,
-                input_shapes: Mapping[str, Sequence[int]] | None = None) -> Suite:
+                input_shapes: Mapping[str, Sequence[int]] | None = None,
+                device_kind: str = "cpu") -> Suite:
     """The distinct problems of an ONNX model (path, bytes, ``zoo:NAME``) as the runtime lowers
-    and fuses it, with the operators that have a choice (more than one registered algorithm).
+    and fuses it, with the operators that have a choice (more than one registered algorithm
+    for devices of ``device_kind``).
 
     The label is the first node that poses the problem; the weight counts its occurrences.
     Lowering runs on a heuristic session with a private in-memory cache: nothing is profiled
@@ -280,7 +283,8 @@ def model_suite(model: Any, registry: Registry | None = None, name: str | None =
     found: dict[tuple[str, str], list[Any]] = {}
     for step in lowered.steps:
         problem = step.problem
-        if problem is None or len(registry.algorithms(problem.operator)) < 2:
+        if problem is None or sum(a.device_kind == device_kind
+                                  for a in registry.algorithms(problem.operator)) < 2:
             continue
         ident = (problem.operator, problem.key)
         if ident in found:

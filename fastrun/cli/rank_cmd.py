@@ -66,7 +66,7 @@ def _cmd_rank(args: argparse.Namespace) -> int:
     session = _session(args)
     if args.rounds < 1:
         raise ValueError(f"--rounds must be at least 1, got {args.rounds}")
-    suite = get_suite(args.suite, session.registry)
+    suite = get_suite(args.suite, session.registry, session.device.kind)
     rankings = rank(session, suite, progress=_progress(args), rounds=args.rounds)
     rankings.save(args.output)
     if args.json:
@@ -119,7 +119,7 @@ def _cmd_regress(args: argparse.Namespace) -> int:
         raise ValueError(f"--rounds must be at least 1, got {args.rounds}")
     baseline = load_rankings(args.baseline)
     session = _session(args)
-    suite = get_suite(args.suite or baseline.suite, session.registry)
+    suite = get_suite(args.suite or baseline.suite, session.registry, session.device.kind)
     current = rank(session, suite, progress=_progress(args), rounds=args.rounds)
     if args.output:
         current.save(args.output)

@@ -21,3 +21,25 @@ class UnsupportedOperatorError(ModelError):
         super().__init__(
             f"the model uses {len(problems)} node(s) fastrun cannot run "
             f"(op types: {', '.join(kinds)}):\n  " + "\n  ".join(lines))
+
+
+class DeviceUnsupportedError(ModelError):
+    """Operators of the model have no algorithm for the session's kind of device (an OpenCL
+    device where only CPU algorithms exist).  Raised before any search, naming every such
+    node at once, so a user learns all that is missing from one attempt rather than one node
+    per (possibly long) search."""
+
+    def __init__(self, device: str, kind: str, missing: list[tuple[str, str, str, str]]):
+        #: (node, op type, operator, device kinds its algorithms run on) per node
+        self.missing = list(missing)
+        #: the operators without an algorithm of this device's kind, in model order
+        self.operators = list(dict.fromkeys(operator for _, _, operator, _ in missing))
+        lines = [f"node {node!r} ({op_type}): operator {operator} (algorithms for: "
+                 f"{kinds or 'none'})" for node, op_type, operator, kinds in missing[:20]]
+        if len(missing) > 20:
+            lines.append(f"... and {len(missing) - 20} more")
+        super().__init__(
+            f"{len(missing)} step(s) of the model use operators with no algorithm for {kind} "
+            f"devices (device {device}):\n  " + "\n  ".join(lines)
+            + f"\nrun the model on a device of another kind (e.g. cpu), or add {kind} "
+            f"algorithms for: {', '.join(self.operators)}")

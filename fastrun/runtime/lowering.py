@@ -74,6 +74,9 @@ class Step:
     params: dict[str, Any] = field(default_factory=dict)
     #: array -> array, for view steps
     view: Callable[[np.ndarray], np.ndarray] | None = None
+    #: a view step computed by an arbitrary numpy function (``Builder.apply``), which has no
+    #: device form: on a device without host memory it runs on a host copy
+    host_only: bool = False
     notes: list[str] = field(default_factory=list)
 
     @property
@@ -159,7 +162,8 @@ class Builder:
         if value.is_const:
             return self.const(run(value.const), value.name)
         output = Value(self._name(self.node.name), value.shape, dtype)
-        self.steps.append(Step(self.node.name, self.node.op_type, [value], output, view=run))
+        self.steps.append(Step(self.node.name, self.node.op_type, [value], output, view=run,
+                               host_only=True))
         return output
 
     # -- reading node inputs -------------------------------------------------------------------

@@ -7,6 +7,11 @@ heuristic, as its strategy says).  What is left for :meth:`Model.run` is a loop 
 calls reading and writing slots of a list; intermediate results are released as soon as their
 last reader has run, so peak memory stays near the largest live set, not the sum of all
 activations.
+
+On a device without host memory (OpenCL) the program keeps every tensor on the device: the
+constants that steps read are uploaded once, when the model is searched; a run uploads each
+input once and downloads each output once; in between, steps pass device arrays to each
+other (view steps reshape and cast them on the device, see ``device_steps``).
 """
 
 from __future__ import annotations
@@ -23,10 +28,11 @@ import numpy as np
 
 from fastrun.api import Session
 from fastrun.cache import InMemoryCache
-from fastrun.chooser import AlgoChooser, Decision, PreparedCall
+from fastrun.chooser import AlgoChooser, Decision, NoUsableAlgorithmError, PreparedCall
+from fastrun.device import CPUDevice
 from fastrun.operator import Problem
 from fastrun.runtime import fusion
-from fastrun.runtime.errors import ModelError
+from fastrun.runtime.errors import DeviceUnsupportedError, ModelError
 from fastrun.runtime.graph import Graph, from_onnx
 from fastrun.runtime.lowering import Step, Value, lower
 from fastrun.strategy import SearchOptions, Strategy
@@ -64,6 +70,11 @@ class Model:
         self.graph = graph
         self.session = session
         self.weight_preprocess = weight_preprocess
+        self.device = session.device
+        #: True on a device with its own memory: tensors live there from input to output
+        self.on_device = not session.device.host_memory
+        #: device copies of the constants steps read, by id of their Value (uploaded once)
+        self._uploaded: dict[int, Any] = {}
         self.inputs = _input_values(graph, dict(input_shapes or {}), batch)
         evaluator = _ConstantEvaluator(session)
         steps, values = lower(graph, self.inputs, session.registry, evaluator)
@@ -93,6 +104,8 @@ class Model:
         """
         if self.reports is not None:
             return self.reports
+        if self.on_device:
+            self._check_device_kind()
         chooser = self.session.chooser
         progress = chooser.profiler.progress
         in_context = chooser.options.strategy.profiles
@@ -105,13 +118,18 @@ class Model:
                 if step.problem is None:
                     reports.append(StepReport(step, None))
                     if runner is not None:
-                        runner.run(index, step.view)
+                        runner.run(index, self._view(step))
                     continue
                 done += 1
                 if progress is not None:
                     progress.context = f"[{done}/{total} {step.node}]"
                 prelude = runner.previous if runner is not None else None
-                call = chooser.prepare(step.problem, [v.const for v in step.inputs], prelude)
+                try:
+                    call = chooser.prepare(
+                        step.problem, [self._const(v) if v.is_const else None
+                                       for v in step.inputs], prelude)
+                except NoUsableAlgorithmError as error:
+                    raise StepAlgorithmError(step, error) from None
                 calls[id(step)] = call
                 reports.append(StepReport(step, call.decision))
                 if runner is not None:
@@ -123,6 +141,40 @@ class Model:
         self.reports = reports
         return reports
 
+    def _check_device_kind(self) -> None:
+        """Every operator step needs an algorithm of the device's kind: report all the nodes
+        that have none before searching any."""
+        kind = self.device.kind
+        registry = self.session.registry
+        missing = []
+        for step in self.steps:
+            if step.problem is None:
+                continue
+            kinds = {a.device_kind for a in registry.algorithms(step.operator)}
+            if kind not in kinds:
+                missing.append((step.node, step.op_type, step.operator,
+                                ", ".join(sorted(kinds))))
+        if missing:
+            raise DeviceUnsupportedError(str(self.device), kind, missing)
+
+    def _const(self, value: Value) -> Any:
+        """A constant as the steps read it: its numpy array, or on a device without host
+        memory the device copy, uploaded on first use and kept for every later run."""
+        if not self.on_device:
+            return value.const
+        array = self._uploaded.get(id(value))
+        if array is None:
+            array = self._uploaded[id(value)] = self.device.to_device(value.const)
+        return array
+
+    def _view(self, step: Step) -> Any:
+        """The callable of a view step: lowering's numpy closure, or its device form."""
+        if not self.on_device:
+            return step.view
+        from fastrun.runtime.device_steps import view_function
+
+        return view_function(step, self.device)
+
     def _compile(self, calls: dict[int, PreparedCall]) -> None:
         """The flat program: (callable, argument slots, output slot, slots to release)."""
         slots: dict[int, int] = {}
@@ -132,13 +184,13 @@ class Model:
             index = slots.get(id(value))
             if index is None:
                 index = slots[id(value)] = len(template)
-                template.append(value.const)
+                template.append(self._const(value) if value.is_const else None)
             return index
 
         self._input_slots = {name: slot(value) for name, value in self.inputs.items()}
         program = []
         for step in self.steps:
-            function = calls[id(step)] if step.problem is not None else step.view
+            function = calls[id(step)] if step.problem is not None else self._view(step)
             program.append((function, tuple(slot(v) for v in step.inputs), slot(step.output)))
         self._output_slots = [slot(v) for v in self.outputs]
         # Release each computed value after its last reader (never constants or outputs).
@@ -175,9 +227,12 @@ class Model:
         env = self._start(feeds)
         times = []
         clock = time.perf_counter
+        # A device runs queued work asynchronously: wait for each step, so its time is its own.
+        sync = self.device.synchronize if self.on_device else _nothing
         for function, args, out, releases in self._program:
             started = clock()
             env[out] = function(*[env[i] for i in args])
+            sync()
             times.append(clock() - started)
             for index in releases:
                 env[index] = None
@@ -193,10 +248,17 @@ class Model:
         return env
 
     def _finish(self, env: list[Any]) -> dict[str, np.ndarray]:
+        if self.on_device:  # one download per output
+            to_host = self.device.to_host
+            return {name: to_host(env[index])
+                    for name, index in zip(self.graph.outputs, self._output_slots, strict=True)}
         return {name: np.asarray(env[index])
                 for name, index in zip(self.graph.outputs, self._output_slots, strict=True)}
 
-    def _feeds(self, feeds: Mapping[str, Any] | np.ndarray | None) -> dict[str, np.ndarray]:
+    def _feeds(self, feeds: Mapping[str, Any] | np.ndarray | None) -> dict[str, Any]:
+        """The inputs checked against the model's shapes and dtypes (a castable dtype is
+        converted); on a device without host memory, uploaded (one copy per input) unless
+        already a device array."""
         if feeds is None:
             feeds = {}
         if not isinstance(feeds, Mapping):
@@ -209,23 +271,35 @@ class Model:
             raise ValueError(f"unknown input(s) {', '.join(unknown)}; the model's inputs are "
                              f"{', '.join(self.inputs)}")
         result = {}
+        device_array = _device_array_type() if self.on_device else None
         for name, value in self.inputs.items():
             if name not in feeds:
                 raise ValueError(f"input {name!r} ({value.dtype}{list(value.shape)}) is missing")
+            if device_array is not None and isinstance(feeds[name], device_array):
+                result[name] = self._device_feed(name, value, feeds[name])
+                continue
             array = np.asarray(feeds[name])
-            if array.shape != value.shape:
-                raise ValueError(f"input {name!r} has shape {list(array.shape)}; the model was "
-                                 f"prepared for {list(value.shape)}")
-            if array.dtype != value.dtype:
-                if not np.can_cast(array.dtype, value.dtype, "same_kind"):
-                    raise ValueError(f"input {name!r} is {array.dtype}; the model takes "
-                                     f"{value.dtype}")
+            if _check_feed(name, value, array):
                 array = array.astype(value.dtype)
-            result[name] = np.ascontiguousarray(array)
+            array = np.ascontiguousarray(array)
+            result[name] = self.device.to_device(array) if self.on_device else array
         return result
 
-    def random_inputs(self, seed: int = 0) -> dict[str, np.ndarray]:
-        """Inputs of the right shapes and dtypes: floats in [-1, 1), integers in [0, 10)."""
+    def _device_feed(self, name: str, value: Value, array: Any) -> Any:
+        """An input that is already a device array: checked like a host one, used as it is
+        (a castable dtype is converted on the device)."""
+        if _check_feed(name, value, array):
+            from fastrun.runtime.device_steps import cast
+
+            return cast(self.device, array, value.dtype)
+        if not array.flags.c_contiguous:
+            raise ValueError(f"input {name!r} is a non-contiguous device array")
+        return array
+
+    def random_inputs(self, seed: int = 0, on_device: bool = False) -> dict[str, Any]:
+        """Inputs of the right shapes and dtypes: floats in [-1, 1), integers in [0, 10).
+        Numpy arrays (what ``--check`` hands to onnxruntime too); with ``on_device`` on a
+        device without host memory, uploaded there (the in-context search runs on them)."""
         rng = np.random.default_rng(seed)
         feeds = {}
         for name, value in self.inputs.items():
@@ -236,11 +310,47 @@ class Model:
             else:
                 array = rng.integers(0, 10, size=value.shape)
             feeds[name] = np.asarray(array, dtype=value.dtype)
+        if on_device and self.on_device:
+            feeds = {name: self.device.to_device(array) for name, array in feeds.items()}
         return feeds
 
     def __repr__(self) -> str:
         shapes = ", ".join(f"{n}: {v.dtype}{list(v.shape)}" for n, v in self.inputs.items())
         return f"<fastrun Model {self.graph.name!r} ({shapes}), {len(self.steps)} steps>"
+
+
+def _nothing() -> None:
+    pass
+
+
+def _device_array_type() -> type:
+    from pyopencl import array as cl_array
+
+    return cl_array.Array
+
+
+class StepAlgorithmError(NoUsableAlgorithmError):
+    """A step's problem has no usable algorithm: the chooser's error, prefixed with the node
+    and operator, since the problem alone does not say where in the model it came from."""
+
+    def __init__(self, step: Step, error: NoUsableAlgorithmError):
+        self.node, self.op_type = step.node, step.op_type
+        self.problem, self.options, self.excluded = error.problem, error.options, error.excluded
+        RuntimeError.__init__(self, f"node {step.node!r} ({step.op_type}, operator "
+                                    f"{step.operator}): {error}")
+
+
+def _check_feed(name: str, value: Value, array: Any) -> bool:
+    """Raise when an input (host or device array) does not fit the prepared model; True when
+    its dtype must be converted (a same-kind cast, e.g. float64 to float32)."""
+    if tuple(array.shape) != value.shape:
+        raise ValueError(f"input {name!r} has shape {list(array.shape)}; the model was "
+                         f"prepared for {list(value.shape)}")
+    if array.dtype == value.dtype:
+        return False
+    if not np.can_cast(array.dtype, value.dtype, "same_kind"):
+        raise ValueError(f"input {name!r} is {array.dtype}; the model takes {value.dtype}")
+    return True
 
 
 class _StepRunner:
@@ -249,8 +359,9 @@ class _StepRunner:
 
     def __init__(self, model: Model):
         self.values: dict[int, Any] = {}
-        for name, array in model.random_inputs(seed=0).items():
+        for name, array in model.random_inputs(seed=0, on_device=True).items():
             self.values[id(model.inputs[name])] = array
+        self.const = model._const
         self.steps = model.steps
         self.last_use: dict[int, int] = {}
         for index, step in enumerate(model.steps):
@@ -260,7 +371,7 @@ class _StepRunner:
 
     def run(self, index: int, function: Any, remember: bool = False) -> None:
         step = self.steps[index]
-        args = [v.const if v.is_const else self.values[id(v)] for v in step.inputs]
+        args = [self.const(v) if v.is_const else self.values[id(v)] for v in step.inputs]
         self.values[id(step.output)] = function(*args)
         if remember:
             self.previous = functools.partial(function, *args)
@@ -271,11 +382,19 @@ class _StepRunner:
 
 class _ConstantEvaluator:
     """Folds constant subgraphs with the operators' heuristic choices: no search, no cache
-    entries, so folding a Shape->Gather chain never shows up as profiling work."""
+    entries, so folding a Shape->Gather chain never shows up as profiling work.
+
+    Always on the CPU: folded values are numpy constants (lowering and fusion compute with
+    them), so on a device without host memory folding there would only add round trips; the
+    constants that steps read are uploaded once afterwards.
+    """
 
     def __init__(self, session: Session):
         options = SearchOptions(strategy=Strategy.HEURISTIC)
-        self.chooser = AlgoChooser(session.registry, session.device, InMemoryCache(), options)
+        device = session.device
+        if not device.host_memory:
+            device = CPUDevice()
+        self.chooser = AlgoChooser(session.registry, device, InMemoryCache(), options)
 
     def __call__(self, problem: Problem, inputs: Sequence[np.ndarray]) -> np.ndarray:
         return self.chooser.call(problem, *inputs)

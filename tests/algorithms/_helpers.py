@@ -66,3 +66,19 @@ def conv_registry() -> Registry:
     matmul.register(registry)
     conv.register(registry)
     return registry
+
+
+def cpu_registry(*packages: Any) -> Registry:
+    """A registry with the operators of ``packages`` (modules with a ``register``) and only
+    their CPU algorithms: the CPU test modules run every registered algorithm on numpy arrays,
+    which the OpenCL ones (registered too wherever pyopencl is installed) do not take."""
+    full = Registry(load_plugins=False)
+    for package in packages:
+        package.register(full)
+    registry = Registry(load_plugins=False)
+    for name in full.operators():
+        registry.register_operator(full.operator(name))
+        for algorithm in full.algorithms(name):
+            if algorithm.device_kind == "cpu":
+                registry.register_algorithm(algorithm)
+    return registry

@@ -29,13 +29,13 @@ from fastrun_algorithms.activation import COMPUTE_BOUND_MIN_THREADS, PARALLEL_MI
 from tests.algorithms._helpers import (
     TRACEMALLOC_SLACK,
     assert_matches_reference,
+    cpu_registry,
     numba_threads,
     traced_peak,
 )
 from tests.onnx_cases import node_cases
 
-REGISTRY = Registry(load_plugins=False)
-activation.register(REGISTRY)
+REGISTRY = cpu_registry(activation)
 OP_NAMES = ["relu", "leaky_relu", "clip", "sigmoid", "tanh", "softmax", "batch_norm"]
 CASES = [(name, algorithm) for name in OP_NAMES for algorithm in REGISTRY.algorithms(name)]
 CASE_IDS = [f"{name}-{algorithm.desc.name}" for name, algorithm in CASES]

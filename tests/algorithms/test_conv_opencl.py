@@ -31,6 +31,7 @@ from fastrun_algorithms.conv.opencl import (
 from fastrun_algorithms.conv.operator import ConvOperator
 from tests.algorithms._helpers import conv_registry
 from tests.onnx_cases import node_cases
+from tests.opencl_helpers import device_fixture  # noqa: F401
 
 OPERATOR = ConvOperator()
 
@@ -39,16 +40,6 @@ REGISTRY = conv_registry()
 OPENCL = [a for a in REGISTRY.algorithms("conv") if a.device_kind == "opencl"]
 MATMUL_DIRECT = [a for a in REGISTRY.algorithms("matmul")
                  if a.device_kind == "opencl" and a.desc.name == "cl_direct"]
-
-
-@pytest.fixture(scope="module")
-def device():
-    from fastrun.opencl import OpenCLUnavailableError, open_device
-
-    try:
-        return open_device()
-    except OpenCLUnavailableError as error:
-        pytest.skip(f"no OpenCL platform with a device here: {error}")
 
 
 class Ctx:

@@ -27,14 +27,12 @@ import fastrun
 from fastrun.algorithm import Algorithm
 from fastrun.attribute import AlgoAttribute
 from fastrun.operator import Problem
-from fastrun.registry import Registry
 from fastrun_algorithms import elementwise
 from fastrun_algorithms.elementwise import _kernels
 from fastrun_algorithms.elementwise.operator import OPS, PARALLEL_MIN_BYTES, SUPPORTED_DTYPES
-from tests.algorithms._helpers import numba_threads
+from tests.algorithms._helpers import cpu_registry, numba_threads
 
-REGISTRY = Registry(load_plugins=False)
-elementwise.register(REGISTRY)
+REGISTRY = cpu_registry(elementwise)
 OP_NAMES = ["add", "sub", "mul", "div", "greater_equal", "max", "min"]
 CASES = [(name, algorithm) for name in OP_NAMES for algorithm in REGISTRY.algorithms(name)]
 CASE_IDS = [f"{name}-{algorithm.desc.name}" for name, algorithm in CASES]

@@ -27,33 +27,7 @@ from fastrun_algorithms.matmul.opencl import (
     opencl_algorithms,
 )
 from fastrun_algorithms.matmul.opencl.space import gemm_configurations
-
-
-def _open_device():
-    try:
-        from fastrun.opencl import OpenCLUnavailableError, open_device
-    except ImportError as error:  # pragma: no cover - the device layer ships with fastrun
-        pytest.skip(f"fastrun.opencl cannot be imported: {error}")
-    try:
-        return open_device()
-    except OpenCLUnavailableError as error:
-        pytest.skip(f"no OpenCL device here: {error}")
-
-
-@pytest.fixture(scope="module")
-def device():
-    return _open_device()
-
-
-class Ctx:
-    """The RunContext an OpenCL algorithm needs: the device."""
-
-    def __init__(self, device):
-        self.device = device
-
-    def call(self, problem, *inputs):  # pragma: no cover - no OpenCL matmul has sub-problems
-        raise AssertionError("OpenCL matmul declares no sub-problems")
-
+from tests.opencl_helpers import DeviceContext, device_fixture  # noqa: F401
 
 REGISTRY = Registry(load_plugins=False)
 matmul.register(REGISTRY)
@@ -75,7 +49,7 @@ def check(device, algorithm, a_shape, b_shape, dtype="float32", seed=0):
     assert algorithm.usable(problem), algorithm.unusable_reason(problem)
     rng = np.random.default_rng(seed)
     inputs = OPERATOR.random_inputs(problem, rng)
-    output = algorithm.run(problem, [device.to_device(x) for x in inputs], Ctx(device))
+    output = algorithm.run(problem, [device.to_device(x) for x in inputs], DeviceContext(device))
     host = device.to_host(output)
     assert host.shape == OPERATOR.output_shape(problem)
     assert host.dtype == np.dtype(dtype)
@@ -150,7 +124,7 @@ def test_empty_products(device):
         problem = Problem.create("matmul", [a_shape, b_shape], ["float32"] * 2)
         inputs = [np.ones(a_shape, np.float32), np.ones(b_shape, np.float32)]
         out = device.to_host(gemm.run(problem, [device.to_device(x) for x in inputs],
-                                      Ctx(device)))
+                                      DeviceContext(device)))
         np.testing.assert_array_equal(out, np.matmul(*inputs))
 
 

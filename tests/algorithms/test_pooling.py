@@ -15,18 +15,17 @@ from hypothesis import strategies as st
 from fastrun.algorithm import Algorithm
 from fastrun.attribute import AlgoAttribute
 from fastrun.operator import Problem
-from fastrun.registry import Registry
 from fastrun_algorithms import pooling
 from tests.algorithms._helpers import (
     TRACEMALLOC_SLACK,
     assert_matches_reference,
+    cpu_registry,
     numba_threads,
     traced_peak,
 )
 from tests.onnx_cases import node_cases
 
-REGISTRY = Registry(load_plugins=False)
-pooling.register(REGISTRY)
+REGISTRY = cpu_registry(pooling)
 OPERATORS = ("maxpool", "avgpool", "global_maxpool", "global_avgpool", "lrn")
 WINDOWED = [a for op in ("maxpool", "avgpool") for a in REGISTRY.algorithms(op)]
 GLOBAL = [a for op in ("global_maxpool", "global_avgpool") for a in REGISTRY.algorithms(op)]

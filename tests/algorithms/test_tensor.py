@@ -17,10 +17,14 @@ from hypothesis import strategies as st
 import fastrun
 from fastrun.algorithm import Algorithm
 from fastrun.attribute import AlgoAttribute
-from fastrun.registry import Registry
 from fastrun_algorithms import tensor
 from fastrun_algorithms.tensor import SUPPORTED_DTYPES, clamp_slice
-from tests.algorithms._helpers import TRACEMALLOC_SLACK, assert_matches_reference, traced_peak
+from tests.algorithms._helpers import (
+    TRACEMALLOC_SLACK,
+    assert_matches_reference,
+    cpu_registry,
+    traced_peak,
+)
 from tests.algorithms.test_activation import (
     _params_of_cases,
     node_attributes,
@@ -28,8 +32,9 @@ from tests.algorithms.test_activation import (
     split_inputs,
 )
 
-REGISTRY = Registry(load_plugins=False)
-tensor.register(REGISTRY)
+#: the CPU algorithms only (numpy in, numpy out): the OpenCL ones, registered too where pyopencl
+#: is installed, are tested on the device in test_tensor_opencl.py
+REGISTRY = cpu_registry(tensor)
 OP_NAMES = ["transpose", "concat", "slice", "pad", "gather"]
 CASES = [(name, algorithm) for name in OP_NAMES for algorithm in REGISTRY.algorithms(name)]
 CASE_IDS = [f"{name}-{algorithm.desc.name}" for name, algorithm in CASES]

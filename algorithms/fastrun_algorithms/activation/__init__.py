@@ -2,10 +2,13 @@
 ``softmax``, ``batch_norm``) with ONNX semantics, and their CPU algorithms.
 
 ``register(registry)`` adds every operator with its ``numpy`` algorithm, and ``parallel``
-(numba) for relu, leaky_relu, clip and sigmoid, the ones where it wins on large tensors.
+(numba) for relu, leaky_relu, clip and sigmoid, the ones where it wins on large tensors; and
+where pyopencl is installed the OpenCL ones (``cl_unary``, ``cl_softmax``, ``cl_batch_norm``).
 """
 
 from __future__ import annotations
+
+import importlib.util
 
 from fastrun.registry import Registry
 from fastrun_algorithms.activation.numpy_impl import (
@@ -62,3 +65,9 @@ def register(registry: Registry) -> None:
     registry.register_algorithm(NumpySoftmax())
     registry.register_operator(BatchNormOperator())
     registry.register_algorithm(NumpyBatchNorm())
+    # Found without importing pyopencl (slow, and it may fail without an OpenCL platform); the
+    # OpenCL algorithms are candidates only on an OpenCL device, so CPU searches are unchanged.
+    if importlib.util.find_spec("pyopencl") is not None:
+        from fastrun_algorithms.activation import opencl
+
+        opencl.register(registry)

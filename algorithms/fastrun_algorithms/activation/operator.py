@@ -295,6 +295,18 @@ class SoftmaxOperator(ActivationOperator):
             e = np.exp(x - np.max(x, axis=axis, keepdims=True))
             return (e / np.sum(e, axis=axis, keepdims=True)).astype(problem.dtypes[0])
 
+    def heuristic_order(self, problem, candidates):
+        """The CPU rule of :class:`ActivationOperator`; the OpenCL configurations (which it
+        leaves in registration order) by
+        :func:`~fastrun_algorithms.activation.opencl.algorithms.softmax_rank`: a work-item
+        per row or a work-group per row depending on where the axis lies and how long the
+        rows are."""
+        from fastrun_algorithms.activation.opencl.algorithms import softmax_rank
+
+        ordered = super().heuristic_order(problem, candidates)
+        return sorted(ordered, key=lambda a: softmax_rank(problem, a)
+                      if a.device_kind == "opencl" else (0, 0))
+
 
 class BatchNormOperator(ActivationOperator):
     """Inference BatchNormalization: ``scale * (x - mean) / sqrt(var + epsilon) + B`` per

@@ -2,10 +2,13 @@
 ``min``) with numpy broadcasting, and their CPU algorithms.
 
 ``register(registry)`` adds one operator per operation, each with the algorithms ``numpy``
-(the ufunc), ``serial`` and ``parallel`` (numba).
+(the ufunc), ``serial`` and ``parallel`` (numba), and ``cl_elementwise`` (OpenCL) where
+pyopencl is installed.
 """
 
 from __future__ import annotations
+
+import importlib.util
 
 from fastrun.registry import Registry
 from fastrun_algorithms.elementwise._layout import BroadcastLayout, broadcast_layout
@@ -40,9 +43,16 @@ __all__ = [
 
 
 def register(registry: Registry) -> None:
-    """Add every elementwise operator and its algorithms to ``registry``."""
+    """Add every elementwise operator and its algorithms to ``registry`` (the OpenCL one
+    only where pyopencl is installed)."""
     for op in OPS.values():
         registry.register_operator(ElementwiseOperator(op))
         registry.register_algorithm(UfuncElementwise(op))
         registry.register_algorithm(SerialElementwise(op))
         registry.register_algorithm(ParallelElementwise(op))
+    # Found without importing pyopencl (slow, and it may fail without an OpenCL platform); the
+    # OpenCL algorithm is a candidate only on an OpenCL device, so CPU searches are unchanged.
+    if importlib.util.find_spec("pyopencl") is not None:
+        from fastrun_algorithms.elementwise import opencl
+
+        opencl.register(registry)

@@ -8,10 +8,13 @@ names are a contract with it.  Parameters are canonicalised when a problem is bu
 
 maxpool and avgpool have two algorithms: ``direct`` (a parallel numba kernel, 1-D and 2-D, the
 usual winner) and ``numpy`` (strided views of a padded copy, every rank).  The global pools and
-LRN are one pass over memory and have a numpy algorithm each.
+LRN are one pass over memory and have a numpy algorithm each.  Where pyopencl is installed the
+OpenCL algorithms (``cl_pool``, ``cl_global_pool``, ``cl_lrn``) are added too.
 """
 
 from __future__ import annotations
+
+import importlib.util
 
 from fastrun_algorithms.pooling.operator import (
     AvgPoolOperator,
@@ -24,7 +27,7 @@ from fastrun_algorithms.pooling.operator import (
 
 def register(registry) -> None:
     """Add the pooling operators and every pooling algorithm (direct before numpy: the order
-    the heuristic keeps among equals)."""
+    the heuristic keeps among equals; the OpenCL ones where pyopencl is installed)."""
     from fastrun_algorithms.pooling import direct, global_pool, lrn, vectorised
 
     for operator in (MaxPoolOperator(), AvgPoolOperator(), GlobalMaxPoolOperator(),
@@ -33,6 +36,12 @@ def register(registry) -> None:
     for module in (direct, vectorised, global_pool, lrn):
         for algorithm in module.algorithms():
             registry.register_algorithm(algorithm)
+    # Found without importing pyopencl (slow, and it may fail without an OpenCL platform); the
+    # OpenCL algorithms are candidates only on an OpenCL device, so CPU searches are unchanged.
+    if importlib.util.find_spec("pyopencl") is not None:
+        from fastrun_algorithms.pooling import opencl
+
+        opencl.register(registry)
 
 
 __all__ = [

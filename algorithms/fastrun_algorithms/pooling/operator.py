@@ -157,6 +157,16 @@ class _GlobalPoolOperator(Operator):
         x_shape = problem.shapes[0]
         return (x_shape[0], x_shape[1], *(1 for _ in x_shape[2:]))
 
+    def heuristic_order(self, problem: Problem,
+                        candidates: Sequence[Algorithm]) -> list[Algorithm]:
+        """The CPU algorithms as registered (there is one); the OpenCL configurations by
+        :func:`~fastrun_algorithms.pooling.opencl.algorithms.global_pool_rank`: a work-item
+        or a work-group per plane depending on the plane's size."""
+        from fastrun_algorithms.pooling.opencl.algorithms import global_pool_rank
+
+        return sorted(candidates, key=lambda a: global_pool_rank(problem, a)
+                      if a.device_kind == "opencl" else (0, 0))
+
 
 class GlobalMaxPoolOperator(_GlobalPoolOperator):
     """``Y = max of X over its spatial axes`` (ONNX GlobalMaxPool)."""

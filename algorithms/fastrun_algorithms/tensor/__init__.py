@@ -1,11 +1,14 @@
 """Tensor (data movement) operators with ONNX semantics: ``transpose``, ``concat``,
 ``slice``, ``pad`` and ``gather``, and their CPU algorithms.
 
-``register(registry)`` adds every operator with its ``numpy`` algorithm.  Outputs are new
+``register(registry)`` adds every operator with its ``numpy`` algorithm, and the OpenCL ones
+(``tensor/opencl``) where pyopencl is installed.  Outputs are new
 C-contiguous arrays in the input's dtype (bool, integers and floats of every width).
 """
 
 from __future__ import annotations
+
+import importlib.util
 
 from fastrun.registry import Registry
 from fastrun_algorithms.tensor.numpy_impl import (
@@ -57,3 +60,10 @@ def register(registry: Registry) -> None:
                                 (GatherOperator(), NumpyGather())):
         registry.register_operator(operator)
         registry.register_algorithm(algorithm)
+    # Checked without importing pyopencl (slow, and it may fail on machines without OpenCL);
+    # the OpenCL algorithms are candidates only on an OpenCL device, so CPU searches and the
+    # CPU cache category are unchanged by them.
+    if importlib.util.find_spec("pyopencl") is not None:
+        from fastrun_algorithms.tensor import opencl
+
+        opencl.register(registry)

@@ -26,6 +26,7 @@ import numpy as np
 from fastrun.algorithm import Algorithm, RunContext
 from fastrun.attribute import AlgoAttribute
 from fastrun.operator import Problem
+from fastrun_algorithms import _opencl_common as common
 from fastrun_algorithms.conv._gemm_common import matmul_problem
 from fastrun_algorithms.conv.epilogue import activation_code
 from fastrun_algorithms.conv.geometry import ConvGeometry, geometry
@@ -105,13 +106,8 @@ class OpenCLConv(Algorithm):
 
     def device_unusable_reason(self, device: Any, problem: Problem) -> str | None:
         """float64 needs ``cl_khr_fp64``; the local size must fit the device."""
-        if geometry(problem).itemsize == 8 and "cl_khr_fp64" not in device.cl_device.extensions:
-            return f"{device.name} does not support float64 (no cl_khr_fp64)"
-        size = self.work_group_size()
-        if size > device.max_work_group_size:
-            return (f"work-group of {size} work-items, over the device's maximum of "
-                    f"{device.max_work_group_size}")
-        return None
+        return (common.fp64_reason(device, problem.dtypes)
+                or common.work_group_reason(device, self.work_group_size()))
 
     def defines(self, geo: ConvGeometry) -> dict[str, int]:
         """This configuration's compile-time constants (``-D`` options) for ``geo``."""

@@ -24,6 +24,7 @@ import numpy as np
 from fastrun.algorithm import Algorithm, RunContext
 from fastrun.attribute import AlgoAttribute
 from fastrun.operator import Problem
+from fastrun_algorithms import _opencl_common as common
 from fastrun_algorithms.matmul._batch import MatmulLayout, layout_of
 from fastrun_algorithms.matmul.opencl import _kernels
 from fastrun_algorithms.matmul.opencl.space import a_vector_width, next_pow2
@@ -99,13 +100,11 @@ class OpenCLMatmul(Algorithm):
     def device_unusable_reason(self, device: Any, problem: Problem) -> str | None:
         """Why this configuration cannot run ``problem`` on ``device`` (an OpenCLDevice), or
         None.  Checks float64 support, the work-group size and the local memory."""
+        reason = (common.fp64_reason(device, problem.dtypes)
+                  or common.work_group_reason(device, self.work_group_size()))
+        if reason is not None:
+            return reason
         itemsize = np.dtype(problem.dtypes[0]).itemsize
-        if itemsize == 8 and "cl_khr_fp64" not in device.cl_device.extensions:
-            return f"{device.name} does not support float64 (no cl_khr_fp64)"
-        size = self.work_group_size()
-        if size > device.max_work_group_size:
-            return (f"work-group of {size} work-items, over the device's maximum of "
-                    f"{device.max_work_group_size}")
         local = self.local_bytes(itemsize)
         if local > device.local_mem_size:
             return (f"needs {local} B of local memory, over the device's "

@@ -1,0 +1,101 @@
+"""What the OpenCL algorithms of the elementwise, activation and pooling operators share.
+
+pyopencl is imported inside functions only: the algorithm modules import this one when the
+plugin registers them, which must stay cheap and work without an OpenCL platform.
+
+Every kernel of these operators takes its tensors as (buffer, element offset) pairs, so a
+device array that is a view into a larger one (a slice the runtime hands on) needs no copy,
+and launches a 1-D range rounded up to :data:`LOCAL_SIZE` work-items whose tail returns early:
+an explicit local size, because with none some drivers pick a tiny one for an odd global size.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+#: Work-items per work-group of the element-per-work-item kernels (or the device's maximum
+#: when smaller): a multiple of every GPU's SIMD width, and small enough that the rounded-up
+#: tail of a small tensor wastes little.
+LOCAL_SIZE = 128
+
+#: OpenCL C type of each numpy dtype the kernels accept (numpy's bool is one byte of 0 or 1).
+CL_TYPES = {
+    "float32": "float", "float64": "double", "int8": "char", "int16": "short",
+    "int32": "int", "int64": "long", "uint8": "uchar", "uint16": "ushort",
+    "uint32": "uint", "uint64": "ulong", "bool": "uchar",
+}
+
+
+def has_fp64(device: Any) -> bool:
+    return "cl_khr_fp64" in device.cl_device.extensions
+
+
+def fp64_reason(device: Any, dtypes: Sequence[Any]) -> str | None:
+    """Why ``device`` cannot compute with these dtypes (float64 without ``cl_khr_fp64``)."""
+    if any(np.dtype(d) == np.float64 for d in dtypes) and not has_fp64(device):
+        return f"{device.name} does not support float64 (no cl_khr_fp64)"
+    return None
+
+
+def work_group_reason(device: Any, size: int) -> str | None:
+    """Why a work-group of ``size`` work-items cannot be launched on ``device``, or None."""
+    if size > device.max_work_group_size:
+        return (f"work-group of {size} work-items, over the device's maximum of "
+                f"{device.max_work_group_size}")
+    return None
+
+
+def local_size(device: Any) -> int:
+    """The 1-D local size these kernels launch with on ``device``."""
+    return min(LOCAL_SIZE, int(device.max_work_group_size))
+
+
+def buffer(x: Any, which: str) -> tuple[Any, np.int64]:
+    """(buffer, element offset) of a C-contiguous device array.
+
+    Non-contiguous device arrays (a transposed view) are refused rather than copied: a hidden
+    copy would be workspace nobody declared, and the caller can make the copy it wants.
+    """
+    if not x.flags.c_contiguous:
+        raise ValueError(f"this OpenCL algorithm needs a C-contiguous {which}; got shape "
+                         f"{x.shape} with strides {x.strides}")
+    return x.base_data, np.int64(x.offset // x.dtype.itemsize)
+
+
+def options(**defines: Any) -> list[str]:
+    """``-DNAME=value`` build options in a fixed order (the program cache's key)."""
+    return [f"-D{key}={value}" for key, value in sorted(defines.items())]
+
+
+def round_up(value: int, multiple: int) -> int:
+    return -(-value // multiple) * multiple
+
+
+def launch(device: Any, kernel: Any, work_items: int, args: Sequence[Any],
+           local: int | None = None) -> None:
+    """Enqueue ``kernel`` over ``work_items`` (at least one) on the device's queue, 1-D."""
+    import pyopencl as cl
+
+    local = local or local_size(device)
+    kernel.set_args(*args)
+    cl.enqueue_nd_range_kernel(device.queue, kernel, (round_up(max(1, work_items), local),),
+                               (local,))
+
+
+def launch_groups(device: Any, kernel: Any, groups: int, local: int,
+                  args: Sequence[Any]) -> None:
+    """Enqueue ``kernel`` as ``groups`` work-groups of ``local`` work-items, 1-D."""
+    import pyopencl as cl
+
+    kernel.set_args(*args)
+    cl.enqueue_nd_range_kernel(device.queue, kernel, (groups * local,), (local,))
+
+
+def local_memory(nbytes: int) -> Any:
+    """A ``__local`` kernel argument of ``nbytes`` bytes."""
+    import pyopencl as cl
+
+    return cl.LocalMemory(nbytes)

@@ -1,0 +1,197 @@
+"""OpenCL activation algorithms: ``cl_unary`` (relu, leaky_relu, clip, sigmoid, tanh),
+``cl_softmax`` and ``cl_batch_norm``.
+
+They run on an OpenCL device (``device_kind = "opencl"``): inputs are ``pyopencl.array.Array``
+values on ``ctx.device`` (C-contiguous; views with an offset are fine) and the output is one
+too.  pyopencl is imported only when they run.  None allocates anything besides its output,
+and none uses atomics: all are REPRODUCIBLE with no workspace.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from fastrun.algorithm import Algorithm, RunContext
+from fastrun.attribute import AlgoAttribute
+from fastrun.operator import Problem
+from fastrun_algorithms import _opencl_common as common
+from fastrun_algorithms.activation.opencl import _kernels
+from fastrun_algorithms.activation.operator import ClipOperator
+
+#: Work-items per softmax row: 1 (a work-item per row) or a work-group of that many per row.
+SOFTMAX_PER_ROW = (1, 32, 256)
+#: The smallest work-group per row: always usable, so long rows keep a group configuration.
+SMALLEST_GROUP = 32
+
+
+def next_pow2(value: int) -> int:
+    """The smallest power of two >= value (1 for 0 and 1)."""
+    return 1 << max(0, int(value) - 1).bit_length()
+
+
+def _fp64_define(dtypes: Sequence[Any]) -> int:
+    return int(any(np.dtype(d) == np.float64 for d in dtypes))
+
+
+class _OpenCLActivation(Algorithm):
+    """What the OpenCL activation algorithms share: the device kind, attributes and the
+    float64 check."""
+
+    device_kind = "opencl"
+    attributes = AlgoAttribute.REPRODUCIBLE
+
+    def device_unusable_reason(self, device: Any, problem: Problem) -> str | None:
+        return common.fp64_reason(device, problem.dtypes)
+
+
+class OpenCLUnary(_OpenCLActivation):
+    """relu, leaky_relu, clip, sigmoid or tanh, one element per work-item; the activation is a
+    ``-D OP`` switch of one source.  clip takes every integer dtype the operator does."""
+
+    name = "cl_unary"
+
+    def __init__(self, operator: str):
+        self.operator = operator  # before super().__init__, which builds the identity from it
+        super().__init__()
+
+    def _scalars(self, problem: Problem, dtype: np.dtype) -> tuple[Any, Any]:
+        """The kernel's p0, p1 in X's dtype (see the source)."""
+        if self.operator == "leaky_relu":
+            return dtype.type(problem.param("alpha")), dtype.type(0)
+        if self.operator == "clip":
+            return ClipOperator.bounds(problem)
+        return dtype.type(0), dtype.type(0)
+
+    def run(self, problem: Problem, inputs: Sequence[Any], ctx: RunContext,
+            prepared: Any = None) -> Any:
+        device = ctx.device
+        dtype = np.dtype(problem.dtypes[0])
+        x = inputs[0]
+        out = device.empty(tuple(problem.shapes[0]), dtype)
+        total = math.prod(problem.shapes[0])
+        if total == 0:
+            return out
+        xb, x_off = common.buffer(x, "X")
+        ob, o_off = common.buffer(out, "output")
+        kernel = device.kernel(_kernels.UNARY, "unary", common.options(
+            REAL=common.CL_TYPES[dtype.name], FP64=_fp64_define([dtype]),
+            OP=_kernels.UNARY_CODES.index(self.operator)))
+        common.launch(device, kernel, total,
+                      [np.int64(total), xb, x_off, ob, o_off, *self._scalars(problem, dtype)])
+        return out
+
+
+def softmax_rows(problem: Problem) -> tuple[int, int, int]:
+    """(rows, row length L, inner): the input viewed as (outer, L, inner) around the axis."""
+    shape = problem.shapes[0]
+    axis = problem.param("axis")
+    length = shape[axis]
+    inner = math.prod(shape[axis + 1:])
+    rows = math.prod(shape) // length if length else 0
+    return rows, length, inner
+
+
+class OpenCLSoftmax(_OpenCLActivation):
+    """Max-subtracted softmax along the axis, ``per_row`` work-items per row.
+
+    ``per_row=1``: one work-item per row, neighbouring work-items on neighbouring rows; reads
+    are coalesced when the axis is not the last (inner > 1), and short rows waste nothing.
+    ``per_row=32`` or ``256``: a work-group per row, its work-items striding over the row and
+    combining their partial max and sum by a tree in local memory; for long rows along the
+    last axis, where one work-item per row would leave a GPU mostly idle.  A group larger
+    than ``max(32, next power of two of L)`` is refused (it would idle most of its items).
+    """
+
+    operator = "softmax"
+    name = "cl_softmax"
+    attributes = _OpenCLActivation.attributes | AlgoAttribute.USABLE_DEPEND_ON_SHAPE
+
+    def __init__(self, param: dict[str, Any] | None = None):
+        super().__init__(param)
+        self.per_row = int(self.param["per_row"])
+
+    def unusable_reason(self, problem: Problem) -> str | None:
+        length = softmax_rows(problem)[1]
+        if self.per_row > max(SMALLEST_GROUP, next_pow2(length)):
+            return (f"{self.per_row} work-items per row exceed the row length {length} "
+                    f"(a smaller group is as fast)")
+        return None
+
+    def device_unusable_reason(self, device: Any, problem: Problem) -> str | None:
+        return (common.work_group_reason(device, self.per_row)
+                or super().device_unusable_reason(device, problem))
+
+    def run(self, problem: Problem, inputs: Sequence[Any], ctx: RunContext,
+            prepared: Any = None) -> Any:
+        device = ctx.device
+        dtype = np.dtype(problem.dtypes[0])
+        out = device.empty(tuple(problem.shapes[0]), dtype)
+        rows, length, inner = softmax_rows(problem)
+        if rows == 0 or length == 0:
+            return out
+        xb, x_off = common.buffer(inputs[0], "X")
+        ob, o_off = common.buffer(out, "output")
+        build = common.options(REAL=common.CL_TYPES[dtype.name], FP64=_fp64_define([dtype]))
+        if self.per_row == 1:
+            kernel = device.kernel(_kernels.SOFTMAX, "softmax_item", build)
+            common.launch(device, kernel, rows, [np.int64(rows), np.int64(length),
+                                                 np.int64(inner), xb, x_off, ob, o_off])
+        else:
+            kernel = device.kernel(_kernels.SOFTMAX, "softmax_group", build)
+            common.launch_groups(device, kernel, rows, self.per_row, [
+                np.int64(length), np.int64(inner), xb, x_off, ob, o_off,
+                common.local_memory(self.per_row * dtype.itemsize)])
+        return out
+
+
+class OpenCLBatchNorm(_OpenCLActivation):
+    """Inference batch norm, one element per work-item: ``(x - mean) * scale / sqrt(var +
+    epsilon) + B``, the per-channel vectors read in their own dtype and converted to X's (as
+    the numpy algorithm does).  The per-channel factor is recomputed per element rather than
+    precomputed into a buffer: a division and a square root cost less than the workspace and
+    the extra launch on any device where this is memory bound."""
+
+    operator = "batch_norm"
+    name = "cl_batch_norm"
+
+    def run(self, problem: Problem, inputs: Sequence[Any], ctx: RunContext,
+            prepared: Any = None) -> Any:
+        device = ctx.device
+        dtype = np.dtype(problem.dtypes[0])
+        shape = tuple(problem.shapes[0])
+        out = device.empty(shape, dtype)
+        total = math.prod(shape)
+        if total == 0:
+            return out
+        types = [common.CL_TYPES[np.dtype(d).name] for d in problem.dtypes[1:]]
+        kernel = device.kernel(_kernels.BATCH_NORM, "batch_norm", common.options(
+            REAL=common.CL_TYPES[dtype.name], FP64=_fp64_define(problem.dtypes),
+            TS=types[0], TB=types[1], TM=types[2], TV=types[3]))
+        args: list[Any] = [np.int64(total), np.int64(shape[1]), np.int64(math.prod(shape[2:]))]
+        for value, label in zip(inputs, ("X", "scale", "B", "mean", "var"), strict=True):
+            args.extend(common.buffer(value, label))
+        args.extend([*common.buffer(out, "output"), dtype.type(problem.param("epsilon"))])
+        common.launch(device, kernel, total, args)
+        return out
+
+
+def softmax_rank(problem: Problem, algorithm: Algorithm) -> tuple[int, int]:
+    """Heuristic rank of one ``cl_softmax`` configuration (smaller first): a work-item per row
+    when the axis is not the last (its reads are then coalesced) or the rows are short; a
+    work-group per row for long last-axis rows, 256 from 1024 elements on."""
+    _, length, inner = softmax_rows(problem)
+    per_row = int(dict(algorithm.desc.param).get("per_row", 1))
+    preferred = 1 if inner > 1 or length < 128 else 256 if length >= 1024 else 32
+    return (0 if per_row == preferred else 1, per_row)
+
+
+def opencl_algorithms() -> list[Algorithm]:
+    """``cl_unary`` per unary activation, the ``cl_softmax`` configurations, ``cl_batch_norm``."""
+    algorithms: list[Algorithm] = [OpenCLUnary(name) for name in _kernels.UNARY_CODES]
+    algorithms += [OpenCLSoftmax({"per_row": n}) for n in SOFTMAX_PER_ROW]
+    algorithms.append(OpenCLBatchNorm())
+    return algorithms

@@ -1,0 +1,185 @@
+"""OpenCL pooling algorithms: ``cl_pool`` (maxpool, avgpool), ``cl_global_pool``
+(global_maxpool, global_avgpool) and ``cl_lrn``.
+
+They run on an OpenCL device (``device_kind = "opencl"``): X is a ``pyopencl.array.Array`` on
+``ctx.device`` (C-contiguous; a view with an offset is fine) and the output is one too.
+pyopencl is imported only when they run.  None allocates anything besides its output and none
+uses atomics: all are REPRODUCIBLE with no workspace.  ``cl_pool`` takes its window geometry
+from :func:`~fastrun_algorithms.pooling.geometry.pool_geometry`, the CPU operator's own, so
+the output size (ceil_mode) and the average's divisor (count_include_pad) cannot drift apart
+from it.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from fastrun.algorithm import Algorithm, RunContext
+from fastrun.attribute import AlgoAttribute
+from fastrun.operator import Problem
+from fastrun_algorithms import _opencl_common as common
+from fastrun_algorithms.pooling.geometry import pool_geometry
+from fastrun_algorithms.pooling.opencl import _kernels
+from fastrun_algorithms.pooling.operator import lrn_window
+
+#: Work-items per plane of ``cl_global_pool``: 1 (a work-item per plane) or a work-group.
+GLOBAL_PER_PLANE = (1, 32, 256)
+#: The smallest work-group per plane: always usable, so large planes keep a group
+#: configuration.
+SMALLEST_GROUP = 32
+
+
+def next_pow2(value: int) -> int:
+    """The smallest power of two >= value (1 for 0 and 1)."""
+    return 1 << max(0, int(value) - 1).bit_length()
+
+
+def _build(dtype: np.dtype) -> list[str]:
+    return common.options(REAL=common.CL_TYPES[dtype.name], FP64=int(dtype == np.float64))
+
+
+class _OpenCLPooling(Algorithm):
+    """What the OpenCL pooling algorithms share: the device kind, attributes and the float64
+    check."""
+
+    device_kind = "opencl"
+    attributes = AlgoAttribute.REPRODUCIBLE
+
+    def device_unusable_reason(self, device: Any, problem: Problem) -> str | None:
+        return common.fp64_reason(device, problem.dtypes)
+
+
+class OpenCLPool(_OpenCLPooling):
+    """maxpool or avgpool over 1, 2 or 3 spatial axes, one output per work-item, every
+    parameter set: the window loops skip taps outside the input (no padded copy), and the
+    average counts its divisor per axis as the CPU geometry defines it."""
+
+    name = "cl_pool"
+
+    def __init__(self, operator: str):
+        self.operator = operator  # before super().__init__, which builds the identity from it
+        super().__init__()
+
+    def run(self, problem: Problem, inputs: Sequence[Any], ctx: RunContext,
+            prepared: Any = None) -> Any:
+        device = ctx.device
+        geo = pool_geometry(problem)
+        dtype = np.dtype(geo.dtype)
+        out = device.empty(geo.out_shape, dtype)
+        lead = 3 - geo.spatial  # 1-D and 2-D as 3-D with leading axes of one
+
+        def axes(values: tuple[int, ...], fill: int) -> list[np.int32]:
+            return [np.int32(v) for v in (fill,) * lead + tuple(values)]
+
+        if geo.average:
+            mode = _kernels.AVERAGE_WITH_PAD if geo.count_include_pad else _kernels.AVERAGE
+        else:
+            mode = _kernels.MAX
+        total = math.prod(geo.out_shape)
+        kernel = device.kernel(_kernels.POOL, "pool", _build(dtype))
+        common.launch(device, kernel, total, [
+            np.int64(total), np.int32(mode), *axes(geo.sizes, 1), *axes(geo.out, 1),
+            *axes(geo.kernel, 1), *axes(geo.strides, 1), *axes(geo.dilations, 1),
+            *axes(geo.begins, 0), *axes(geo.ends, 0),
+            *common.buffer(inputs[0], "X"), *common.buffer(out, "output")])
+        return out
+
+
+class OpenCLGlobalPool(_OpenCLPooling):
+    """global_maxpool or global_avgpool, ``per_plane`` work-items per (image, channel) plane.
+
+    ``per_plane=1``: a work-item reads its whole plane in order (many small planes);
+    ``per_plane=32`` or ``256``: a work-group strides over the plane and combines its partial
+    results by a tree in local memory (large planes, and reads coalesced across the group).
+    A group larger than ``max(32, next power of two of the plane size)`` is refused.
+    """
+
+    name = "cl_global_pool"
+    attributes = _OpenCLPooling.attributes | AlgoAttribute.USABLE_DEPEND_ON_SHAPE
+
+    def __init__(self, operator: str, param: dict[str, Any] | None = None):
+        self.operator = operator  # before super().__init__, which builds the identity from it
+        super().__init__(param)
+        self.per_plane = int(self.param["per_plane"])
+
+    def unusable_reason(self, problem: Problem) -> str | None:
+        size = math.prod(problem.shapes[0][2:])
+        if self.per_plane > max(SMALLEST_GROUP, next_pow2(size)):
+            return (f"{self.per_plane} work-items per plane exceed the plane size {size} "
+                    f"(a smaller group is as fast)")
+        return None
+
+    def device_unusable_reason(self, device: Any, problem: Problem) -> str | None:
+        return (common.work_group_reason(device, self.per_plane)
+                or super().device_unusable_reason(device, problem))
+
+    def run(self, problem: Problem, inputs: Sequence[Any], ctx: RunContext,
+            prepared: Any = None) -> Any:
+        device = ctx.device
+        dtype = np.dtype(problem.dtypes[0])
+        shape = tuple(problem.shapes[0])
+        out = device.empty((shape[0], shape[1], *(1 for _ in shape[2:])), dtype)
+        planes, size = shape[0] * shape[1], math.prod(shape[2:])
+        mode = np.int32(0 if self.operator == "global_maxpool" else 1)
+        x = common.buffer(inputs[0], "X")
+        o = common.buffer(out, "output")
+        if self.per_plane == 1:
+            kernel = device.kernel(_kernels.GLOBAL_POOL, "global_pool_item", _build(dtype))
+            common.launch(device, kernel, planes,
+                          [np.int64(planes), np.int64(size), mode, *x, *o])
+        else:
+            kernel = device.kernel(_kernels.GLOBAL_POOL, "global_pool_group", _build(dtype))
+            common.launch_groups(device, kernel, planes, self.per_plane, [
+                np.int64(size), mode, *x, *o,
+                common.local_memory(self.per_plane * dtype.itemsize)])
+        return out
+
+
+class OpenCLLRN(_OpenCLPooling):
+    """LRN, one element per work-item summing the squares of its channel window (a few
+    channels in ONNX models, so recomputing each window beats a prefix-sum pass, which would
+    also lose small terms in float32)."""
+
+    operator = "lrn"
+    name = "cl_lrn"
+
+    def run(self, problem: Problem, inputs: Sequence[Any], ctx: RunContext,
+            prepared: Any = None) -> Any:
+        device = ctx.device
+        dtype = np.dtype(problem.dtypes[0])
+        shape = tuple(problem.shapes[0])
+        out = device.empty(shape, dtype)
+        total = math.prod(shape)
+        size = problem.param("size")
+        before, after = lrn_window(size)
+        real = dtype.type
+        kernel = device.kernel(_kernels.LRN, "lrn", _build(dtype))
+        common.launch(device, kernel, total, [
+            np.int64(total), np.int32(shape[1]), np.int64(math.prod(shape[2:])),
+            np.int32(before), np.int32(after), real(problem.param("alpha") / size),
+            real(problem.param("bias")), real(problem.param("beta")),
+            *common.buffer(inputs[0], "X"), *common.buffer(out, "output")])
+        return out
+
+
+def global_pool_rank(problem: Problem, algorithm: Algorithm) -> tuple[int, int]:
+    """Heuristic rank of one ``cl_global_pool`` configuration (smaller first): a work-item per
+    plane below 32 elements per plane, a work-group of 256 from 4096 on, 32 between."""
+    size = math.prod(problem.shapes[0][2:])
+    per_plane = int(dict(algorithm.desc.param).get("per_plane", 1))
+    preferred = 1 if size < 32 else 256 if size >= 4096 else 32
+    return (0 if per_plane == preferred else 1, per_plane)
+
+
+def opencl_algorithms() -> list[Algorithm]:
+    """``cl_pool`` for maxpool and avgpool, the ``cl_global_pool`` configurations of both
+    global pools, ``cl_lrn``."""
+    algorithms: list[Algorithm] = [OpenCLPool("maxpool"), OpenCLPool("avgpool")]
+    for operator in ("global_maxpool", "global_avgpool"):
+        algorithms += [OpenCLGlobalPool(operator, {"per_plane": n}) for n in GLOBAL_PER_PLANE]
+    algorithms.append(OpenCLLRN())
+    return algorithms

@@ -1,0 +1,269 @@
+"""OpenCL algorithms of the tensor operators: ``cl_copy`` (transpose, slice, concat),
+``cl_pad`` and ``cl_gather``.
+
+They run on an OpenCL device (``device_kind = "opencl"``): inputs are ``pyopencl.array.Array``
+values on ``ctx.device`` and the output is a new C-contiguous one, as the numpy algorithms'
+outputs are new C-contiguous arrays.  pyopencl is imported only when they run, so registering
+them costs nothing where OpenCL is missing.
+
+Every dtype the operators take is moved as unsigned integers of its width (see
+``_kernels``), so one program per (kernel, rank, width) serves them all.  Inputs are read
+through their own strides and offset, so a view (a reshaped array, one that starts inside a
+larger buffer) needs no copy first.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from fastrun.algorithm import Algorithm, RunContext
+from fastrun.attribute import AlgoAttribute
+from fastrun.operator import Problem
+from fastrun_algorithms.tensor.opencl import _kernels
+from fastrun_algorithms.tensor.operator import (
+    ConcatOperator,
+    GatherOperator,
+    PadOperator,
+    SliceOperator,
+    TransposeOperator,
+)
+
+_SHAPES = {op.name: op for op in (TransposeOperator(), ConcatOperator(), SliceOperator(),
+                                  PadOperator(), GatherOperator())}
+
+
+def _elements(x: Any) -> tuple[tuple[int, ...], int]:
+    """(element strides, element offset) of a device array: the kernels index in elements."""
+    size = x.dtype.itemsize
+    return tuple(s // size for s in x.strides), x.offset // size
+
+
+def _contiguous_strides(shape: Sequence[int]) -> tuple[int, ...]:
+    strides, step = [], 1
+    for dim in reversed(shape):
+        strides.append(step)
+        step *= max(dim, 1)
+    return tuple(reversed(strides))
+
+
+def merge_axes(sizes: Sequence[int], *strides: Sequence[int]
+               ) -> tuple[tuple[int, ...], tuple[tuple[int, ...], ...]]:
+    """The same iteration with fewer axes: size-1 axes dropped, and an axis folded into the
+    next where every stride set steps over it exactly as one longer axis would.  A
+    contiguous-to-contiguous copy becomes rank 1 and an NCHW -> NHWC transpose rank 3, so
+    the kernels do a few div/mods per element instead of one per original axis."""
+    axes = [(n, *(s[k] for s in strides)) for k, n in enumerate(sizes) if n != 1]
+    merged: list[tuple[int, ...]] = []
+    for axis in axes:
+        if merged:
+            last = merged[-1]
+            if all(last[i] == axis[i] * axis[0] for i in range(1, len(axis))):
+                merged[-1] = (last[0] * axis[0], *axis[1:])
+                continue
+        merged.append(axis)
+    if not merged:
+        merged = [(1, *(0 for _ in strides))]
+    return (tuple(a[0] for a in merged),
+            tuple(tuple(a[i] for a in merged) for i in range(1, len(strides) + 1)))
+
+
+def _launch(device: Any, kernel: Any, count: int, args: Sequence[Any]) -> None:
+    import pyopencl as cl
+
+    kernel.set_args(*args)
+    cl.enqueue_nd_range_kernel(device.queue, kernel, (count,), None)
+
+
+def _longs(values: Sequence[int]) -> list[np.int64]:
+    return [np.int64(v) for v in values]
+
+
+class OpenCLTensor(Algorithm):
+    """Shared by the tensor OpenCL algorithms: kernels per rank and element width.
+
+    REPRODUCIBLE: moving data is exact and done the same way every run.
+    """
+
+    device_kind = "opencl"
+    attributes = AlgoAttribute.REPRODUCIBLE
+
+    def unusable_reason(self, problem: Problem) -> str | None:
+        rank = max(len(shape) for shape in problem.shapes)
+        if rank > _kernels.MAX_RANK:
+            return (f"rank {rank} is over the {_kernels.MAX_RANK} axes the kernels are "
+                    "generated for")
+        return None
+
+    @staticmethod
+    def kernel(device: Any, source: str, name: str, itemsize: int,
+               extra: Sequence[str] = ()) -> Any:
+        options = [f"-DT={_kernels.BIT_TYPES[itemsize]}", *extra]
+        return device.kernel(source, name, options)
+
+    @staticmethod
+    def output(ctx: RunContext, problem: Problem) -> Any:
+        shape = tuple(_SHAPES[problem.operator].output_shape(problem))
+        return ctx.device.empty(shape, np.dtype(problem.dtypes[0]))
+
+    def copy(self, device: Any, dst: Any, dst_base: int, dst_strides: Sequence[int],
+             src: Any, src_base: int, src_strides: Sequence[int],
+             sizes: Sequence[int]) -> None:
+        """Enqueue ``strided_copy`` of the iteration ``sizes`` (nothing when it is empty)."""
+        count = math.prod(sizes)
+        if count == 0:
+            return
+        sizes, (dst_strides, src_strides) = merge_axes(sizes, dst_strides, src_strides)
+        kernel = self.kernel(device, _kernels.strided_copy(len(sizes)), "strided_copy",
+                             dst.dtype.itemsize)
+        _launch(device, kernel, count,
+                [dst.base_data, np.int64(dst_base), src.base_data, np.int64(src_base),
+                 *_longs(sizes), *_longs(dst_strides), *_longs(src_strides)])
+
+
+class CLTranspose(OpenCLTensor):
+    """One work-item per output element, reading the input through its permuted strides."""
+
+    operator, name = "transpose", "cl_copy"
+
+    def run(self, problem: Problem, inputs: Sequence[Any], ctx: RunContext,
+            prepared: Any = None) -> Any:
+        x = inputs[0]
+        out = self.output(ctx, problem)
+        strides, offset = _elements(x)
+        out_strides, out_offset = _elements(out)
+        self.copy(ctx.device, out, out_offset, out_strides, x, offset,
+                  [strides[p] for p in problem.param("perm")], out.shape)
+        return out
+
+
+class CLSlice(OpenCLTensor):
+    """One work-item per output element: the source starts at the slice starts and steps by
+    stride times step on each axis (negative steps included)."""
+
+    operator, name = "slice", "cl_copy"
+
+    def run(self, problem: Problem, inputs: Sequence[Any], ctx: RunContext,
+            prepared: Any = None) -> Any:
+        x = inputs[0]
+        out = self.output(ctx, problem)
+        strides, offset = _elements(x)
+        slices = problem.param("slices")
+        if out.size:
+            offset += sum(start * s for (start, _, _), s in zip(slices, strides, strict=True))
+        out_strides, out_offset = _elements(out)
+        self.copy(ctx.device, out, out_offset, out_strides, x, offset,
+                  [step * s for (_, _, step), s in zip(slices, strides, strict=True)],
+                  out.shape)
+        return out
+
+
+class CLConcat(OpenCLTensor):
+    """One strided copy per input into its block of the output (empty inputs launch
+    nothing)."""
+
+    operator, name = "concat", "cl_copy"
+
+    def run(self, problem: Problem, inputs: Sequence[Any], ctx: RunContext,
+            prepared: Any = None) -> Any:
+        axis = problem.param("axis")
+        out = self.output(ctx, problem)
+        out_strides, out_offset = _elements(out)
+        position = 0
+        for x in inputs:
+            strides, offset = _elements(x)
+            self.copy(ctx.device, out, out_offset + position * out_strides[axis], out_strides,
+                      x, offset, strides, x.shape)
+            position += x.shape[axis]
+        return out
+
+
+_PAD_MODES = {"constant": 0, "reflect": 1, "edge": 2, "wrap": 3}
+
+
+class CLPad(OpenCLTensor):
+    """One work-item per output element, mapping it to its source element per axis (the
+    mode's rule for positions outside the kept input) or to the constant value.  Axes that no
+    pad touches are merged like a copy's."""
+
+    operator, name = "pad", "cl_pad"
+
+    def run(self, problem: Problem, inputs: Sequence[Any], ctx: RunContext,
+            prepared: Any = None) -> Any:
+        x = inputs[0]
+        out = self.output(ctx, problem)
+        if out.size == 0:
+            return out
+        pads = problem.param("pads")
+        rank = x.ndim
+        strides, offset = _elements(x)
+        axes = []  # (n, b, m, s) per axis
+        for k in range(rank):
+            begin, end = pads[k], pads[rank + k]
+            offset += max(-begin, 0) * strides[k] if x.size else 0
+            kept = x.shape[k] - max(-begin, 0) - max(-end, 0)
+            axes.append((out.shape[k], max(begin, 0), kept, strides[k]))
+        merged: list[tuple[int, int, int, int]] = []
+        for axis in axes:
+            n, b, m, s = axis
+            if n == 1 and b == 0 and m >= 1:
+                continue  # coordinate 0, source position 0: contributes nothing
+            if merged and b == 0 and n == m:
+                ln, lb, lm, ls = merged[-1]
+                if lb == 0 and ln == lm and ls == s * m:
+                    merged[-1] = (ln * n, 0, ln * n, s)
+                    continue
+            merged.append(axis)
+        merged = merged or [(1, 0, 1, 0)]
+        dtype = np.dtype(problem.dtypes[0])
+        bits = np.dtype(f"u{dtype.itemsize}")
+        value = np.asarray(problem.param("value", 0), dtype=dtype).view(bits)[()]
+        source = _kernels.pad(len(merged))
+        kernel = self.kernel(ctx.device, source, "pad", dtype.itemsize,
+                             [f"-DMODE={_PAD_MODES[problem.param('mode')]}"])
+        source_buffer = x.base_data if x.size else out.base_data  # empty: never read
+        columns = [v for column in zip(*merged, strict=True) for v in _longs(column)]
+        _launch(ctx.device, kernel, out.size,
+                [out.base_data, source_buffer, np.int64(offset), value, *columns])
+        return out
+
+
+class CLGather(OpenCLTensor):
+    """One work-item per output element over data seen as (outer, n, inner).
+
+    The kernel cannot raise: an index outside [-n, n) yields zero bits where numpy's
+    algorithm raises IndexError.  ONNX leaves such a model's output undefined; checking the
+    indices here would cost a device-to-host read per call.
+    """
+
+    operator, name = "gather", "cl_gather"
+
+    def run(self, problem: Problem, inputs: Sequence[Any], ctx: RunContext,
+            prepared: Any = None) -> Any:
+        data, indices = inputs
+        out = self.output(ctx, problem)
+        if out.size == 0:
+            return out
+        for which, array in (("data", data), ("indices", indices)):
+            if not array.flags.c_contiguous:
+                raise ValueError(f"OpenCL gather needs contiguous {which}; got strides "
+                                 f"{array.strides}")
+        axis = problem.param("axis")
+        shape = data.shape
+        inner = math.prod(shape[axis + 1:])
+        index_type = "int" if indices.dtype.itemsize == 4 else "long"
+        kernel = self.kernel(ctx.device, _kernels.GATHER, "gather", data.dtype.itemsize,
+                             [f"-DIDX={index_type}"])
+        _launch(ctx.device, kernel, out.size,
+                [out.base_data, data.base_data, np.int64(_elements(data)[1]),
+                 indices.base_data, np.int64(_elements(indices)[1]),
+                 np.int64(shape[axis]), np.int64(inner), np.int64(max(indices.size, 1))])
+        return out
+
+
+def opencl_algorithms() -> list[Algorithm]:
+    """One OpenCL algorithm per tensor operator."""
+    return [CLTranspose(), CLSlice(), CLConcat(), CLPad(), CLGather()]

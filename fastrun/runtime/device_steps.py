@@ -1,0 +1,110 @@
+"""View steps on a device without host memory (OpenCL): reshapes, casts, host-only functions.
+
+On the CPU a view step is a numpy closure made while lowering (``reshape(...).astype(...)``).
+A device array needs its own forms: a reshape of a contiguous ``pyopencl.array.Array`` is a
+view of the same buffer (free, as numpy's is), and a cast is one small kernel.  The step's
+output :class:`~fastrun.runtime.lowering.Value` holds the shape and dtype, so nothing about
+the numpy closure has to be read back.
+
+Casts use this module's kernel rather than pyopencl's ``astype``: numpy's ``astype(bool)`` is
+``x != 0``, which an OpenCL C cast to an 8-bit type is not, and float16 needs ``vload_half`` /
+``vstore_half`` (core OpenCL) on devices without ``cl_khr_fp16``.
+
+Steps made by ``Builder.apply`` (saturating float8 casts, integer division's truncation) are
+numpy functions with no kernel; on a device they run on a host copy (one download and one
+upload each), which keeps such models correct; none of the zoo models has one.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from fastrun.runtime.lowering import Step
+
+#: OpenCL C type of each element type a cast reads or writes (float16 goes through float with
+#: vload_half/vstore_half, so it needs no type here).
+_CL_TYPES = {
+    "bool": "uchar", "int8": "char", "uint8": "uchar", "int16": "short", "uint16": "ushort",
+    "int32": "int", "uint32": "uint", "int64": "long", "uint64": "ulong",
+    "float32": "float", "float64": "double",
+}
+
+CAST_SOURCE = r"""
+#if NEEDS_FP64
+#pragma OPENCL EXTENSION cl_khr_fp64 : enable
+#endif
+#if SRC_HALF
+#define LOAD(i) vload_half(i, src)
+#define SRC_T half
+#else
+#define LOAD(i) src[i]
+#endif
+#if DST_HALF
+#define STORE(i, v) vstore_half_rte((float)(v), i, dst)
+#define DST_T half
+#elif DST_BOOL
+#define STORE(i, v) dst[i] = (uchar)((v) != 0)
+#else
+#define STORE(i, v) dst[i] = (DST_T)(v)
+#endif
+
+__kernel void cast(__global DST_T* dst, __global const SRC_T* src, const long src_off) {
+    const long i = get_global_id(0);
+    STORE(i, LOAD(src_off + i));
+}
+"""
+
+
+def _cast_options(source: np.dtype, target: np.dtype) -> list[str]:
+    options = [f"-DNEEDS_FP64={int('float64' in (source.name, target.name))}",
+               f"-DSRC_HALF={int(source.name == 'float16')}",
+               f"-DDST_HALF={int(target.name == 'float16')}",
+               f"-DDST_BOOL={int(target.name == 'bool')}"]
+    if source.name != "float16":
+        options.append(f"-DSRC_T={_CL_TYPES[source.name]}")
+    if target.name != "float16":
+        options.append(f"-DDST_T={_CL_TYPES[target.name]}")
+    return options
+
+
+def cast(device: Any, array: Any, dtype: np.dtype) -> Any:
+    """A new contiguous device array: ``array`` converted as numpy's ``astype`` converts
+    (C conversions; ``!= 0`` for bool; round to nearest even into float16)."""
+    import pyopencl as cl
+
+    source, target = np.dtype(array.dtype), np.dtype(dtype)
+    if not array.flags.c_contiguous:
+        raise ValueError(f"a device cast needs a contiguous array; got strides {array.strides}")
+    if any(d.name not in _CL_TYPES and d.name != "float16" for d in (source, target)):
+        raise ValueError(f"no device cast from {source} to {target}")
+    out = device.empty(array.shape, target)
+    if array.size == 0:
+        return out
+    kernel = device.kernel(CAST_SOURCE, "cast", _cast_options(source, target))
+    kernel.set_args(out.base_data, array.base_data, np.int64(array.offset // source.itemsize))
+    cl.enqueue_nd_range_kernel(device.queue, kernel, (array.size,), None)
+    return out
+
+
+def view_function(step: Step, device: Any) -> Callable[[Any], Any]:
+    """The callable a view step runs on ``device`` (a device array in, a device array out)."""
+    shape, dtype = step.output.shape, step.output.dtype
+    if step.host_only:
+        host = step.view
+
+        def round_trip(array: Any) -> Any:
+            return device.to_device(host(device.to_host(array)))
+
+        return round_trip
+
+    def view(array: Any) -> Any:
+        if array.shape != shape:
+            array = array.reshape(shape)
+        if array.dtype != dtype:
+            array = cast(device, array, dtype)
+        return array
+
+    return view

@@ -1,0 +1,99 @@
+"""The OpenCL tensor algorithms (``cl_copy``, ``cl_pad``, ``cl_gather``) on the OpenCL device
+here (PoCL on the CPU in CI): against their operators' references on the same random problems
+as the numpy algorithms (every dtype, empty axes, negative steps and pads, every pad mode),
+on views that start inside a larger buffer, and through an OpenCL session.
+
+Programs are compiled per (kernel, merged rank, element width), so the random cases share a
+few dozen programs."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import fastrun
+from fastrun.registry import Registry
+from fastrun_algorithms import tensor
+from fastrun_algorithms.tensor import SUPPORTED_DTYPES
+from fastrun_algorithms.tensor.opencl import CLGather, CLTranspose, merge_axes
+from tests.algorithms.test_tensor import OP_NAMES, problems, random_data
+from tests.opencl_helpers import DeviceContext, device_fixture  # noqa: F401
+
+pytest.importorskip("pyopencl", reason="the OpenCL algorithms need pyopencl")
+
+REGISTRY = Registry(load_plugins=False)
+tensor.register(REGISTRY)
+OPENCL = {name: [a for a in REGISTRY.algorithms(name) if a.device_kind == "opencl"]
+          for name in OP_NAMES}
+
+
+def test_every_operator_has_one_opencl_algorithm():
+    assert {name: [a.desc.text for a in algorithms] for name, algorithms in OPENCL.items()} == {
+        "transpose": ["cl_copy"], "concat": ["cl_copy"], "slice": ["cl_copy"],
+        "pad": ["cl_pad"], "gather": ["cl_gather"]}
+
+
+@pytest.mark.parametrize("op", OP_NAMES)
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow,
+                                                                 HealthCheck.function_scoped_fixture])
+@given(data=st.data())
+def test_matches_reference(device, op: str, data: st.DataObject) -> None:
+    shapes, params = data.draw(problems(op), label="problem")
+    dtype = data.draw(st.sampled_from(SUPPORTED_DTYPES), label="dtype")
+    rng = np.random.default_rng(data.draw(st.integers(0, 2**32 - 1), label="seed"))
+    if op == "gather":
+        n = shapes[0][params.get("axis", 0)]
+        inputs = [random_data(shapes[0], dtype, rng),
+                  rng.integers(-n, n, size=shapes[1]).astype(data.draw(
+                      st.sampled_from(["int32", "int64"])))]
+    else:
+        inputs = [random_data(shape, dtype, rng) for shape in shapes]
+    if op == "pad" and dtype == "bool" and params.get("value") == 7:
+        params["value"] = 1
+    operator = REGISTRY.operator(op)
+    problem = operator.problem_for(inputs, **params)
+    (algorithm,) = OPENCL[op]
+    output = algorithm.run(problem, [device.to_device(x) for x in inputs], DeviceContext(device))
+    assert output.flags.c_contiguous
+    got = device.to_host(output)
+    assert got.shape == operator.output_shape(problem) and got.dtype == np.dtype(dtype)
+    assert operator.error(problem, got, operator.reference(problem, inputs)) == 0.0, problem
+
+
+def test_views_inside_a_larger_buffer(device):
+    """Inputs are read through their offset and strides: a row range of a device array
+    (offset into its buffer) needs no copy first."""
+    x = np.arange(60, dtype=np.int16).reshape(5, 12)
+    view = device.to_device(x)[1:4]
+    problem = REGISTRY.operator("transpose").problem([(3, 12)], ["int16"])
+    got = CLTranspose().run(problem, [view], DeviceContext(device)).get()
+    np.testing.assert_array_equal(got, x[1:4].T)
+    problem = REGISTRY.operator("gather").problem([(3, 12), (2,)], ["int16", "int64"], axis=1)
+    indices = device.to_device(np.array([-1, 3]))
+    output = CLGather().run(problem, [view, indices], DeviceContext(device))
+    np.testing.assert_array_equal(output.get(), x[1:4][:, [11, 3]])
+
+
+def test_merge_axes():
+    # contiguous to contiguous: one axis
+    assert merge_axes((2, 3, 4), (12, 4, 1), (12, 4, 1)) == ((24,), ((1,), (1,)))
+    # NCHW -> NHWC: N, H*W, C
+    sizes, (dst, src) = merge_axes((2, 5, 6, 3), (90, 18, 3, 1), (90, 6, 1, 30))
+    assert sizes == (2, 30, 3) and dst == (90, 3, 1) and src == (90, 1, 30)
+    # size-1 axes vanish; a single element keeps one axis
+    assert merge_axes((1, 1), (1, 1), (1, 1)) == ((1,), ((0,), (0,)))
+
+
+def test_through_an_opencl_session(device):
+    x = np.arange(24, dtype=np.float32).reshape(2, 3, 4)
+    session = fastrun.session(device=device, strategy="heuristic", registry=REGISTRY,
+                              cache=fastrun.InMemoryCache(), progress=False)
+    with session:
+        for _ in range(2):
+            got = fastrun.call("pad", fastrun.call("transpose", x, perm=(0, 2, 1)),
+                               pads=(0, 1, 0, 0, 1, 0), mode="wrap")
+            np.testing.assert_array_equal(
+                device.to_host(got), np.pad(x.transpose(0, 2, 1), [(0, 0), (1, 1), (0, 0)],
+                                            mode="wrap"))
