@@ -187,6 +187,8 @@ class OpenCLDevice(Device):
         ])
         self._programs: dict[tuple[str, tuple[str, ...], str, str], Any] = {}
         self._kernels: dict[tuple[str, str, tuple[str, ...]], Any] = {}
+        #: id(kernel) -> the scalar argument types declared to pyopencl (see :meth:`launch`)
+        self._arg_types: dict[int, tuple] = {}
         self._build_lock = threading.Lock()
         #: "markers" while the driver reports marker profiling times, else "host" (see
         #: :meth:`measure`).
@@ -264,6 +266,22 @@ class OpenCLDevice(Device):
                     f"build log:\n{log_text}", log_text) from None
             self._programs[key] = program
             return program
+
+    def launch(self, kernel: Any, args: Sequence[Any], global_size: tuple[int, ...],
+               local_size: tuple[int, ...] | None = None) -> None:
+        """Set ``kernel``'s arguments and enqueue it on :attr:`queue`.
+
+        Scalars are passed as numpy scalars (np.int64, np.float32, ...).  Their types are
+        declared to pyopencl once per kernel and argument pattern: undeclared numpy scalars go
+        through pyopencl's generic path, measured at 150 us for 25 arguments against 2 us
+        declared, which made every small elementwise step of a model cost 0.3 ms.
+        """
+        signature = tuple(a.dtype if isinstance(a, np.generic) else None for a in args)
+        if self._arg_types.get(id(kernel)) != signature:
+            kernel.set_scalar_arg_dtypes(list(signature))
+            self._arg_types[id(kernel)] = signature
+        kernel.set_args(*args)
+        self._cl.enqueue_nd_range_kernel(self.queue, kernel, global_size, local_size)
 
     def kernel(self, source: str, name: str, options: Sequence[str] = ()) -> Any:
         """The ``pyopencl.Kernel`` ``name`` of :meth:`build`'s program, created once.

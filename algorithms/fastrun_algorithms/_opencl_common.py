@@ -77,21 +77,14 @@ def round_up(value: int, multiple: int) -> int:
 def launch(device: Any, kernel: Any, work_items: int, args: Sequence[Any],
            local: int | None = None) -> None:
     """Enqueue ``kernel`` over ``work_items`` (at least one) on the device's queue, 1-D."""
-    import pyopencl as cl
-
     local = local or local_size(device)
-    kernel.set_args(*args)
-    cl.enqueue_nd_range_kernel(device.queue, kernel, (round_up(max(1, work_items), local),),
-                               (local,))
+    device.launch(kernel, args, (round_up(max(1, work_items), local),), (local,))
 
 
 def launch_groups(device: Any, kernel: Any, groups: int, local: int,
                   args: Sequence[Any]) -> None:
     """Enqueue ``kernel`` as ``groups`` work-groups of ``local`` work-items, 1-D."""
-    import pyopencl as cl
-
-    kernel.set_args(*args)
-    cl.enqueue_nd_range_kernel(device.queue, kernel, (groups * local,), (local,))
+    device.launch(kernel, args, (groups * local,), (local,))
 
 
 def local_memory(nbytes: int) -> Any:

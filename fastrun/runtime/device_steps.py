@@ -73,7 +73,6 @@ def _cast_options(source: np.dtype, target: np.dtype) -> list[str]:
 def cast(device: Any, array: Any, dtype: np.dtype) -> Any:
     """A new contiguous device array: ``array`` converted as numpy's ``astype`` converts
     (C conversions; ``!= 0`` for bool; round to nearest even into float16)."""
-    import pyopencl as cl
 
     source, target = np.dtype(array.dtype), np.dtype(dtype)
     if not array.flags.c_contiguous:
@@ -84,8 +83,8 @@ def cast(device: Any, array: Any, dtype: np.dtype) -> Any:
     if array.size == 0:
         return out
     kernel = device.kernel(CAST_SOURCE, "cast", _cast_options(source, target))
-    kernel.set_args(out.base_data, array.base_data, np.int64(array.offset // source.itemsize))
-    cl.enqueue_nd_range_kernel(device.queue, kernel, (array.size,), None)
+    device.launch(kernel, (out.base_data, array.base_data,
+                           np.int64(array.offset // source.itemsize)), (array.size,))
     return out
 
 

@@ -61,10 +61,7 @@ def _buffer(x: Any, which: str) -> tuple[Any, np.int64]:
 
 def _enqueue(device: Any, kernel: Any, global_size: tuple[int, ...],
              local_size: tuple[int, ...] | None, args: Sequence[Any]) -> None:
-    import pyopencl as cl
-
-    kernel.set_args(*args)
-    cl.enqueue_nd_range_kernel(device.queue, kernel, global_size, local_size)
+    device.launch(kernel, args, global_size, local_size)
 
 
 def _epilogue_args(geo: ConvGeometry, dtype: np.dtype, inputs: Sequence[Any],

@@ -168,10 +168,7 @@ def _simple_args(layout: MatmulLayout, a: tuple, b: tuple, c: tuple) -> tuple:
 
 def _enqueue(device: Any, kernel: Any, global_size: tuple[int, ...],
              local_size: tuple[int, ...] | None, args: tuple) -> None:
-    import pyopencl as cl
-
-    kernel.set_args(*args)
-    cl.enqueue_nd_range_kernel(device.queue, kernel, global_size, local_size)
+    device.launch(kernel, args, global_size, local_size)
 
 
 def _round_up(value: int, multiple: int) -> int:

@@ -72,10 +72,7 @@ def merge_axes(sizes: Sequence[int], *strides: Sequence[int]
 
 
 def _launch(device: Any, kernel: Any, count: int, args: Sequence[Any]) -> None:
-    import pyopencl as cl
-
-    kernel.set_args(*args)
-    cl.enqueue_nd_range_kernel(device.queue, kernel, (count,), None)
+    device.launch(kernel, args, (count,))
 
 
 def _longs(values: Sequence[int]) -> list[np.int64]:
