@@ -57,6 +57,9 @@ class OpenCLUnary(_OpenCLActivation):
     def __init__(self, operator: str):
         self.operator = operator  # before super().__init__, which builds the identity from it
         super().__init__()
+        #: (device, problem key) -> (kernel, scalars): built once, so a model's many small
+        #: activations pay only the launch
+        self._plans: dict[tuple[int, str], tuple[Any, tuple[Any, Any]]] = {}
 
     def _scalars(self, problem: Problem, dtype: np.dtype) -> tuple[Any, Any]:
         """The kernel's p0, p1 in X's dtype (see the source)."""
@@ -77,11 +80,15 @@ class OpenCLUnary(_OpenCLActivation):
             return out
         xb, x_off = common.buffer(x, "X")
         ob, o_off = common.buffer(out, "output")
-        kernel = device.kernel(_kernels.UNARY, "unary", common.options(
-            REAL=common.CL_TYPES[dtype.name], FP64=_fp64_define([dtype]),
-            OP=_kernels.UNARY_CODES.index(self.operator)))
-        common.launch(device, kernel, total,
-                      [np.int64(total), xb, x_off, ob, o_off, *self._scalars(problem, dtype)])
+        plan = self._plans.get((id(device), problem.key))
+        if plan is None:
+            kernel = device.kernel(_kernels.UNARY, "unary", common.options(
+                REAL=common.CL_TYPES[dtype.name], FP64=_fp64_define([dtype]),
+                OP=_kernels.UNARY_CODES.index(self.operator)))
+            plan = self._plans[(id(device), problem.key)] = (kernel,
+                                                             self._scalars(problem, dtype))
+        kernel, scalars = plan
+        common.launch(device, kernel, total, [np.int64(total), xb, x_off, ob, o_off, *scalars])
         return out
 
 

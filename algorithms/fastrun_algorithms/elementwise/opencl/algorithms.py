@@ -57,6 +57,9 @@ class OpenCLElementwise(Algorithm):
         self.operator = op.name  # before super().__init__, which builds the identity from it
         super().__init__()
         self.op = op
+        #: (device, problem key) -> what every call of that problem needs: the work-item
+        #: count is all that a call adds, so a model's many small adds pay no Python set-up
+        self._plans: dict[tuple[int, str], tuple[Any, ...]] = {}
 
     def unusable_reason(self, problem: Problem) -> str | None:
         rank = broadcast_layout(*problem.shapes).rank
@@ -92,25 +95,32 @@ class OpenCLElementwise(Algorithm):
     def run(self, problem: Problem, inputs: Sequence[Any], ctx: RunContext,
             prepared: Any = None) -> Any:
         device = ctx.device
-        layout = broadcast_layout(*problem.shapes)
-        result = self.op.result_dtype(*problem.dtypes)
-        out = device.empty(layout.out_shape, result)
-        if layout.size == 0:
+        plan = self._plans.get((id(device), problem.key))
+        if plan is None:
+            plan = self._plans[(id(device), problem.key)] = self._plan(device, problem)
+        kernel, out_shape, result, size, geometry = plan
+        out = device.empty(out_shape, result)
+        if size == 0:
             return out
         a, a_off = common.buffer(inputs[0], "a")
         b, b_off = common.buffer(inputs[1], "b")
         o, o_off = common.buffer(out, "output")
+        common.launch(device, kernel, size, [*geometry, a, a_off, b, b_off, o, o_off])
+        return out
+
+    def _plan(self, device: Any, problem: Problem) -> tuple[Any, ...]:
+        """(kernel, output shape, output dtype, size, the kernel's geometry arguments)."""
+        layout = broadcast_layout(*problem.shapes)
+        result = self.op.result_dtype(*problem.dtypes)
         # innermost first, padded to MAX_RANK with dimensions of one element
         sizes, strides_a, strides_b = (
             [int(v) for v in row[::-1]] + [fill] * (MAX_RANK - layout.rank)
             for row, fill in zip(layout.geometry, (1, 0, 0), strict=True))
         name = "binary32" if layout.size < INDEX32_LIMIT else "binary64"
         kernel = device.kernel(SOURCE, name, self._options(device, problem))
-        common.launch(device, kernel, layout.size, [
-            np.int64(layout.size), np.int32(layout.rank),
-            *(np.int64(v) for v in (*sizes, *strides_a, *strides_b)),
-            a, a_off, b, b_off, o, o_off])
-        return out
+        geometry = [np.int64(layout.size), np.int32(layout.rank),
+                    *(np.int64(v) for v in (*sizes, *strides_a, *strides_b))]
+        return kernel, layout.out_shape, result, layout.size, geometry
 
 
 def opencl_algorithms() -> list[Algorithm]:
