@@ -40,6 +40,26 @@ def fp64_reason(device: Any, dtypes: Sequence[Any]) -> str | None:
     return None
 
 
+#: The smallest work-group the reduction kernels (softmax rows, global-pool planes) use per
+#: row or plane: always usable, so long rows and large planes keep a group configuration.
+SMALLEST_GROUP = 32
+
+
+def next_pow2(value: int) -> int:
+    """The smallest power of two >= value (1 for 0 and 1)."""
+    return 1 << max(0, int(value) - 1).bit_length()
+
+
+def group_per_extent_reason(per: int, extent: int, unit: str, extent_name: str) -> str | None:
+    """Why a configuration with ``per`` work-items for each ``unit`` (a row, a plane) of
+    ``extent`` elements is not worth timing: wider than the work (beyond
+    :data:`SMALLEST_GROUP`, which always stays usable), a smaller group does the same."""
+    if per > max(SMALLEST_GROUP, next_pow2(extent)):
+        return (f"{per} work-items per {unit} exceed the {extent_name} {extent} "
+                f"(a smaller group is as fast)")
+    return None
+
+
 def work_group_reason(device: Any, size: int) -> str | None:
     """Why a work-group of ``size`` work-items cannot be launched on ``device``, or None."""
     if size > device.max_work_group_size:

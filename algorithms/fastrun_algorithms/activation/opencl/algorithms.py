@@ -24,13 +24,6 @@ from fastrun_algorithms.activation.operator import ClipOperator
 
 #: Work-items per softmax row: 1 (a work-item per row) or a work-group of that many per row.
 SOFTMAX_PER_ROW = (1, 32, 256)
-#: The smallest work-group per row: always usable, so long rows keep a group configuration.
-SMALLEST_GROUP = 32
-
-
-def next_pow2(value: int) -> int:
-    """The smallest power of two >= value (1 for 0 and 1)."""
-    return 1 << max(0, int(value) - 1).bit_length()
 
 
 def _fp64_define(dtypes: Sequence[Any]) -> int:
@@ -122,11 +115,8 @@ class OpenCLSoftmax(_OpenCLActivation):
         self.per_row = int(self.param["per_row"])
 
     def unusable_reason(self, problem: Problem) -> str | None:
-        length = softmax_rows(problem)[1]
-        if self.per_row > max(SMALLEST_GROUP, next_pow2(length)):
-            return (f"{self.per_row} work-items per row exceed the row length {length} "
-                    f"(a smaller group is as fast)")
-        return None
+        return common.group_per_extent_reason(self.per_row, softmax_rows(problem)[1], "row",
+                                              "row length")
 
     def device_unusable_reason(self, device: Any, problem: Problem) -> str | None:
         return (common.work_group_reason(device, self.per_row)

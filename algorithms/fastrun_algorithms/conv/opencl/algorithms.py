@@ -39,9 +39,6 @@ DEPTHWISE_MAX_TAPS = 64
 SMALLEST_LOCAL = 32
 
 
-def next_pow2(value: int) -> int:
-    """The smallest power of two >= value (1 for 0 and 1)."""
-    return 1 << max(0, int(value) - 1).bit_length()
 
 
 def _ceil(a: int, b: int) -> int:
@@ -141,7 +138,7 @@ class _LocalSized(OpenCLConv):
 
     def unusable_reason(self, problem: Problem) -> str | None:
         work = self.pixel_work(geometry(problem))
-        if self.local > max(SMALLEST_LOCAL, next_pow2(work)):
+        if self.local > max(SMALLEST_LOCAL, common.next_pow2(work)):
             return (f"local size {self.local} exceeds the {work} work-items per output plane "
                     f"the problem needs")
         return None
@@ -168,7 +165,7 @@ class DirectCLConv(_LocalSized):
 
     def unusable_reason(self, problem: Problem) -> str | None:
         geo = geometry(problem)
-        if self.ko > 1 and self.ko > next_pow2(geo.kg):
+        if self.ko > 1 and self.ko > common.next_pow2(geo.kg):
             return (f"{self.ko} output channels per work-item, but a group has only {geo.kg} "
                     f"(a smaller ko does the same work with fewer idle accumulators)")
         return super().unusable_reason(problem)
@@ -223,7 +220,7 @@ class DepthwiseCLConv(_LocalSized):
         if geo.r * geo.s > DEPTHWISE_MAX_TAPS:
             return (f"a {geo.r}x{geo.s} window is over the {DEPTHWISE_MAX_TAPS} taps "
                     f"cl_depthwise unrolls")
-        if self.px > 1 and self.px > next_pow2(geo.ow):
+        if self.px > 1 and self.px > common.next_pow2(geo.ow):
             return f"{self.px} outputs per work-item along a row of {geo.ow}"
         return super().unusable_reason(problem)
 

@@ -27,7 +27,7 @@ from fastrun.operator import Problem
 from fastrun_algorithms import _opencl_common as common
 from fastrun_algorithms.matmul._batch import MatmulLayout, layout_of
 from fastrun_algorithms.matmul.opencl import _kernels
-from fastrun_algorithms.matmul.opencl.space import a_vector_width, next_pow2
+from fastrun_algorithms.matmul.opencl.space import a_vector_width
 
 
 def _operand_batch(shape: tuple[int, ...]) -> int:
@@ -249,9 +249,9 @@ class DirectCLMatmul(OpenCLMatmul):
         gx, gy = self.global_extent(layout_of(problem))
         # The smallest candidate in each direction (LX 8, LY 1) is always allowed, so every
         # problem keeps at least one local size.
-        if self.lx > max(8, next_pow2(gx)):
+        if self.lx > max(8, common.next_pow2(gx)):
             return f"local size {self.lx} along N exceeds the {gx} work-items the problem needs"
-        if self.ly > max(1, next_pow2(gy)):
+        if self.ly > max(1, common.next_pow2(gy)):
             return f"local size {self.ly} along M exceeds the {gy} work-items the problem needs"
         return None
 
@@ -308,7 +308,7 @@ class GemmCLMatmul(OpenCLMatmul):
         for label, tile, size, smallest in (("MWG", self.mwg, layout.m, 32),
                                             ("NWG", self.nwg, layout.n, 32),
                                             ("KWG", self.kwg, layout.k, 16)):
-            if tile > max(smallest, next_pow2(size)):
+            if tile > max(smallest, common.next_pow2(size)):
                 return f"{label}={tile} is larger than the product needs ({size})"
         return None
 

@@ -102,6 +102,3 @@ def gemm_configurations() -> list[dict[str, Any]]:
     return configs
 
 
-def next_pow2(value: int) -> int:
-    """The smallest power of two >= value (1 for 0 and 1)."""
-    return 1 << max(0, int(value) - 1).bit_length()

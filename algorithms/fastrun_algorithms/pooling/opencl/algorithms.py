@@ -28,14 +28,6 @@ from fastrun_algorithms.pooling.operator import lrn_window
 
 #: Work-items per plane of ``cl_global_pool``: 1 (a work-item per plane) or a work-group.
 GLOBAL_PER_PLANE = (1, 32, 256)
-#: The smallest work-group per plane: always usable, so large planes keep a group
-#: configuration.
-SMALLEST_GROUP = 32
-
-
-def next_pow2(value: int) -> int:
-    """The smallest power of two >= value (1 for 0 and 1)."""
-    return 1 << max(0, int(value) - 1).bit_length()
 
 
 def _build(dtype: np.dtype) -> list[str]:
@@ -107,11 +99,8 @@ class OpenCLGlobalPool(_OpenCLPooling):
         self.per_plane = int(self.param["per_plane"])
 
     def unusable_reason(self, problem: Problem) -> str | None:
-        size = math.prod(problem.shapes[0][2:])
-        if self.per_plane > max(SMALLEST_GROUP, next_pow2(size)):
-            return (f"{self.per_plane} work-items per plane exceed the plane size {size} "
-                    f"(a smaller group is as fast)")
-        return None
+        return common.group_per_extent_reason(self.per_plane, math.prod(problem.shapes[0][2:]),
+                                              "plane", "plane size")
 
     def device_unusable_reason(self, device: Any, problem: Problem) -> str | None:
         return (common.work_group_reason(device, self.per_plane)
