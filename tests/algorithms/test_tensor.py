@@ -148,10 +148,8 @@ def problems(draw: st.DrawFn, op: str) -> tuple[list[tuple], dict[str, Any]]:
     return [shape, indices], {"axis": axis} if axis or draw(st.booleans()) else {}
 
 
-@pytest.mark.parametrize(("op", "algorithm"), CASES, ids=CASE_IDS)
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(data=st.data())
-def test_matches_reference(op: str, algorithm: Algorithm, data: st.DataObject) -> None:
+def draw_case(data: st.DataObject, op: str) -> tuple[list[np.ndarray], dict[str, Any]]:
+    """Random inputs and parameters of ``op`` (valid gather indices; a bool pad value)."""
     shapes, params = data.draw(problems(op), label="problem")
     dtype = data.draw(st.sampled_from(SUPPORTED_DTYPES), label="dtype")
     rng = np.random.default_rng(data.draw(st.integers(0, 2**32 - 1), label="seed"))
@@ -164,6 +162,14 @@ def test_matches_reference(op: str, algorithm: Algorithm, data: st.DataObject) -
         inputs = [random_data(shape, dtype, rng) for shape in shapes]
     if op == "pad" and dtype == "bool" and params.get("value") == 7:
         params["value"] = 1
+    return inputs, params
+
+
+@pytest.mark.parametrize(("op", "algorithm"), CASES, ids=CASE_IDS)
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(data=st.data())
+def test_matches_reference(op: str, algorithm: Algorithm, data: st.DataObject) -> None:
+    inputs, params = draw_case(data, op)
     operator = REGISTRY.operator(op)
     problem = operator.problem_for(inputs, **params)
     operator.validate(problem)  # canonical problems pass validate (dispatch calls it)
