@@ -10,8 +10,10 @@ from __future__ import annotations
 
 import functools
 import warnings
+from typing import Any
 
 import numpy as np
+import onnx
 
 
 @functools.cache
@@ -36,3 +38,9 @@ def node_cases(op_type: str) -> list:
         raise LookupError(f"no ONNX node test cases for {op_type}: was collect_testcases called "
                           "with a filter before tests.onnx_cases collected them?")
     return cases
+
+
+def node_attributes(node: onnx.NodeProto) -> dict[str, Any]:
+    """A node's attributes as Python values (strings decoded), as operator parameters."""
+    attrs = {a.name: onnx.helper.get_attribute_value(a) for a in node.attribute}
+    return {k: v.decode() if isinstance(v, bytes) else v for k, v in attrs.items()}

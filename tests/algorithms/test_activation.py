@@ -33,7 +33,7 @@ from tests.algorithms._helpers import (
     numba_threads,
     traced_peak,
 )
-from tests.onnx_cases import node_cases
+from tests.onnx_cases import node_attributes, node_cases
 
 REGISTRY = cpu_registry(activation)
 OP_NAMES = ["relu", "leaky_relu", "clip", "sigmoid", "tanh", "softmax", "batch_norm"]
@@ -49,11 +49,6 @@ def onnx_cases(op_type: str) -> list[tuple[str, onnx.NodeProto, list, list]]:
     (function-expanded variants left out, see ``tests.onnx_cases``)."""
     return [(case.name, case.model.graph.node[0], list(inputs), list(outputs))
             for case in node_cases(op_type) for inputs, outputs in case.data_sets]
-
-
-def node_attributes(node: onnx.NodeProto) -> dict[str, Any]:
-    attrs = {a.name: onnx.helper.get_attribute_value(a) for a in node.attribute}
-    return {k: v.decode() if isinstance(v, bytes) else v for k, v in attrs.items()}
 
 
 def split_inputs(node: onnx.NodeProto, inputs: list, constant: dict[int, str]

@@ -4,7 +4,6 @@ algorithm against the ONNX specification's own examples and through the framewor
 from __future__ import annotations
 
 import numpy as np
-import onnx
 import pytest
 
 import fastrun
@@ -12,7 +11,7 @@ from fastrun.attribute import AlgoAttribute
 from fastrun.cache import Entry, InMemoryCache
 from fastrun_algorithms.conv.operator import ConvOperator
 from tests.algorithms._helpers import conv_registry
-from tests.onnx_cases import node_cases
+from tests.onnx_cases import node_attributes, node_cases
 
 OPERATOR = ConvOperator()
 
@@ -24,8 +23,7 @@ ALGORITHMS = [a for a in REGISTRY.algorithms("conv") if a.device_kind == "cpu"]
 def _onnx_conv_cases():
     for case in node_cases("Conv"):
         node = case.model.graph.node[0]
-        attrs = {a.name: onnx.helper.get_attribute_value(a) for a in node.attribute}
-        attrs = {k: v.decode() if isinstance(v, bytes) else v for k, v in attrs.items()}
+        attrs = node_attributes(node)
         for inputs, outputs in case.data_sets:
             yield pytest.param(inputs, attrs, outputs[0], id=case.name)
 

@@ -14,7 +14,6 @@ from __future__ import annotations
 import importlib.util
 
 import numpy as np
-import onnx
 import pytest
 
 import fastrun
@@ -30,7 +29,7 @@ from fastrun_algorithms.conv.opencl import (
 )
 from fastrun_algorithms.conv.operator import ConvOperator
 from tests.algorithms._helpers import conv_registry
-from tests.onnx_cases import node_cases
+from tests.onnx_cases import node_attributes, node_cases
 from tests.opencl_helpers import device_fixture  # noqa: F401
 
 OPERATOR = ConvOperator()
@@ -127,8 +126,7 @@ def test_float64_where_the_device_has_it(device):
 def _onnx_conv_cases():
     for case in node_cases("Conv"):
         node = case.model.graph.node[0]
-        attrs = {a.name: onnx.helper.get_attribute_value(a) for a in node.attribute}
-        attrs = {k: v.decode() if isinstance(v, bytes) else v for k, v in attrs.items()}
+        attrs = node_attributes(node)
         for inputs, outputs in case.data_sets:
             yield pytest.param(inputs, attrs, outputs[0], id=case.name)
 

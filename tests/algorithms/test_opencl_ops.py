@@ -14,7 +14,6 @@ from __future__ import annotations
 import math
 
 import numpy as np
-import onnx
 import pytest
 
 import fastrun
@@ -22,7 +21,7 @@ from fastrun.attribute import AlgoAttribute
 from fastrun.cache import InMemoryCache
 from fastrun.registry import Registry
 from fastrun_algorithms import activation, elementwise, pooling
-from tests.onnx_cases import node_cases
+from tests.onnx_cases import node_attributes, node_cases
 from tests.opencl_helpers import DeviceContext, device_fixture  # noqa: F401
 
 REGISTRY = Registry(load_plugins=False)
@@ -295,8 +294,7 @@ def _onnx_params():
     for op_type, name in ONNX_NAMES.items():
         for case in node_cases(op_type):
             node = case.model.graph.node[0]
-            attrs = {a.name: onnx.helper.get_attribute_value(a) for a in node.attribute}
-            attrs = {k: v.decode() if isinstance(v, bytes) else v for k, v in attrs.items()}
+            attrs = node_attributes(node)
             for inputs, outputs in case.data_sets:
                 marks = []
                 if len(node.output) != 1:

@@ -7,7 +7,6 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
-import onnx
 import pytest
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
@@ -23,7 +22,7 @@ from tests.algorithms._helpers import (
     numba_threads,
     traced_peak,
 )
-from tests.onnx_cases import node_cases
+from tests.onnx_cases import node_attributes, node_cases
 
 REGISTRY = cpu_registry(pooling)
 OPERATORS = ("maxpool", "avgpool", "global_maxpool", "global_avgpool", "lrn")
@@ -65,8 +64,7 @@ def _spec_cases(op_type: str) -> list:
     params = []
     for case in cases:
         node = case.model.graph.node[0]
-        attrs = {a.name: onnx.helper.get_attribute_value(a) for a in node.attribute}
-        attrs = {k: v.decode() if isinstance(v, bytes) else v for k, v in attrs.items()}
+        attrs = node_attributes(node)
         for inputs, outputs in case.data_sets:
             marks = []
             if len(node.output) != 1:

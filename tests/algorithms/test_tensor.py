@@ -25,12 +25,8 @@ from tests.algorithms._helpers import (
     cpu_registry,
     traced_peak,
 )
-from tests.algorithms.test_activation import (
-    _params_of_cases,
-    node_attributes,
-    run_onnx_case,
-    split_inputs,
-)
+from tests.algorithms.test_activation import _params_of_cases, run_onnx_case, split_inputs
+from tests.onnx_cases import node_attributes
 
 #: the CPU algorithms only (numpy in, numpy out): the OpenCL ones, registered too where pyopencl
 #: is installed, are tested on the device in test_tensor_opencl.py
