@@ -357,21 +357,11 @@ class GemmCLMatmul(OpenCLMatmul):
         mp, np_, kp = self.padded(layout)
         pad_a, pad_b, pad_c = self._copies(layout)
         batch = layout.batch
-        a_bs = a[2] and mp * kp
-        b_bs = b[2] and kp * np_
-        keep = []  # padded buffers stay referenced until the kernels are enqueued
+        keep: list[Any] = []  # padded buffers stay referenced until the kernels are enqueued
         if pad_a:
-            a_batch = batch if a[2] else 1
-            buf = device.empty((a_batch, mp, kp), dtype)
-            keep.append(buf)
-            self._pad(device, dtype, a, layout.m, layout.k, mp, kp, a_batch, buf)
-            a = (buf.base_data, buf.offset // dtype.itemsize, a_bs)
+            a = self._pad(device, dtype, a, layout.m, layout.k, mp, kp, batch, keep)
         if pad_b:
-            b_batch = batch if b[2] else 1
-            buf = device.empty((b_batch, kp, np_), dtype)
-            keep.append(buf)
-            self._pad(device, dtype, b, layout.k, layout.n, kp, np_, b_batch, buf)
-            b = (buf.base_data, buf.offset // dtype.itemsize, b_bs)
+            b = self._pad(device, dtype, b, layout.k, layout.n, kp, np_, batch, keep)
         target = c
         if pad_c:
             cbuf = device.empty((batch, mp, np_), dtype)
@@ -380,8 +370,8 @@ class GemmCLMatmul(OpenCLMatmul):
         global_size = (np_ // self.nwg * self.ndimc, mp // self.mwg * self.mdimc, batch)
         _enqueue(device, self.kernel(device, dtype), global_size, (self.ndimc, self.mdimc, 1),
                  (np.int32(mp), np.int32(np_), np.int32(kp),
-                  a[0], np.int64(a[1]), np.int64(a_bs if pad_a else a[2]),
-                  b[0], np.int64(b[1]), np.int64(b_bs if pad_b else b[2]),
+                  a[0], np.int64(a[1]), np.int64(a[2]),
+                  b[0], np.int64(b[1]), np.int64(b[2]),
                   target[0], np.int64(target[1]), np.int64(mp * np_)))
         if pad_c:
             _enqueue(device, self.kernel(device, dtype, "unpad_copy"),
@@ -390,7 +380,13 @@ class GemmCLMatmul(OpenCLMatmul):
                       np.int32(np_), c[0], np.int64(c[1])))
         del keep  # pyopencl releases buffers only after the enqueued work is done
 
-    def _pad(self, device, dtype, src, rows, cols, prows, pcols, batch, dst) -> None:
-        _enqueue(device, self.kernel(device, dtype, "pad_copy"), (pcols, prows, batch), None,
+    def _pad(self, device, dtype, src, rows, cols, prows, pcols, batch, keep) -> tuple:
+        """``src`` (buffer, offset, batch stride; stride 0: broadcast) zero-padded to
+        ``prows`` x ``pcols`` in a new buffer kept in ``keep``; returns the padded operand."""
+        count = batch if src[2] else 1
+        dst = device.empty((count, prows, pcols), dtype)
+        keep.append(dst)
+        _enqueue(device, self.kernel(device, dtype, "pad_copy"), (pcols, prows, count), None,
                  (np.int32(rows), np.int32(cols), src[0], np.int64(src[1]), np.int64(src[2]),
                   np.int32(prows), np.int32(pcols), dst.base_data))
+        return dst.base_data, dst.offset // dtype.itemsize, src[2] and prows * pcols
