@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 
 from fastrun.cli import formatting
-from fastrun.cli.main import _parse_size
+from fastrun.cli.main import add_strategy_arguments, strategy_from
 
 log = logging.getLogger("fastrun.load_and_run")
 
@@ -43,23 +43,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--batch", type=int, default=None,
                         help="batch size for inputs whose first dimension is symbolic")
     parser.add_argument("--seed", type=int, default=0, help="seed of the random inputs")
-    search = parser.add_mutually_exclusive_group()
-    search.add_argument("--fast-run", action="store_true",
-                        help="profile every usable non-NAIVE algorithm on a cache miss")
-    search.add_argument("--full-run", action="store_true",
-                        help="profile every usable algorithm, NAIVE included, on a cache miss")
-    parser.add_argument("--algo-policy", "--fast-run-algo-policy", dest="algo_policy",
-                        metavar="FILE",
-                        help="cache file; alone: read it and use heuristics for misses; with "
-                             "--fast-run/--full-run: search what is missing, saving as it goes")
-    parser.add_argument("--reproducible", action="store_true",
-                        help="choose only REPRODUCIBLE algorithms")
-    parser.add_argument("--workspace-limit", type=_parse_size, default=None, metavar="SIZE",
-                        help="workspace limit per operator call, e.g. 64MiB (default unlimited)")
+    add_strategy_arguments(parser)
     parser.add_argument("--weight-preprocess", action="store_true",
                         help="transform constant weights once at load (e.g. winograd filters)")
-    parser.add_argument("--budget", type=float, default=None, metavar="SECONDS",
-                        help="timed repeats per candidate (default 0.2 s)")
     parser.add_argument("--device", default="cpu", help="cpu (default), cpu:THREADS, "
                         "opencl[:PLATFORM:DEVICE]")
     parser.add_argument("--iter", type=int, default=10, help="timed iterations (default 10)")
@@ -73,13 +59,6 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--summary-json", metavar="FILE", help="write the summary as JSON")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
     return parser
-
-
-def _strategy(args: argparse.Namespace) -> str:
-    words = ["fast-run" if args.fast_run else "full-run" if args.full_run else "heuristic"]
-    if args.reproducible:
-        words.append("reproducible")
-    return "+".join(words)
 
 
 def _read_inputs(specs: Sequence[str]) -> dict[str, np.ndarray]:
@@ -177,7 +156,7 @@ def run(args: argparse.Namespace) -> int:
               file=sys.stderr)
     session = Session(device=args.device,
                       cache=args.algo_policy if args.algo_policy else InMemoryCache(),
-                      strategy=_strategy(args), workspace_limit=args.workspace_limit,
+                      strategy=strategy_from(args), workspace_limit=args.workspace_limit,
                       budget_s=args.budget,
                       progress=False if args.no_progress else None)
     given = _read_inputs(args.input)

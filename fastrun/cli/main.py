@@ -55,8 +55,8 @@ def add_strategy_arguments(parser: argparse.ArgumentParser) -> None:
                         metavar="SIZE", help="workspace limit, e.g. 64MiB (default: unlimited)")
     parser.add_argument("--algo-policy", "--fast-run-algo-policy", dest="algo_policy",
                         metavar="FILE",
-                        help="cache file: read first; with a search flag, searched problems "
-                             "are added as they are measured")
+                        help="cache file; alone: read it and use heuristics for misses; with "
+                             "--fast-run/--full-run: search what is missing, saving as it goes")
     parser.add_argument("--budget", type=float, default=None, metavar="SECONDS",
                         help="timed repeats per candidate (default 0.2 s, FASTRUN_PROFILE_BUDGET)")
 
