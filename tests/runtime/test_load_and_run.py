@@ -18,8 +18,6 @@ from fastrun.cache import FileCache
 from fastrun.cli.load_and_run import main
 from tests.runtime import _models
 
-pytest.importorskip("onnxruntime")
-
 FAST = ["--budget", "0.005", "--iter", "2", "--no-progress"]
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 import onnx
+import onnxruntime as ort
 import pytest
 from onnx import TensorProto, helper
 
@@ -13,8 +14,6 @@ from fastrun.attribute import AlgoAttribute
 from fastrun.cache import FileCache, InMemoryCache
 from fastrun.runtime import ModelError, UnsupportedOperatorError, load
 from tests.runtime import _models
-
-ort = pytest.importorskip("onnxruntime")
 
 FAST = {"budget_s": 0.005, "min_repeats": 1, "progress": False}
 

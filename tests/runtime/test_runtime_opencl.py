@@ -251,7 +251,6 @@ def test_load_and_run_reports_missing_operator(device, tmp_path, monkeypatch, ca
 
 @pytest.mark.parametrize("name", ["conv_bn_relu", "small_cnn"])
 def test_load_and_run_opencl_check(device, name, tmp_path, capsys):
-    pytest.importorskip("onnxruntime")
     from fastrun.cli import load_and_run
 
     proto = MODELS[name]()

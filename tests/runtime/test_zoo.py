@@ -9,11 +9,10 @@ from __future__ import annotations
 
 import numpy as np
 import onnx
+import onnxruntime as ort
 import pytest
 
 from fastrun.runtime import zoo
-
-ort = pytest.importorskip("onnxruntime")
 
 ALL = ["mobilenet_v2", "resnet18", "resnet50", "squeezenet", "vgg16"]
 SMALL = [n for n in ALL if n != "vgg16"]
