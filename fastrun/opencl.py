@@ -11,8 +11,10 @@ one context cannot run in another.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import logging
+import math
 import re
 import threading
 import time
@@ -143,6 +145,17 @@ def open_device(indices: tuple[int, int] | None = None) -> OpenCLDevice:
         return device
 
 
+@functools.lru_cache(maxsize=4096)
+def _c_layout(shape: tuple[int, ...], itemsize: int) -> tuple[tuple[int, ...], int]:
+    """(C-order strides in bytes, element count) of an array of ``shape``."""
+    strides = []
+    step = itemsize
+    for extent in reversed(shape):
+        strides.append(step)
+        step *= max(1, extent)
+    return tuple(reversed(strides)), math.prod(shape)
+
+
 def _clean(text: str) -> str:
     """A value fit for the category: one line, no field (';') or category ('|') separator."""
     return re.sub(r"\s+", " ", text).strip().replace("|", "/").replace(";", ",")
@@ -190,6 +203,10 @@ class OpenCLDevice(Device):
         #: id(kernel) -> the scalar argument types declared to pyopencl (see :meth:`launch`)
         self._arg_types: dict[int, tuple] = {}
         self._build_lock = threading.Lock()
+        from pyopencl import tools as cl_tools
+
+        self._pool = cl_tools.MemoryPool(cl_tools.ImmediateAllocator(self.queue))
+        self._fast_arrays = True  # see :meth:`empty`
         #: "markers" while the driver reports marker profiling times, else "host" (see
         #: :meth:`measure`).
         self.timer = "markers"
@@ -223,9 +240,34 @@ class OpenCLDevice(Device):
         return np.asarray(value)
 
     def empty(self, shape: tuple[int, ...], dtype: Any) -> Any:
+        """An uninitialised device array, its buffer from :attr:`_pool`.
+
+        Every model step and every timed call allocates its output: creating an OpenCL
+        buffer each time cost more than the small kernels themselves.  The pool keeps freed
+        buffers for reuse (safe on the in-order queue: a reused buffer's next writer runs
+        after its last reader) and, when an allocation fails, frees what it holds and tries
+        again.
+
+        The array is made through pyopencl's fast constructor (the one its own views use),
+        with the C-order strides worked out once per shape: the public constructor validates
+        the shape with numpy calls that took 25 us per array, more than a small kernel.
+        Should a pyopencl release drop that constructor, the public one is used instead.
+        """
         from pyopencl import array as cl_array
 
-        return cl_array.empty(self.queue, shape, dtype)
+        dtype = np.dtype(dtype)
+        shape = tuple(int(d) for d in shape)
+        if self._fast_arrays:
+            strides, size = _c_layout(shape, dtype.itemsize)
+            try:
+                return cl_array.Array(None, shape, dtype, allocator=self._pool, strides=strides,
+                                      _fast=True, _size=size, _context=self.context,
+                                      _queue=self.queue)
+            except TypeError as error:
+                log.warning("pyopencl's fast array constructor is not available (%s); "
+                            "allocating through the public one", error)
+                self._fast_arrays = False
+        return cl_array.empty(self.queue, shape, dtype, allocator=self._pool)
 
     def synchronize(self) -> None:
         self.queue.finish()
@@ -268,20 +310,21 @@ class OpenCLDevice(Device):
             return program
 
     def launch(self, kernel: Any, args: Sequence[Any], global_size: tuple[int, ...],
-               local_size: tuple[int, ...] | None = None) -> None:
-        """Set ``kernel``'s arguments and enqueue it on :attr:`queue`.
+               local_size: tuple[int, ...] | None = None) -> Any:
+        """Set ``kernel``'s arguments and enqueue it on :attr:`queue`; returns its event.
 
         Scalars are passed as numpy scalars (np.int64, np.float32, ...).  Their types are
-        declared to pyopencl once per kernel and argument pattern: undeclared numpy scalars go
+        declared to pyopencl on a kernel's first launch (its source fixes them, so later
+        launches skip working them out again): undeclared numpy scalars go
         through pyopencl's generic path, measured at 150 us for 25 arguments against 2 us
         declared, which made every small elementwise step of a model cost 0.3 ms.
         """
-        signature = tuple(a.dtype if isinstance(a, np.generic) else None for a in args)
-        if self._arg_types.get(id(kernel)) != signature:
+        if id(kernel) not in self._arg_types:  # the source fixes the types: declare once
+            signature = tuple(a.dtype if isinstance(a, np.generic) else None for a in args)
             kernel.set_scalar_arg_dtypes(list(signature))
             self._arg_types[id(kernel)] = signature
         kernel.set_args(*args)
-        self._cl.enqueue_nd_range_kernel(self.queue, kernel, global_size, local_size)
+        return self._cl.enqueue_nd_range_kernel(self.queue, kernel, global_size, local_size)
 
     def kernel(self, source: str, name: str, options: Sequence[str] = ()) -> Any:
         """The ``pyopencl.Kernel`` ``name`` of :meth:`build`'s program, created once.

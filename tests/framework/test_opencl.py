@@ -137,6 +137,38 @@ def test_to_device_and_back(device):
     assert empty.dtype == np.float64
 
 
+@pytest.mark.parametrize("shape", [(1, 8, 6, 6), (3,), (), (2, 0, 3), (5, 1, 7)])
+def test_empty_arrays_are_what_pyopencl_would_make(device, shape):
+    """``empty`` uses pyopencl's fast constructor: the same array as the public one, whose
+    buffer comes from the device's pool and is reused once freed."""
+    import pyopencl.array as cl_array
+
+    ours = device.empty(shape, "float32")
+    theirs = cl_array.empty(device.queue, shape, np.float32)
+    for attribute in ("shape", "strides", "size", "nbytes", "dtype"):
+        assert getattr(ours, attribute) == getattr(theirs, attribute), attribute
+    assert ours.flags.c_contiguous and ours.queue is device.queue
+    if ours.size:
+        ours.fill(1.5)
+        np.testing.assert_array_equal(device.to_host(ours * 2), np.full(shape, 3.0))
+
+
+def test_empty_falls_back_to_the_public_constructor(device, monkeypatch, caplog):
+    import pyopencl.array as cl_array
+
+    class PublicOnly(cl_array.Array):
+        def __init__(self, *args, _fast=False, **kwargs):
+            if _fast:
+                raise TypeError("unexpected keyword argument '_fast'")
+            super().__init__(*args, **kwargs)
+
+    monkeypatch.setattr(cl_array, "Array", PublicOnly)
+    monkeypatch.setattr(device, "_fast_arrays", True)
+    array = device.empty((2, 3), np.float32)
+    assert array.shape == (2, 3) and not device._fast_arrays
+    assert "fast array constructor is not available" in caplog.text
+
+
 # -- programs -----------------------------------------------------------------------------------
 SCALE = """
 __kernel void scale(__global const float *x, __global float *y, const float factor) {
