@@ -1,4 +1,5 @@
-"""OpenCL conv algorithms (``cl_direct``, ``cl_depthwise``, ``cl_im2col``, ``cl_conv1x1``).
+"""OpenCL conv algorithms (``cl_direct``, ``cl_depthwise``, ``cl_im2col``, ``cl_conv1x1``,
+``cl_igemm``).
 
 Importing this package does not import pyopencl: the algorithms import it when they run, so
 the plugin loads (and lists them) on machines without OpenCL, where the chooser never offers
@@ -15,6 +16,7 @@ from fastrun_algorithms.conv.opencl.algorithms import (
     DepthwiseCLConv,
     DirectCLConv,
     Im2colCLConv,
+    ImplicitGemmCLConv,
     OpenCLConv,
     opencl_algorithms,
 )
@@ -27,6 +29,7 @@ __all__ = [
     "DepthwiseCLConv",
     "DirectCLConv",
     "Im2colCLConv",
+    "ImplicitGemmCLConv",
     "OpenCLConv",
     "opencl_algorithms",
     "opencl_rank",

@@ -1,4 +1,5 @@
-"""OpenCL conv algorithms: ``cl_direct``, ``cl_depthwise``, ``cl_im2col`` and ``cl_conv1x1``.
+"""OpenCL conv algorithms: ``cl_direct``, ``cl_depthwise``, ``cl_im2col``, ``cl_conv1x1``
+and ``cl_igemm``.
 
 They run on an OpenCL device (``device_kind = "opencl"``): X, W and the optional bias are
 ``pyopencl.array.Array`` values on ``ctx.device`` and the output is one too.  pyopencl is
@@ -19,6 +20,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -30,7 +32,7 @@ from fastrun_algorithms import _opencl_common as common
 from fastrun_algorithms.conv._gemm_common import matmul_problem
 from fastrun_algorithms.conv.epilogue import activation_code
 from fastrun_algorithms.conv.geometry import ConvGeometry, geometry
-from fastrun_algorithms.conv.opencl import _kernels
+from fastrun_algorithms.conv.opencl import _kernels, space
 
 #: Taps (R x S) up to which ``cl_depthwise`` unrolls its kernel window with the weights in
 #: registers; larger windows (rare in depthwise layers) are left to ``cl_direct``.
@@ -76,6 +78,12 @@ def _epilogue_args(geo: ConvGeometry, dtype: np.dtype, inputs: Sequence[Any],
     real = dtype.type
     act = (np.int32(activation_code(geo)), real(geo.clip_min), real(geo.clip_max))
     return bias, act
+
+
+def _in_output_shape(out: Any, geo: ConvGeometry) -> Any:
+    """``out`` with the problem's output shape; reshaped only when it differs (a 1-D conv, a
+    flat product), because a device array's reshape costs as much host time as a launch."""
+    return out if out.shape == geo.out_shape else out.reshape(geo.out_shape)
 
 
 def _has_epilogue(geo: ConvGeometry) -> bool:
@@ -190,7 +198,7 @@ class DirectCLConv(_LocalSized):
                  (self.local, 1, 1),
                  [*map(np.int32, ints), x_buf, x_off, w_buf, w_off, *bias, out.base_data,
                   np.int64(0), *act])
-        return out.reshape(geo.out_shape)
+        return _in_output_shape(out, geo)
 
 
 class DepthwiseCLConv(_LocalSized):
@@ -242,7 +250,7 @@ class DepthwiseCLConv(_LocalSized):
                  (self.local, 1),
                  [*map(np.int32, ints), x_buf, x_off, w_buf, w_off, *bias, out.base_data,
                   np.int64(0), *act])
-        return out.reshape(geo.out_shape)
+        return _in_output_shape(out, geo)
 
 
 class _GemmCLConv(OpenCLConv):
@@ -369,7 +377,7 @@ class Im2colCLConv(_GemmCLConv):
             for n in range(geo.n):
                 unfold_images(n)
                 self.multiply(device, geo, problem, ctx, inputs, cols, n, out)
-        return out.reshape(geo.out_shape)
+        return _in_output_shape(out, geo)
 
 
 class Conv1x1CLConv(_GemmCLConv):
@@ -409,7 +417,135 @@ class Conv1x1CLConv(_GemmCLConv):
             images = x.reshape(geo.n, geo.c * geo.h * geo.w)
             for n in range(geo.n):
                 self.multiply(device, geo, problem, ctx, inputs, images[n], n, out)
-        return out.reshape(geo.out_shape)
+        return _in_output_shape(out, geo)
+
+
+class ImplicitGemmCLConv(OpenCLConv):
+    """The conv as one register-tiled GEMM whose right operand (im2col's ``cols``) is gathered
+    from the input tile by tile inside the kernel: no unfold buffer, no padded copies, the
+    epilogue in the store, and one launch (two with split-K).  Every valid tile configuration
+    is its own algorithm (``space.igemm_configurations``); usable for every parameter set.
+
+    ``split`` > 1 sums the reduction (C/G*R*S) in that many slices by separate work-groups
+    into a workspace, then a second kernel adds the slices in order and applies the epilogue:
+    more work-groups for small outputs with deep reductions, still reproducible.
+    """
+
+    name = "cl_igemm"
+    source = _kernels.IGEMM
+    attributes = OpenCLConv.attributes | AlgoAttribute.USABLE_DEPEND_ON_SHAPE
+
+    def __init__(self, param: dict[str, Any] | None = None):
+        super().__init__(param)
+        p = self.param
+        self.mwg, self.nwg, self.kwg = int(p["mwg"]), int(p["nwg"]), int(p["kwg"])
+        self.mdimc, self.ndimc, self.split = int(p["mdimc"]), int(p["ndimc"]), int(p["split"])
+        self.vw = int(p["vw"])
+        self._launch_cache: dict[tuple[int, Problem], _IgemmLaunches] = {}
+
+    def work_group_size(self) -> int:
+        return self.mdimc * self.ndimc
+
+    def unusable_reason(self, problem: Problem) -> str | None:
+        """Tiles larger than the problem (beyond the smallest registered) only add idle
+        work-items, and a split needs at least two reduction steps per slice."""
+        geo = geometry(problem)
+        pixels = geo.n * geo.oh * geo.ow
+        if self.mwg > max(space.IGEMM_MWG[0], common.next_pow2(geo.kg)):
+            return f"a {self.mwg}-channel tile for {geo.kg} output channels per group"
+        if self.nwg > max(space.IGEMM_NWG[0], common.next_pow2(pixels)):
+            return f"a {self.nwg}-pixel tile for {pixels} output pixels"
+        depth = geo.cg * geo.r * geo.s
+        if self.kwg > max(space.IGEMM_KWG[0], common.next_pow2(depth)):
+            return f"a {self.kwg}-deep step for a reduction of {depth}"
+        if self.split > 1 and _ceil(depth, self.kwg) < 2 * self.split:
+            return (f"{self.split} reduction slices need {2 * self.split} steps of "
+                    f"{self.kwg}; the reduction has {depth}")
+        return None
+
+    def slices(self, geo: ConvGeometry) -> tuple[int, int]:
+        """(reduction elements per slice, slices that get any): a whole number of steps each."""
+        steps = _ceil(geo.cg * geo.r * geo.s, self.kwg)
+        per = _ceil(steps, self.split)
+        return per * self.kwg, _ceil(steps, per)
+
+    def workspace_bytes(self, problem: Problem) -> int:
+        """The partial sums of the slices (split-K only)."""
+        geo = geometry(problem)
+        if self.split == 1:
+            return 0
+        return self.slices(geo)[1] * geo.k * geo.n * geo.oh * geo.ow * geo.itemsize
+
+    def defines(self, geo: ConvGeometry) -> dict[str, int]:
+        return {"MWG": self.mwg, "NWG": self.nwg, "KWG": self.kwg, "MDIMC": self.mdimc,
+                "NDIMC": self.ndimc, "VW": self.vw, "SPLIT_K": int(self.split > 1), "KR": geo.r,
+                "KS": geo.s}
+
+    def _launches(self, device: Any, problem: Problem) -> _IgemmLaunches:
+        """What every call of ``problem`` on ``device`` launches, worked out on the first
+        (the host work of a call is what a batch-1 layer on a large GPU waits for)."""
+        key = (id(device), problem)
+        launches = self._launch_cache.get(key)
+        if launches is None:
+            geo = geometry(problem)
+            dtype = np.dtype(geo.dtype)
+            pixels = geo.n * geo.oh * geo.ow
+            chunk, slices = self.slices(geo)
+            mtiles = _ceil(geo.kg, self.mwg)
+            ints = [geo.c, geo.h, geo.w, geo.k, geo.oh, geo.ow, geo.stride_h, geo.stride_w,
+                    geo.dil_h, geo.dil_w, geo.pad_top, geo.pad_left, geo.cg, geo.kg, pixels,
+                    mtiles, chunk]
+            launches = _IgemmLaunches(
+                geo=geo, dtype=dtype,
+                out_shape=(geo.n, geo.k, geo.oh, geo.ow),
+                partial_shape=(slices, geo.k, pixels) if self.split > 1 else None,
+                kernel=self.kernel(device, geo, "conv_igemm"),
+                global_size=(_ceil(pixels, self.nwg) * self.ndimc,
+                             geo.group * mtiles * self.mdimc, slices),
+                local_size=(self.ndimc, self.mdimc, 1),
+                ints=tuple(map(np.int32, ints)),
+                reduce=self.kernel(device, geo, "igemm_reduce") if self.split > 1 else None,
+                reduce_global=(_round_up(pixels, SMALLEST_LOCAL), geo.k),
+                reduce_ints=tuple(map(np.int32, (geo.k, geo.oh * geo.ow, pixels, slices))))
+            self._launch_cache[key] = launches
+        return launches
+
+    def run(self, problem: Problem, inputs: Sequence[Any], ctx: RunContext,
+            prepared: Any = None) -> Any:
+        device = ctx.device
+        plan = self._launches(device, problem)
+        out = device.empty(plan.out_shape, plan.dtype)
+        target = out if plan.partial_shape is None else device.empty(plan.partial_shape,
+                                                                      plan.dtype)
+        x_buf, x_off = _buffer(inputs[0], "X")
+        w_buf, w_off = _buffer(inputs[1], "W")
+        bias, act = _epilogue_args(plan.geo, plan.dtype, inputs, out.base_data)
+        _enqueue(device, plan.kernel, plan.global_size, plan.local_size,
+                 [*plan.ints, x_buf, x_off, w_buf, w_off, *bias, target.base_data,
+                  np.int64(0), *act])
+        if plan.reduce is not None:
+            _enqueue(device, plan.reduce, plan.reduce_global, (SMALLEST_LOCAL, 1),
+                     [*plan.reduce_ints, target.base_data, *bias, out.base_data, np.int64(0),
+                      *act])
+        return _in_output_shape(out, plan.geo)
+
+
+@dataclass(frozen=True)
+class _IgemmLaunches:
+    """A ``cl_igemm`` configuration's launches for one problem, less the buffers."""
+
+    geo: ConvGeometry
+    dtype: np.dtype
+    out_shape: tuple[int, ...]
+    #: (slices, K, N*OH*OW) with split-K, else None (the kernel writes the output)
+    partial_shape: tuple[int, ...] | None
+    kernel: Any
+    global_size: tuple[int, ...]
+    local_size: tuple[int, ...]
+    ints: tuple[np.int32, ...]
+    reduce: Any
+    reduce_global: tuple[int, ...]
+    reduce_ints: tuple[np.int32, ...]
 
 
 #: ``cl_direct`` configurations: (output channels per work-item, local size).
@@ -424,4 +560,5 @@ def opencl_algorithms() -> list[Algorithm]:
                                    for ko, local in DIRECT_CONFIGS]
     algorithms += [DepthwiseCLConv({"px": px, "l": local}) for px, local in DEPTHWISE_CONFIGS]
     algorithms += [Im2colCLConv(), Conv1x1CLConv()]
+    algorithms += [ImplicitGemmCLConv(c) for c in space.igemm_configurations()]
     return algorithms

@@ -35,11 +35,13 @@ def opencl_rank(geo: ConvGeometry, algorithm: Any) -> tuple[float, ...]:
 
     1. ``cl_depthwise`` and ``cl_conv1x1`` where they apply (they are usable only there);
     2. few input channels per group (<= ``DIRECT_MAX_CHANNELS``: the RGB first layer,
-       depthwise layers): ``cl_direct`` before ``cl_im2col``; more the other way round;
+       depthwise layers): ``cl_direct``, then ``cl_igemm``, then ``cl_im2col``; more:
+       ``cl_igemm``, ``cl_im2col``, ``cl_direct`` (the implicit GEMM does im2col's product in
+       one launch with no unfold buffer);
     3. within ``cl_direct``: fewest idle work-items along the pixels, fewest idle channel
        accumulators, then more channels per work-item (input reuse), then the larger local
-       size; within ``cl_depthwise``: 4 outputs per work-item on rows of 8 or more, then the
-       fewest idle work-items.
+       size; within ``cl_igemm``: see :func:`_igemm_rank`; within ``cl_depthwise``: 4
+       outputs per work-item on rows of 8 or more, then the fewest idle work-items.
     """
     name = algorithm.desc.name
     p = algorithm.param
@@ -53,8 +55,31 @@ def opencl_rank(geo: ConvGeometry, algorithm: Any) -> tuple[float, ...]:
         return (0,)
     if name == "cl_direct":
         fill = geo.kg / (_ceil(geo.kg, p["ko"]) * p["ko"])
-        return (1 if shallow else 2, -round(_used(pixels, p["l"]), 2), -round(fill, 2),
+        return (1 if shallow else 3, -round(_used(pixels, p["l"]), 2), -round(fill, 2),
                 -p["ko"], -p["l"])
+    if name == "cl_igemm":
+        return (2 if shallow else 1, *_igemm_rank(geo, p))
     if name == "cl_im2col":
-        return (2 if shallow else 1, 0.0)
+        return (3 if shallow else 2, 0.0)
     return (8,)
+
+
+#: Work-groups an implicit-GEMM launch should have before larger tiles are preferred: enough
+#: to give each compute unit of a large GPU (100+) two, which the heuristic cannot ask the
+#: device about.  On an H200 the batch-1 ResNet-18 layers ran fastest with 128-400 groups
+#: (split-K where the output tiles alone were fewer).
+IGEMM_MIN_GROUPS = 256
+
+
+def _igemm_rank(geo: ConvGeometry, p: dict) -> tuple[float, ...]:
+    """Within ``cl_igemm``: least padding waste in the output tiles, then enough work-groups
+    (``IGEMM_MIN_GROUPS``, counting split-K slices), then more outputs per work-item (more
+    reuse of each staged value), the widest local reads, the deeper step, and the fewest
+    slices."""
+    pixels = geo.n * geo.oh * geo.ow
+    mtiles, ntiles = _ceil(geo.kg, p["mwg"]), _ceil(pixels, p["nwg"])
+    fill = geo.kg / (mtiles * p["mwg"]) * pixels / (ntiles * p["nwg"])
+    groups = geo.group * mtiles * ntiles * p["split"]
+    outputs = (p["mwg"] // p["mdimc"]) * (p["nwg"] // p["ndimc"])
+    return (-round(fill, 1), -min(groups, IGEMM_MIN_GROUPS) // 32, -outputs, -p["vw"],
+            -p["kwg"], p["split"])
