@@ -178,6 +178,32 @@ def test_winograd_transforms_compute_a_correlation(m: int) -> None:
     np.testing.assert_allclose(at @ ((g @ taps) * (bt @ d)), expected, rtol=0, atol=1e-12)
 
 
+@pytest.mark.parametrize("m", [2, 4])
+def test_winograd_written_out_transforms_are_the_matrices(m: int) -> None:
+    """The kernels apply B^T and A^T as written-out sums with shared terms; they must be the
+    matrices of TRANSFORMS, which the test above checks against the correlation."""
+    bt, _, at = (np.array(t, dtype=np.float64) for t in winograd.TRANSFORMS[m])
+    rng = np.random.default_rng(10 + m)
+    d, p = rng.uniform(-1, 1, m + 2), rng.uniform(-1, 1, m + 2)
+    if m == 4:
+        forward, backward = winograd._bt4(*d, 2.0, 4.0, 5.0), winograd._at4(*p, 2.0, 4.0, 8.0)
+    else:
+        forward, backward = winograd._bt2(*d), winograd._at2(*p)
+    np.testing.assert_allclose(forward, bt @ d, rtol=0, atol=1e-12)
+    np.testing.assert_allclose(backward, at @ p, rtol=0, atol=1e-12)
+
+
+@pytest.mark.parametrize("algorithm", WINOGRAD, ids=lambda a: a.name)
+def test_winograd_planes_larger_than_a_chunk(algorithm: Algorithm) -> None:
+    """Planes of more tiles than the transforms' chunk, so that tile rows and planes are split
+    between chunks, on both sides of the product; two images, uneven padding, bias and relu."""
+    shapes = [(2, 3, 50, 61), (5, 3, 3, 3), (5,)]
+    problem = OPERATOR.problem(shapes, ["float64"] * 3, pads=[2, 0, 1, 1], activation="relu")
+    _, _, oh, ow = OPERATOR.output_shape(problem)
+    assert -(-oh // algorithm.m) * -(-ow // algorithm.m) > winograd.CHUNK
+    check(algorithm, problem, OPERATOR.random_inputs(problem, np.random.default_rng(11)))
+
+
 # -- sub-problems ----------------------------------------------------------------------------
 
 def _matmul(a_shape: tuple[int, ...], b_shape: tuple[int, ...], dtype: str) -> Problem:

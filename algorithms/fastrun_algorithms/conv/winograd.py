@@ -12,18 +12,27 @@ and run as parallel numba kernels:
 * filter transform ``U = G g G^T``: the weight preprocessing step (:meth:`preprocess`), or part
   of the timed call when preprocessing is off;
 * input transform ``V = B^T d B`` for every tile and channel;
-* output transform ``A^T M A``, with the epilogue (bias, activation) applied to each block of
-  output channels while it is in cache, just before it is written into the output.
+* output transform ``A^T M A``, with the epilogue (bias, activation) applied to each chunk of
+  tiles while it is in cache, just before it is merged into the output rows.
 
-How the transforms vectorise.  numba vectorises a loop well when it touches a few contiguous
-arrays, so every transform step is a pass ``dst (+)= c0*s0 + ... + c3*s3`` over long
-contiguous rows (:func:`_comb`), one per nonzero-term group of a transform matrix row.  To
-make the rows long, each worker handles a block of channels (all images) at once: the product's
-rows for a block of channels are contiguous in U, V and M alike.  The input tiles, which overlap
-and whose elements lie m apart, are first gathered element-major (element (i, j) of every tile
-of the block in one row, one long loop per element); the output transform ends with the
-reverse, merging the m tile columns back into output rows.  Each value is computed by one
-worker in an order fixed by the loops, so results do not depend on the thread count.
+How the transforms vectorise.  The product wants V and M element-major (value (a, b) of every
+tile in one contiguous row), while a tile's input values lie in rows of the image, its tile
+rows m apart and overlapping.  The transforms work on chunks of :data:`CHUNK` consecutive
+tiles (crossing tile rows, channels and images alike, so that loops stay long even for 7x7
+images) in a small per-worker buffer:
+
+* input: each tile row of each tile (alpha contiguous values) is copied into the chunk, still
+  tile by tile (a vectorised copy; gathering element-major instead costs one scalar store per
+  value and was the slowest step); B^T along the tile columns is then one contiguous
+  elementwise loop, and B along the tile rows reads each tile's alpha values as an
+  interleaved group (vector loads and permutes) and writes V element-major;
+* output: A^T along the tile columns reads M's rows (contiguous), A along the tile rows and
+  the epilogue run in place on the chunk, and each output row is written by interleaving the
+  m tile columns (vector stores).
+
+The 1-D transforms are written out with their shared terms (:func:`_bt4`, :func:`_at4`),
+their constants of the data's type.  Every value is computed by one worker with the same
+operations, whatever chunk it falls in, so results do not depend on the thread count.
 
 Accuracy.  F(2,3)'s transforms use only 0, +-1 and 1/2; F(4,3)'s use the points 0, +-1, +-2 and
 infinity, with coefficients up to 8 and fractions 1/6, 1/12, 1/24, which cost about one decimal
@@ -54,7 +63,8 @@ from fastrun_algorithms.conv._gemm_common import (
     readonly,
     worker_count,
 )
-from fastrun_algorithms.conv.epilogue import NONE, activation_code, epilogue_value
+from fastrun_algorithms.conv._kernels_common import U
+from fastrun_algorithms.conv.epilogue import activation_code, epilogue_value
 from fastrun_algorithms.conv.geometry import ConvGeometry, geometry
 
 #: Transform matrices (B^T, G, A^T) of F(m x m, 3 x 3) by output tile size m.
@@ -133,289 +143,422 @@ def _filter_kernel(w: np.ndarray, g: np.ndarray, u: np.ndarray, scratch: np.ndar
                         dst[c] = (g0 * taps[9, c] + g1 * taps[10, c]) + g2 * taps[11, c]
 
 
-@numba.njit(cache=True, fastmath=FASTMATH)
-def _comb(dst: np.ndarray, accumulate: bool, terms: int, c0: float, s0: np.ndarray, c1: float,
-          s1: np.ndarray, c2: float, s2: np.ndarray, c3: float, s3: np.ndarray) -> None:
-    """``dst (+)= c0*s0 + ... `` over the first ``terms`` (1 to 4) terms, in one pass.
+# The one-dimensional transforms, written out with their shared terms: the input transforms
+# B^T of TRANSFORMS (applied once along the tile's columns and once along its rows) and the
+# output transforms A^T.  The constants come in as arguments of the data's own type (numba
+# would compute ``4 * x`` in float64 for a float32 x); the test suite checks every function
+# against its matrix in TRANSFORMS.
 
-    The transforms are built from these passes over long contiguous slices: one loop with at
-    most five arrays is what LLVM vectorises (more arrays need more runtime overlap checks
-    than it will emit), and four terms per pass cut the loads and stores of the destination
-    that one pass per term would cost.  Slices, not offset positions, keep the indices provably
-    non-negative (numba would otherwise add a wraparound test that stops vectorisation).
-    """
-    n = dst.shape[0]
-    zero = c0 * 0
-    if terms == 1:
-        for f in range(n):
-            dst[f] = (dst[f] if accumulate else zero) + c0 * s0[f]
-    elif terms == 2:
-        for f in range(n):
-            dst[f] = (dst[f] if accumulate else zero) + (c0 * s0[f] + c1 * s1[f])
-    elif terms == 3:
-        for f in range(n):
-            dst[f] = (dst[f] if accumulate else zero) + ((c0 * s0[f] + c1 * s1[f]) + c2 * s2[f])
-    else:
-        for f in range(n):
-            dst[f] = (dst[f] if accumulate else zero) + (((c0 * s0[f] + c1 * s1[f])
-                                                          + c2 * s2[f]) + c3 * s3[f])
+@numba.njit(inline="always", fastmath=FASTMATH)
+def _bt4(d0, d1, d2, d3, d4, d5, two, four, five):
+    """B^T d of F(4, 3): six values from six."""
+    t1 = d4 - four * d2
+    t2 = d3 - four * d1
+    t3 = d4 - d2
+    t4 = two * (d3 - d1)
+    return ((four * d0 + d4) - five * d2, t1 + t2, t1 - t2, t3 + t4, t3 - t4,
+            (four * d1 + d5) - five * d3)
 
 
-@numba.njit(cache=True)
-def _fill_zero(dst: np.ndarray) -> None:
-    for f in range(dst.shape[0]):
-        dst[f] = 0
+@numba.njit(inline="always", fastmath=FASTMATH)
+def _bt2(d0, d1, d2, d3):
+    """B^T d of F(2, 3): four values from four."""
+    return d0 - d2, d1 + d2, d2 - d1, d1 - d3
 
 
-def _input_kernel(x: np.ndarray, coef: np.ndarray, index: np.ndarray, count: np.ndarray,
-                  m: int, pt: int, pl: int, tiles_h: int, tiles_w: int, v: np.ndarray,
-                  padded: np.ndarray, offsets: np.ndarray, gathered: np.ndarray,
-                  sums: np.ndarray) -> None:
+@numba.njit(inline="always", fastmath=FASTMATH)
+def _at4(m0, m1, m2, m3, m4, m5, two, four, eight):
+    """A^T m of F(4, 3): four values from six."""
+    s12 = m1 + m2
+    d12 = m1 - m2
+    s34 = m3 + m4
+    d34 = m3 - m4
+    return (m0 + s12) + s34, d12 + two * d34, s12 + four * s34, (d12 + eight * d34) + m5
+
+
+@numba.njit(inline="always", fastmath=FASTMATH)
+def _at2(m0, m1, m2, m3):
+    """A^T m of F(2, 3): two values from four."""
+    return (m0 + m1) + m2, (m1 - m2) - m3
+
+
+# Input transform.  A chunk holds up to CHUNK tiles "row-major per tile row i": value (i, j)
+# of chunk tile u at ``chunk[(i*alpha)*CHUNK + u*alpha + j]``, i.e. alpha regions (one per
+# tile row i) in which each tile's alpha values of that row lie next to each other.
+
+@numba.njit(inline="always")
+def _gather6(chunk, s, pad, offsets, t0, count, pw):
+    """Tiles t0 .. t0+count-1 of the staged plane into chunk tiles s, s+1, ...: each tile row
+    is six contiguous values of the plane, copied to six contiguous values of its region.  All
+    six loads come before the six stores, so that LLVM may merge them into vector moves (it
+    cannot move a load past a store to another array it is not told is distinct): measured 3.6
+    times faster than a copy value by value."""
+    for tt in range(count):
+        o = offsets[U(t0 + tt)]
+        u = (s + tt) * 6
+        for i in range(6):
+            a = U(o + i * pw)
+            b = U(i * 6 * CHUNK + u)
+            d0, d1, d2 = pad[a], pad[a + U(1)], pad[a + U(2)]
+            d3, d4, d5 = pad[a + U(3)], pad[a + U(4)], pad[a + U(5)]
+            chunk[b] = d0
+            chunk[b + U(1)] = d1
+            chunk[b + U(2)] = d2
+            chunk[b + U(3)] = d3
+            chunk[b + U(4)] = d4
+            chunk[b + U(5)] = d5
+
+
+@numba.njit(inline="always")
+def _gather4(chunk, s, pad, offsets, t0, count, pw):
+    """:func:`_gather6` for four-value tile rows."""
+    for tt in range(count):
+        o = offsets[U(t0 + tt)]
+        u = (s + tt) * 4
+        for i in range(4):
+            a = U(o + i * pw)
+            b = U(i * 4 * CHUNK + u)
+            d0, d1, d2, d3 = pad[a], pad[a + U(1)], pad[a + U(2)], pad[a + U(3)]
+            chunk[b] = d0
+            chunk[b + U(1)] = d1
+            chunk[b + U(2)] = d2
+            chunk[b + U(3)] = d3
+
+
+@numba.njit(inline="always", fastmath=FASTMATH)
+def _columns6(chunk, count):
+    """B^T from the left, in place: region i -> region a.  Value (i, j) of every tile sits at
+    the same position x of region i, so this is one contiguous, elementwise loop over the
+    ``6*count`` positions of the six regions."""
+    two, four, five = chunk.dtype.type(2), chunk.dtype.type(4), chunk.dtype.type(5)
+    r = 6 * CHUNK
+    for x in range(6 * count):
+        e0, e1, e2, e3, e4, e5 = _bt4(chunk[U(x)], chunk[U(r + x)], chunk[U(2 * r + x)],
+                                      chunk[U(3 * r + x)], chunk[U(4 * r + x)],
+                                      chunk[U(5 * r + x)], two, four, five)
+        chunk[U(x)] = e0
+        chunk[U(r + x)] = e1
+        chunk[U(2 * r + x)] = e2
+        chunk[U(3 * r + x)] = e3
+        chunk[U(4 * r + x)] = e4
+        chunk[U(5 * r + x)] = e5
+
+
+@numba.njit(inline="always", fastmath=FASTMATH)
+def _columns4(chunk, count):
+    """:func:`_columns6` for F(2, 3)."""
+    r = 4 * CHUNK
+    for x in range(4 * count):
+        e0, e1, e2, e3 = _bt2(chunk[U(x)], chunk[U(r + x)], chunk[U(2 * r + x)],
+                              chunk[U(3 * r + x)])
+        chunk[U(x)] = e0
+        chunk[U(r + x)] = e1
+        chunk[U(2 * r + x)] = e2
+        chunk[U(3 * r + x)] = e3
+
+
+@numba.njit(inline="always", fastmath=FASTMATH)
+def _rows6(chunk, count, v, pitch, f0):
+    """B from the right, into V: for each region a, the six values of each tile (a stride-6
+    group that LLVM loads as whole vectors and permutes) give V rows a*6 .. a*6+5 at
+    positions f0 .. f0+count-1 (V rows are ``pitch`` apart in the flat ``v``)."""
+    two, four, five = chunk.dtype.type(2), chunk.dtype.type(4), chunk.dtype.type(5)
+    for a in range(6):
+        src = a * 6 * CHUNK
+        dst = a * 6 * pitch + f0
+        for u in range(count):
+            q = src + 6 * u
+            e0, e1, e2, e3, e4, e5 = _bt4(chunk[U(q)], chunk[U(q + 1)], chunk[U(q + 2)],
+                                          chunk[U(q + 3)], chunk[U(q + 4)], chunk[U(q + 5)],
+                                          two, four, five)
+            v[U(dst + u)] = e0
+            v[U(dst + pitch + u)] = e1
+            v[U(dst + 2 * pitch + u)] = e2
+            v[U(dst + 3 * pitch + u)] = e3
+            v[U(dst + 4 * pitch + u)] = e4
+            v[U(dst + 5 * pitch + u)] = e5
+
+
+@numba.njit(inline="always", fastmath=FASTMATH)
+def _rows4(chunk, count, v, pitch, f0):
+    """:func:`_rows6` for F(2, 3)."""
+    for a in range(4):
+        src = a * 4 * CHUNK
+        dst = a * 4 * pitch + f0
+        for u in range(count):
+            q = src + 4 * u
+            e0, e1, e2, e3 = _bt2(chunk[U(q)], chunk[U(q + 1)], chunk[U(q + 2)], chunk[U(q + 3)])
+            v[U(dst + u)] = e0
+            v[U(dst + pitch + u)] = e1
+            v[U(dst + 2 * pitch + u)] = e2
+            v[U(dst + 3 * pitch + u)] = e3
+
+
+def _input_kernel(x: np.ndarray, m: int, pt: int, pl: int, tiles_h: int, tiles_w: int,
+                  v: np.ndarray, padded: np.ndarray, chunks: np.ndarray,
+                  offsets: np.ndarray) -> None:
     """``v[a*alpha + b, c, n*tiles + tile] = (B^T d B)[a, b]`` for the input tile ``d`` of every
     tile (row-major) of every image n and channel c.
 
-    ``coef``/``index``/``count`` hold B^T as passes of up to four nonzero terms (see
-    :func:`_passes`).  Parallel over blocks of channels, all images of each: V's rows for a
-    block are contiguous, so every pass runs over the whole block at once, long enough to
-    amortise the loop set-up even for small images.  For a block, a worker
+    Parallel over planes (channel, image) in V's order, a contiguous range per worker, so that
+    each worker writes one contiguous stretch of every V row.  For each plane a worker
 
-    1. copies each (channel, image) plane into its zero-padded slot of ``padded[w]`` (the
-       padding is zeroed once: every block writes the same interior positions);
-    2. gathers element (i, j) of every tile of the block into row i*alpha + j of
-       ``gathered[w]``: one loop per element over all tiles, reading at ``offsets[w]`` (each
-       tile's first pixel, computed once) plus the element's offset.  Tiles overlap and their
-       elements lie m apart, so this is a gather, done as one long loop rather than many
-       short, strided ones;
-    3. applies B^T along the tile rows: ``sums[w, a*alpha + j] = sum_i B^T[a, i] d[i, j]``, and
-       B along the tile columns straight into V.
+    1. copies it into its zero-padded plane ``padded[w]`` (the padding is zeroed once: every
+       plane writes the same interior positions);
+    2. gathers its tiles into the chunk ``chunks[w]`` (:func:`_gather6`), tile rows as
+       contiguous runs, starting each tile at ``offsets[tile]`` (computed once per call);
+
+    and whenever the chunk is full (and after its last plane) it applies B^T along the tile
+    columns (:func:`_columns6`, contiguous) and B along the tile rows, writing V
+    (:func:`_rows6`).  A chunk of CHUNK tiles stays in the L1 cache with the plane, and its
+    loops are long even for 7x7 images, whose planes hold only 16 tiles.  Each value is
+    computed by the same operations whatever the chunk it falls in, so results do not depend
+    on the thread count.
     """
     n_images, channels, height, width = x.shape
-    alpha = coef.shape[0]
+    alpha = m + 2
     tiles = tiles_h * tiles_w
-    per_channel = n_images * tiles
-    padded_w = (tiles_w - 1) * m + alpha
-    plane = ((tiles_h - 1) * m + alpha) * padded_w
-    block = gathered.shape[2] // per_channel  # channels per work item
-    blocks = (channels + block - 1) // block
-    workers = gathered.shape[0]
-    v2 = v.reshape(alpha * alpha, channels * per_channel)
-    rows_inside = min(height, plane // padded_w - pt)  # input rows that land in a slot
-    cols_inside = min(width, padded_w - pl)
+    pw = (tiles_w - 1) * m + alpha
+    ph = (tiles_h - 1) * m + alpha
+    pitch = channels * n_images * tiles
+    flat_v = v.reshape(v.size)
+    for t in range(tiles):
+        th = t // tiles_w
+        offsets[t] = th * m * pw + (t - th * tiles_w) * m
+    planes = channels * n_images
+    workers = padded.shape[0]
+    rows_inside = min(height, ph - pt)  # input rows that land in the padded plane
+    cols_inside = min(width, pw - pl)
     for wk in prange(workers):
-        pad, offs, elements, acc = padded[wk], offsets[wk], gathered[wk], sums[wk]
-        _fill_zero(pad)
-        f = 0
-        for p in range(block * n_images):
-            for th in range(tiles_h):
-                for tw in range(tiles_w):
-                    offs[f] = p * plane + th * m * padded_w + tw * m
-                    f += 1
-        for item in range(wk * blocks // workers, (wk + 1) * blocks // workers):
-            c0 = item * block
-            nc = min(block, channels - c0)
-            lo, span = c0 * per_channel, nc * per_channel
-            for p in range(nc * n_images):
-                c, n = c0 + p // n_images, p % n_images
-                for h in range(rows_inside):
-                    start = p * plane + (h + pt) * padded_w + pl
-                    _copy(pad[start:start + cols_inside], x[n, c, h, :])
-            for i in range(alpha):
-                for j in range(alpha):
-                    _gather(elements[i * alpha + j, :span], pad[i * padded_w + j:], offs)
-            for a in range(alpha):  # B^T from the left: rows i -> a
-                for j in range(alpha):
-                    _apply(acc[a * alpha + j, :span], coef, index, count, a, elements, j,
-                           alpha, 0)
-            for a in range(alpha):  # B from the right: columns j -> b, into V
-                for b in range(alpha):
-                    _apply(v2[a * alpha + b, lo:lo + span], coef, index, count, b, acc,
-                           a * alpha, 1, 0)
+        pad, chunk = padded[wk], chunks[wk]
+        for f in range(pad.shape[0]):
+            pad[f] = 0
+        first, last = wk * planes // workers, (wk + 1) * planes // workers
+        s = 0  # tiles in the chunk
+        f0 = first * tiles  # V position of the chunk's first tile
+        for p in range(first, last):
+            c = p // n_images
+            n = p - c * n_images
+            for h in range(rows_inside):
+                row = (h + pt) * pw + pl
+                for w in range(cols_inside):
+                    pad[U(row + w)] = x[n, c, h, U(w)]
+            t = 0
+            while t < tiles:
+                take = min(tiles - t, CHUNK - s)
+                if m == 4:
+                    _gather6(chunk, s, pad, offsets, t, take, pw)
+                else:
+                    _gather4(chunk, s, pad, offsets, t, take, pw)
+                s += take
+                t += take
+                if s == CHUNK or (t == tiles and p == last - 1):
+                    if m == 4:
+                        _columns6(chunk, s)
+                        _rows6(chunk, s, flat_v, pitch, f0)
+                    else:
+                        _columns4(chunk, s)
+                        _rows4(chunk, s, flat_v, pitch, f0)
+                    f0 += s
+                    s = 0
 
 
-@numba.njit(cache=True)
-def _gather(dst: np.ndarray, src: np.ndarray, offsets: np.ndarray) -> None:
-    """``dst[f] = src[offsets[f]]``; unsigned offsets spare numba's negative-index test."""
-    for f in range(dst.shape[0]):
-        dst[f] = src[offsets[f]]
+# Output transform.  A chunk holds m*alpha rows of CHUNK values, row p*alpha + b for the
+# product's column b after A^T from the left (p < m); the last m values of each p's group are
+# overwritten by the m outputs q of A from the right.
+
+@numba.njit(inline="always", fastmath=FASTMATH)
+def _left6(chunk, mm, pitch, f0, count):
+    """A^T from the left: product rows a*6 + b (a = 0..5, ``pitch`` apart in the flat ``mm``)
+    -> chunk rows p*6 + b, for positions f0 .. f0+count-1.  One column b at a time, so that
+    only six product rows are read at once: their pitch is often a power of two (K times 16
+    tiles), and 36 rows read together would evict each other from the L1 cache."""
+    two, four, eight = chunk.dtype.type(2), chunk.dtype.type(4), chunk.dtype.type(8)
+    for b in range(6):
+        src = b * pitch + f0
+        for u in range(count):
+            q = src + u
+            e0, e1, e2, e3 = _at4(mm[U(q)], mm[U(q + 6 * pitch)], mm[U(q + 12 * pitch)],
+                                  mm[U(q + 18 * pitch)], mm[U(q + 24 * pitch)],
+                                  mm[U(q + 30 * pitch)], two, four, eight)
+            chunk[U(b * CHUNK + u)] = e0
+            chunk[U((6 + b) * CHUNK + u)] = e1
+            chunk[U((12 + b) * CHUNK + u)] = e2
+            chunk[U((18 + b) * CHUNK + u)] = e3
 
 
-@numba.njit(cache=True)
-def _apply(dst: np.ndarray, coef: np.ndarray, index: np.ndarray, count: np.ndarray, r: int,
-           src: np.ndarray, first: int, step: int, lo: int) -> None:
-    """``dst = sum_t M[r, t] * src[first + t*step, lo:lo + len(dst)]``: row r of a transform
-    matrix M, given as passes (:func:`_passes`), applied to rows of ``src``; only the nonzero
-    terms, up to four per :func:`_comb`."""
-    hi = lo + dst.shape[0]
-    for ch in range(count.shape[1]):
-        terms = count[r, ch]
-        if terms == 0:
-            break
-        _comb(dst, ch > 0, terms,
-              coef[r, ch, 0], src[first + index[r, ch, 0] * step, lo:hi],
-              coef[r, ch, 1], src[first + index[r, ch, 1] * step, lo:hi],
-              coef[r, ch, 2], src[first + index[r, ch, 2] * step, lo:hi],
-              coef[r, ch, 3], src[first + index[r, ch, 3] * step, lo:hi])
+@numba.njit(inline="always", fastmath=FASTMATH)
+def _left4(chunk, mm, pitch, f0, count):
+    """:func:`_left6` for F(2, 3)."""
+    for b in range(4):
+        src = b * pitch + f0
+        for u in range(count):
+            q = src + u
+            e0, e1 = _at2(mm[U(q)], mm[U(q + 4 * pitch)], mm[U(q + 8 * pitch)],
+                          mm[U(q + 12 * pitch)])
+            chunk[U(b * CHUNK + u)] = e0
+            chunk[U((4 + b) * CHUNK + u)] = e1
 
 
-@numba.njit(cache=True)
-def _copy(dst: np.ndarray, src: np.ndarray) -> None:
-    """``dst[:] = src[:len(dst)]`` as a plain loop (numba's slice assignment is slower)."""
-    for f in range(dst.shape[0]):
-        dst[f] = src[f]
+@numba.njit(inline="always", fastmath=FASTMATH)
+def _right6(chunk, bias, count, code, low, high):
+    """A from the right and the epilogue, in place: chunk rows p*6 + b -> p*6 + q, with
+    ``bias[u]`` the bias of tile u's output channel."""
+    two, four, eight = chunk.dtype.type(2), chunk.dtype.type(4), chunk.dtype.type(8)
+    for u in range(count):
+        bias_u = bias[U(u)]
+        for p in range(4):
+            r = p * 6 * CHUNK + u
+            e0, e1, e2, e3 = _at4(chunk[U(r)], chunk[U(r + CHUNK)], chunk[U(r + 2 * CHUNK)],
+                                  chunk[U(r + 3 * CHUNK)], chunk[U(r + 4 * CHUNK)],
+                                  chunk[U(r + 5 * CHUNK)], two, four, eight)
+            chunk[U(r)] = epilogue_value(e0, bias_u, code, low, high)
+            chunk[U(r + CHUNK)] = epilogue_value(e1, bias_u, code, low, high)
+            chunk[U(r + 2 * CHUNK)] = epilogue_value(e2, bias_u, code, low, high)
+            chunk[U(r + 3 * CHUNK)] = epilogue_value(e3, bias_u, code, low, high)
 
 
-def _output_kernel(mm: np.ndarray, coef: np.ndarray, index: np.ndarray, count: np.ndarray,
-                   bias: np.ndarray, has_bias: bool, code: int, low: float, high: float,
-                   tiles_h: int, tiles_w: int, out: np.ndarray, sums: np.ndarray) -> None:
+@numba.njit(inline="always", fastmath=FASTMATH)
+def _right4(chunk, bias, count, code, low, high):
+    """:func:`_right6` for F(2, 3)."""
+    for u in range(count):
+        bias_u = bias[U(u)]
+        for p in range(2):
+            r = p * 4 * CHUNK + u
+            e0, e1 = _at2(chunk[U(r)], chunk[U(r + CHUNK)], chunk[U(r + 2 * CHUNK)],
+                          chunk[U(r + 3 * CHUNK)])
+            chunk[U(r)] = epilogue_value(e0, bias_u, code, low, high)
+            chunk[U(r + CHUNK)] = epilogue_value(e1, bias_u, code, low, high)
+
+
+@numba.njit(inline="always")
+def _merge4(out, o, width, count, chunk, r):
+    """One output row of ``count`` tiles from chunk rows r .. r+3 (one per tile column q):
+    ``out[o + 4*tw + q] = chunk[r + q*CHUNK + tw]``, cut at the row's ``width`` values.  The
+    four stores of a tile are one interleaved group, which LLVM writes as whole vectors."""
+    full = min(count, width // 4)  # tiles that lie wholly inside the row
+    for tw in range(full):
+        out[U(o + 4 * tw)] = chunk[U(r + tw)]
+        out[U(o + 4 * tw + 1)] = chunk[U(r + CHUNK + tw)]
+        out[U(o + 4 * tw + 2)] = chunk[U(r + 2 * CHUNK + tw)]
+        out[U(o + 4 * tw + 3)] = chunk[U(r + 3 * CHUNK + tw)]
+    for x in range(4 * full, min(width, 4 * count)):
+        out[U(o + x)] = chunk[U(r + (x % 4) * CHUNK + x // 4)]
+
+
+@numba.njit(inline="always")
+def _merge2(out, o, width, count, chunk, r):
+    """:func:`_merge4` for F(2, 3)."""
+    full = min(count, width // 2)
+    for tw in range(full):
+        out[U(o + 2 * tw)] = chunk[U(r + tw)]
+        out[U(o + 2 * tw + 1)] = chunk[U(r + CHUNK + tw)]
+    if full < count and 2 * full < width:
+        out[U(o + 2 * full)] = chunk[U(r + full)]
+
+
+def _output_kernel(mm: np.ndarray, m: int, bias: np.ndarray, has_bias: bool, code: int,
+                   low: float, high: float, tiles_h: int, tiles_w: int, out: np.ndarray,
+                   chunks: np.ndarray, biases: np.ndarray) -> None:
     """``out[n, k, th*m + p, tw*m + q] = epilogue((A^T M A)[p, q])`` for every tile, with
     ``M[a, b] = mm[a*alpha + b, k, n*tiles + tile]``; tile pixels beyond the output are
     dropped.
 
-    ``coef``/``index``/``count`` hold A^T as passes (see :func:`_passes`).  Parallel over
-    blocks of output channels: the product's rows for a block are contiguous (all images),
-    so each pass runs over the whole block.  A worker applies A^T along the tile rows into
-    ``sums[w, p*alpha + b]`` and A along the tile columns into ``sums[w, m*alpha + p*m + q]``,
-    applies the epilogue to each channel's values there, while they are in cache, and merges
-    the m tile columns into the output rows (:func:`_merge`).
+    Parallel over planes (output channel, image), a contiguous range per worker: the product's
+    columns for the range are contiguous in every row.  A worker takes its tiles CHUNK at a
+    time into ``chunks[w]``: it writes each tile's bias into ``biases[w]``, applies A^T along
+    the tile columns (:func:`_left6`), then A along the tile rows with the epilogue
+    (:func:`_right6`, in place: long contiguous loops whatever the image size), and finally
+    merges the m tile columns of each tile row into the output rows (:func:`_merge4`).  The
+    biases are a separate array, not a row of the chunk: numba marks distinct arrays of a
+    parallel loop as not overlapping, and with the biases inside the chunk LLVM's overlap
+    checks made the transform 1.5 times slower.
     """
-    n_images, out_channels, out_h = out.shape[0], out.shape[1], out.shape[2]
-    m = coef.shape[0]
+    n_images, out_channels, out_h, out_w = out.shape
     alpha = m + 2
     tiles = tiles_h * tiles_w
-    per_channel = n_images * tiles
-    block = sums.shape[2] // per_channel
-    blocks = (out_channels + block - 1) // block
-    workers = sums.shape[0]
-    second = m * alpha  # first row of the second step's results
-    mm2 = mm.reshape(alpha * alpha, out_channels * per_channel)
+    pitch = out_channels * n_images * tiles
+    flat_mm = mm.reshape(mm.size)
+    flat_out = out.reshape(out.size)
+    planes = out_channels * n_images
+    workers = chunks.shape[0]
+    low_v, high_v = out.dtype.type(low), out.dtype.type(high)
     for wk in prange(workers):
-        acc = sums[wk]
-        for item in range(wk * blocks // workers, (wk + 1) * blocks // workers):
-            k0 = item * block
-            nk = min(block, out_channels - k0)
-            lo, length = k0 * per_channel, nk * per_channel
-            for p in range(m):  # A^T from the left: rows a -> p
-                for b in range(alpha):
-                    _apply(acc[p * alpha + b, :length], coef, index, count, p, mm2, b, alpha,
-                           lo)
-            for p in range(m):  # A from the right: columns b -> q
-                for q in range(m):
-                    _apply(acc[second + p * m + q, :length], coef, index, count, q, acc,
-                           p * alpha, 1, 0)
-            for kk in range(nk):
-                k = k0 + kk
-                seg = kk * per_channel
-                if has_bias or code != NONE:
-                    bias_k = bias[k] if has_bias else bias[0] * 0
-                    for r in range(m * m):
-                        _epilogue(acc[second + r, seg:seg + per_channel], bias_k, code, low,
-                                  high)
-                for n in range(n_images):
-                    for th in range(tiles_h):
-                        first = seg + n * tiles + th * tiles_w
-                        for p in range(min(m, out_h - th * m)):
-                            _merge(out[n, k, th * m + p], acc, second + p * m, first,
-                                   tiles_w, m)
-
-
-@numba.njit(cache=True, fastmath=FASTMATH)
-def _epilogue(row: np.ndarray, bias: float, code: int, low: float, high: float) -> None:
-    """Bias and activation over a contiguous run of one output channel's values."""
-    for f in range(row.shape[0]):
-        row[f] = epilogue_value(row[f], bias, code, low, high)
-
-
-@numba.njit(cache=True)
-def _merge(dst: np.ndarray, acc: np.ndarray, row: int, first: int, count: int, m: int) -> None:
-    """One output row from the m tile columns q: ``dst[tw*m + q] = acc[row + q, first + tw]``,
-    the last tile cut at the row's end.  The tile sizes the algorithms use are written out so
-    that the stride is a compile-time constant."""
-    full = min(count, dst.shape[0] // m)  # tiles that lie wholly inside the row
-    if m == 4:
-        s0, s1 = acc[row, first:first + count], acc[row + 1, first:first + count]
-        s2, s3 = acc[row + 2, first:first + count], acc[row + 3, first:first + count]
-        for tw in range(full):
-            dst[4 * tw] = s0[tw]
-            dst[4 * tw + 1] = s1[tw]
-            dst[4 * tw + 2] = s2[tw]
-            dst[4 * tw + 3] = s3[tw]
-    elif m == 2:
-        s0, s1 = acc[row, first:first + count], acc[row + 1, first:first + count]
-        for tw in range(full):
-            dst[2 * tw] = s0[tw]
-            dst[2 * tw + 1] = s1[tw]
-    else:
-        full = 0
-    for ox in range(full * m, dst.shape[0]):
-        tw = ox // m
-        dst[ox] = acc[row + ox - tw * m, first + tw]
-
-
-def _passes(matrix: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """A transform matrix as passes of :func:`_comb`: for each row, its nonzero entries in
-    column order, four per pass.  Returns (coef, index, count) of shapes (rows, passes, 4),
-    (rows, passes, 4) and (rows, passes); unused slots have coefficient 0 and index 0, and a
-    pass with count 0 ends the row."""
-    nonzero = [[(float(v), j) for j, v in enumerate(row) if v != 0] for row in matrix]
-    passes = max(-(-len(terms) // 4) for terms in nonzero)
-    coef = np.zeros((len(matrix), passes, 4), dtype=matrix.dtype)
-    index = np.zeros((len(matrix), passes, 4), dtype=np.intp)
-    count = np.zeros((len(matrix), passes), dtype=np.intp)
-    for r, terms in enumerate(nonzero):
-        for t, (value, column) in enumerate(terms):
-            coef[r, t // 4, t % 4] = value
-            index[r, t // 4, t % 4] = column
-            count[r, t // 4] += 1
-    for table in (coef, index, count):
-        table.flags.writeable = False
-    return coef, index, count
+        chunk, bias_row = chunks[wk], biases[wk]
+        f = wk * planes // workers * tiles
+        end = (wk + 1) * planes // workers * tiles
+        while f < end:
+            count = min(CHUNK, end - f)
+            g = f
+            while g < f + count:  # the bias of each plane's tiles
+                k = g // tiles // n_images
+                stop = min(f + count, (g // tiles + 1) * tiles)
+                bias_k = bias[k] if has_bias else bias[0] * 0
+                for u in range(g - f, stop - f):
+                    bias_row[U(u)] = bias_k
+                g = stop
+            if m == 4:
+                _left6(chunk, flat_mm, pitch, f, count)
+                _right6(chunk, bias_row, count, code, low_v, high_v)
+            else:
+                _left4(chunk, flat_mm, pitch, f, count)
+                _right4(chunk, bias_row, count, code, low_v, high_v)
+            g = f
+            while g < f + count:  # tile rows, or the part of one in the chunk
+                plane = g // tiles
+                t = g - plane * tiles
+                th = t // tiles_w
+                tw0 = t - th * tiles_w
+                run = min(f + count - g, tiles_w - tw0)
+                k = plane // n_images
+                first_row = ((plane - k * n_images) * out_channels + k) * out_h + th * m
+                for p in range(min(m, out_h - th * m)):
+                    o = (first_row + p) * out_w + tw0 * m
+                    r = p * alpha * CHUNK + g - f
+                    if m == 4:
+                        _merge4(flat_out, o, out_w - tw0 * m, run, chunk, r)
+                    else:
+                        _merge2(flat_out, o, out_w - tw0 * m, run, chunk, r)
+                g += run
+            f += count
 
 
 @functools.cache
-def _transform_passes(m: int, dtype: np.dtype) -> tuple[tuple[np.ndarray, ...], ...]:
-    """(B^T passes, A^T passes) of F(m, 3) for one dtype."""
-    bt, _, at = transform_matrices(m, dtype)
-    return _passes(bt), _passes(at)
-
-
-@functools.cache
-def _compiled(dtype: np.dtype) -> tuple[Callable[..., None], ...]:
-    """(filter, input, output) kernels for one dtype, compiled (or loaded from numba's cache)
-    on first use, so that loading the plugin compiles nothing."""
+def _compiled(dtype: np.dtype) -> tuple[Callable[..., None], Callable[..., None]]:
+    """(filter, output) kernels for one dtype, compiled (or loaded from numba's cache) on first
+    use, so that loading the plugin compiles nothing."""
     intp = types.intp
-    matrix = readonly(dtype, 2)
-    coef = types.Array(item_type(dtype), 3, "C", readonly=True)
-    index = types.Array(intp, 3, "C", readonly=True)
-    count = types.Array(intp, 2, "C", readonly=True)
     filter_kernel = numba.njit(
-        types.void(readonly(dtype, 4), matrix, buffer(dtype, 3), buffer(dtype, 3)),
+        types.void(readonly(dtype, 4), readonly(dtype, 2), buffer(dtype, 3), buffer(dtype, 3)),
         parallel=True, cache=True, fastmath=FASTMATH)(_filter_kernel)
-    input_kernel = numba.njit(
-        types.void(readonly(dtype, 4), coef, index, count, intp, intp, intp, intp, intp,
-                   buffer(dtype, 3), buffer(dtype, 2), types.Array(types.uint32, 2, "C"),
-                   buffer(dtype, 3), buffer(dtype, 3)),
-        parallel=True, cache=True, fastmath=FASTMATH)(_input_kernel)
     output_kernel = numba.njit(
-        types.void(types.Array(item_type(dtype), 3, "C", readonly=True), coef, index, count,
+        types.void(types.Array(item_type(dtype), 3, "C", readonly=True), intp,
                    readonly(dtype, 1), types.boolean, intp, types.float64, types.float64,
-                   intp, intp, buffer(dtype, 4), buffer(dtype, 3)),
+                   intp, intp, buffer(dtype, 4), buffer(dtype, 2), buffer(dtype, 2)),
         parallel=True, cache=True, fastmath=FASTMATH)(_output_kernel)
-    return filter_kernel, input_kernel, output_kernel
+    return filter_kernel, output_kernel
+
+
+@functools.cache
+def _compiled_input(dtype: np.dtype, layout: str) -> Callable[..., None]:
+    """The input kernel for one dtype and layout of X: "C" (contiguous, the fast case, what a
+    runtime passes) or "A" (any strided view), each compiled on first use."""
+    intp = types.intp
+    return numba.njit(
+        types.void(types.Array(item_type(dtype), 4, layout, readonly=True), intp, intp, intp,
+                   intp, intp, buffer(dtype, 3), buffer(dtype, 2), buffer(dtype, 2),
+                   types.Array(types.uint32, 1, "C")),
+        parallel=True, cache=True, fastmath=FASTMATH)(_input_kernel)
 
 
 # -- sizes -----------------------------------------------------------------------------------
 
-#: Elements each pass of the transforms should run over: blocks of channels are sized to reach
-#: it, so that small images still give loops long enough to amortise their set-up, while the
-#: block's buffers stay within the L2 cache.
-PASS_LENGTH = 1024
-
-
-def _block(per_channel: int, channels: int) -> int:
-    """Channels per work item: enough for :data:`PASS_LENGTH`, but no fewer work items than
-    threads."""
-    wanted = -(-PASS_LENGTH // per_channel)
-    return max(1, min(wanted, -(-channels // numba.get_num_threads())))
+#: Tiles per chunk of the input and output transforms.  Large enough for long vector loops,
+#: small enough that a chunk (36 rows of CHUNK values for F(4,3): 20 KB of float32) stays in
+#: the L1 cache beside the padded plane.  A multiple of 16 (whole AVX-512 vectors of float32)
+#: that is not a power of two: rows a power of two apart map to the same cache sets, and at
+#: 256 the input transform ran three times slower.
+CHUNK = 144
 
 
 class _Plan:
@@ -426,24 +569,23 @@ class _Plan:
         self.alpha = alpha = m + 2
         self.tiles_h = -(-geo.oh // m)
         self.tiles_w = -(-geo.ow // m)
-        self.tiles = geo.n * self.tiles_h * self.tiles_w  # over all images
+        per_plane = self.tiles_h * self.tiles_w
+        self.tiles = geo.n * per_plane  # over all images
         points = alpha * alpha
         self.u_shape = (points, geo.k, geo.c)
         self.v_shape = (points, geo.c, self.tiles)
         self.m_shape = (points, geo.k, self.tiles)
         self.filter_workers = worker_count(geo.k)
         self.filter_scratch = (self.filter_workers, 12, geo.c)
-        block = _block(self.tiles, geo.c)
-        workers = worker_count(-(-geo.c // block))
+        workers = worker_count(geo.c * geo.n)
         plane = ((self.tiles_h - 1) * m + alpha) * ((self.tiles_w - 1) * m + alpha)
-        self.input_padded = (workers, block * geo.n * plane)
-        # uint32 positions in input_padded: a block would need 4 G elements to overflow them
-        self.input_offsets = (workers, block * self.tiles)
-        self.input_tiles = (workers, points, block * self.tiles)
-        self.input_sums = (workers, points, block * self.tiles)
-        block = _block(self.tiles, geo.k)
-        workers = worker_count(-(-geo.k // block))
-        self.output_sums = (workers, m * alpha + m * m, block * self.tiles)
+        self.input_padded = (workers, plane)
+        self.input_chunks = (workers, points * CHUNK)
+        # uint32 positions in a padded plane: a plane would need 4 G elements to overflow them
+        self.input_offsets = (per_plane,)
+        workers = worker_count(geo.k * geo.n)
+        self.output_chunks = (workers, m * alpha * CHUNK)
+        self.output_biases = (workers, CHUNK)
 
 
 def _plan(problem: Problem, m: int) -> _Plan:
@@ -498,13 +640,13 @@ class _Winograd(Algorithm):
         filter_scratch = size(plan.filter_scratch) if u else 0
         v, product = size(plan.v_shape), size(plan.m_shape)
         itemsize = np.dtype(problem.dtypes[0]).itemsize
-        input_scratch = (size(plan.input_padded) + size(plan.input_tiles)
-                         + size(plan.input_sums)) * itemsize + size(plan.input_offsets) * 4
+        input_scratch = ((size(plan.input_padded) + size(plan.input_chunks)) * itemsize
+                         + size(plan.input_offsets) * 4)
         phases = (
             (u + filter_scratch) * itemsize,
             (u + v) * itemsize + input_scratch,
             (u + v + product) * itemsize,
-            (product + size(plan.output_sums)) * itemsize,
+            (product + size(plan.output_chunks) + size(plan.output_biases)) * itemsize,
         )
         return max(phases)
 
@@ -528,23 +670,23 @@ class _Winograd(Algorithm):
         plan = _plan(problem, self.m)
         x, w, bias = operands(geo, inputs)
         dtype = x.dtype
-        bt_passes, at_passes = _transform_passes(self.m, dtype)
-        _, input_kernel, output_kernel = _compiled(dtype)
+        input_kernel = _compiled_input(dtype, "C" if x.flags.c_contiguous else "A")
+        output_kernel = _compiled(dtype)[1]
         out = np.empty((geo.n, geo.k, geo.oh, geo.ow), dtype=dtype)
 
         u = self._filter_transform(problem, w) if prepared is None else prepared
         v = np.empty(plan.v_shape, dtype=dtype)
-        input_kernel(x, *bt_passes, self.m, geo.pad_top, geo.pad_left, plan.tiles_h,
-                     plan.tiles_w, v, np.empty(plan.input_padded, dtype=dtype),
-                     np.empty(plan.input_offsets, dtype=np.uint32),
-                     np.empty(plan.input_tiles, dtype=dtype),
-                     np.empty(plan.input_sums, dtype=dtype))
+        input_kernel(x, self.m, geo.pad_top, geo.pad_left, plan.tiles_h, plan.tiles_w, v,
+                     np.empty(plan.input_padded, dtype=dtype),
+                     np.empty(plan.input_chunks, dtype=dtype),
+                     np.empty(plan.input_offsets, dtype=np.uint32))
         product = ctx.call(self._product(problem), u, v)
         del u, v  # only the product is needed from here on
-        output_kernel(np.ascontiguousarray(product), *at_passes,
+        output_kernel(np.ascontiguousarray(product), self.m,
                       no_bias(dtype) if bias is None else bias, bias is not None,
                       activation_code(geo), float(geo.clip_min), float(geo.clip_max),
-                      plan.tiles_h, plan.tiles_w, out, np.empty(plan.output_sums, dtype=dtype))
+                      plan.tiles_h, plan.tiles_w, out, np.empty(plan.output_chunks, dtype=dtype),
+                      np.empty(plan.output_biases, dtype=dtype))
         return geo.output_view(out)
 
 
