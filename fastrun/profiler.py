@@ -1,5 +1,15 @@
-"""Timing candidates: warm-up, repeats within a budget, median and spread, early stop, and the
-numerical check against the operator's reference.
+"""Timing candidates: warm-up, repeats within a budget, median and spread, early stop, the
+numerical check against the operator's reference, and an interleaved confirmation of the
+close candidates.
+
+Each candidate is first timed in a block of repeats.  On a shared machine a whole block can
+fall into a slow period (another process, a vCPU descheduled, a thread pool gone to sleep):
+on the 2-core development VM one Winograd kernel measured 0.93 ms in one block and 1.78 ms in
+the next, and the search picked an algorithm 40% slower for it.  So the candidates whose
+block medians are within :attr:`SearchOptions.confirm_ratio` of the best (at most
+:data:`CONFIRM_MAX`) are timed again in rounds, one call of each per round in rotating order
+(:attr:`SearchOptions.confirm_rounds` rounds, fewer when a round outlasts the budget), and
+ranked by the medians of those rounds: a slow period then hits all of them alike.
 
 The profiler times what it is given; *which* candidates and in what order is the chooser's
 business.  Sub-problems are not its concern either: when a candidate calls ``ctx.call``, the
@@ -12,7 +22,7 @@ import gc
 import logging
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
@@ -25,6 +35,11 @@ from fastrun.progress import Progress
 from fastrun.strategy import SearchOptions
 
 log = logging.getLogger(__name__)
+
+#: Most candidates the interleaved confirmation times (the fastest by their block medians).
+CONFIRM_MAX = 4
+#: Rounds the confirmation always runs, however long they take.
+CONFIRM_MIN_ROUNDS = 3
 
 
 @dataclass(frozen=True)
@@ -99,10 +114,15 @@ class Profiler:
         best_ns: float | None = None
 
         self.progress.begin(str(problem), len(candidates))
+        #: desc text -> (algorithm, its prepared weights), for the confirmation round
+        timed: dict[str, tuple[Algorithm, object]] = {}
         for algorithm in candidates:
             label = algorithm.desc.text
             try:
-                timing, output = self._time(algorithm, problem, inputs, ctx, best_ns, prelude)
+                prepared = (algorithm.preprocess(problem, inputs) if problem.weight_preprocess
+                            else None)
+                timing, output = self._time(algorithm, problem, inputs, ctx, best_ns, prelude,
+                                            prepared)
             except Exception as error:  # an algorithm that raises is skipped, never fatal
                 reason = f"raised {type(error).__name__}: {error}"
                 log.warning("%s on %s %s", label, problem, reason)
@@ -125,6 +145,8 @@ class Profiler:
                 best_ns = median_ns
             if timing.early_stopped:
                 result.early_stopped.append(label)
+            else:
+                timed[label] = (algorithm, prepared)
             result.entries.append(Entry(
                 algorithm=label,
                 attributes=algorithm.attributes,
@@ -141,17 +163,69 @@ class Profiler:
                                       f"x{len(timing.times_ns)}{stopped}")
 
         result.entries.sort(key=lambda e: e.time_s)
+        self._confirm(problem, result, timed, inputs, ctx, prelude)
         result.seconds = time.perf_counter() - started
         winner = result.entries[0].algorithm if result.entries else "nothing usable"
         self.progress.end(f"{winner} ({result.seconds:.2f} s)")
         return result
 
+    def _confirm(self, problem: Problem, result: ProfileResult,
+                 timed: Mapping[str, tuple[Algorithm, object]], inputs: list[object],
+                 ctx: RunContext, prelude: Callable[[], object] | None) -> None:
+        """Re-time the close candidates in interleaved rounds and rank them by those medians
+        (see the module docstring); their entries then carry the rounds' median, spread and
+        count."""
+        options = self.options
+        if options.confirm_rounds <= 0 or not result.entries:
+            return
+        best = result.entries[0].time_s
+        contenders = [e for e in result.entries
+                      if e.algorithm in timed and e.time_s <= options.confirm_ratio * best]
+        contenders = contenders[:CONFIRM_MAX]
+        if len(contenders) < 2:
+            return
+        calls = []
+        for entry in contenders:
+            algorithm, prepared = timed[entry.algorithm]
+            calls.append((entry.algorithm, lambda a=algorithm, w=prepared:
+                          a.run(problem, inputs, ctx, w)))
+        samples: dict[str, list[int]] = {label: [] for label, _ in calls}
+        sync, measure = self.device.synchronize, self.device.measure
+        gc_was_enabled = gc.isenabled()
+        gc.disable()
+        try:
+            began = self.clock()
+            for round_index in range(options.confirm_rounds):
+                for offset in range(len(calls)):
+                    label, call = calls[(round_index + offset) % len(calls)]
+                    if prelude is not None:
+                        prelude()
+                        sync()
+                    samples[label].append(measure(call)[0])
+                elapsed_s = (self.clock() - began) * 1e-9
+                if round_index + 1 >= CONFIRM_MIN_ROUNDS and elapsed_s >= options.budget_s:
+                    break
+        finally:
+            if gc_was_enabled:
+                gc.enable()
+        confirmed = {label: _Timing(times, early_stopped=False)
+                     for label, times in samples.items()}
+        result.entries = sorted(
+            (replace(e, time_s=confirmed[e.algorithm].median_s,
+                     spread_s=confirmed[e.algorithm].spread_s,
+                     repeats=len(confirmed[e.algorithm].times_ns))
+             if e.algorithm in confirmed else e for e in result.entries),
+            key=lambda e: e.time_s)
+        self.progress.step("confirmed", ", ".join(
+            f"{label} {confirmed[label].median_s * 1e3:.4f} ms" for label, _ in calls)
+            + f" (interleaved, {len(samples[calls[0][0]])} rounds)")
+
     def _time(self, algorithm: Algorithm, problem: Problem, inputs: list[object],
               ctx: RunContext, best_ns: float | None,
-              prelude: Callable[[], object] | None) -> tuple[_Timing, object]:
+              prelude: Callable[[], object] | None,
+              prepared: object = None) -> tuple[_Timing, object]:
         options, clock, sync = self.options, self.clock, self.device.synchronize
         measure = self.device.measure
-        prepared = algorithm.preprocess(problem, inputs) if problem.weight_preprocess else None
 
         def once() -> object:
             return algorithm.run(problem, inputs, ctx, prepared)

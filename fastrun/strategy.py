@@ -81,6 +81,11 @@ class SearchOptions:
     max_repeats: int = 100
     #: Stop timing a candidate once its fastest run is this many times the best median so far.
     early_stop_ratio: float = 1.5
+    #: Rounds of the interleaved confirmation of the close candidates (:mod:`fastrun.profiler`);
+    #: 0 turns it off.
+    confirm_rounds: int = 7
+    #: Candidates within this ratio of the best median take part in the confirmation.
+    confirm_ratio: float = 1.6
     #: Check each candidate's output against the operator's reference before it can be chosen.
     check_numerics: bool = True
     #: Seed of the random profiling inputs (and of the budgeted search's sample).

@@ -81,7 +81,8 @@ def budgeted_candidates(problem: Problem, operator: Operator, candidates: Sequen
     done: dict[str, int] = {}
     while len(pool) > budget:
         # max_repeats caps a round; the per-candidate time budget still stops a slow one.
-        brief = options.with_(min_repeats=repeats, max_repeats=repeats, check_numerics=False)
+        brief = options.with_(min_repeats=repeats, max_repeats=repeats, check_numerics=False,
+                              confirm_rounds=0)
         timer = Profiler(profiler.device, brief, clock=profiler.clock,
                          progress=profiler.progress)
         result = timer.profile(problem, operator, pool, ctx, workspace, prelude)

@@ -50,7 +50,7 @@ def test_profile_picks_fastest_and_records_exact_timings(clock):
 def test_repeats_fill_the_budget(clock):
     one, other = algos(clock, ("one", 1 * MS, {"heuristic_rank": 0}),
                        ("other", 1 * MS, {"heuristic_rank": 1}))
-    c = chooser(make_registry(one, other), clock)
+    c = chooser(make_registry(one, other), clock, confirm_rounds=0)
     entry = next(e for e in c.decide(problem()).entries if e.algorithm == "one")
     assert entry.repeats == 10  # 10 ms budget / 1 ms per run
     assert one.runs == 11  # plus the warm-up
@@ -68,7 +68,8 @@ def test_a_prelude_runs_before_each_timed_call_and_counts_against_the_budget(clo
         order.append("prelude")
         clock.now += 1 * MS
 
-    decision = chooser(make_registry(one, other), clock).decide(problem(), prelude=prelude)
+    decision = chooser(make_registry(one, other), clock, confirm_rounds=0).decide(
+        problem(), prelude=prelude)
     entry = next(e for e in decision.entries if e.algorithm == "one")
     assert entry.time_s == pytest.approx(1e-3)  # the prelude's millisecond is not in it
     assert entry.repeats == 5  # 10 ms budget / (1 ms prelude + 1 ms run)
@@ -395,3 +396,49 @@ def test_weight_preprocessing_is_outside_the_timing_and_in_the_key(clock):
     for _ in range(3):
         np.testing.assert_array_equal(bound(np.ones(8)), 2 * np.ones(8))
     assert wino.transforms == before  # transformed once, when prepared
+
+
+class SlowPeriodAlgo(FakeAlgo):
+    """Costs ``block_ns`` for its first ``slow_runs`` runs (its block of repeats falls into a
+    slow period of the machine), ``cost_ns`` after."""
+
+    def __init__(self, *args, block_ns: int, slow_runs: int, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.block_ns, self.slow_runs = block_ns, slow_runs
+
+    def run(self, problem, inputs, ctx, prepared=None):
+        if self.runs < self.slow_runs:
+            self.clock.now += self.block_ns - self.cost_ns
+        return super().run(problem, inputs, ctx, prepared)
+
+
+def test_close_candidates_are_confirmed_in_interleaved_rounds(clock):
+    """'lucky' is 1 ms but its whole block (warm-up + 5 repeats in the 10 ms budget) ran at
+    2.2 ms; 'steady' is 1.5 ms throughout, and 'far' (4 ms) is not close enough to take part.
+    The interleaved rounds see 'lucky' at its real speed, so it wins and its entry carries the
+    rounds' figures."""
+    lucky = SlowPeriodAlgo("fake", "lucky", 1 * MS, clock, block_ns=2_200_000, slow_runs=6)
+    steady, far = algos(clock, ("steady", 1_500_000, {"heuristic_rank": 1}),
+                        ("far", 4 * MS, {"heuristic_rank": 2}))
+    log = []
+    for algorithm in (lucky, steady, far):
+        algorithm.log = log
+    decision = chooser(make_registry(lucky, steady, far), clock).decide(problem())
+    entries = {e.algorithm: e for e in decision.entries}
+    assert decision.algorithm.desc.name == "lucky"
+    assert entries["lucky"].time_s == pytest.approx(1e-3)
+    assert entries["steady"].time_s == pytest.approx(1.5e-3)
+    # 3 rounds of 2.5 ms reach the 10 ms budget after the 4th: 4 rounds
+    assert entries["lucky"].repeats == entries["steady"].repeats == 4
+    assert entries["far"].time_s == pytest.approx(4e-3)  # its block median stands
+    # one call of each per round, by block median first, the order rotating round by round
+    rounds = [line.split(":")[1] for line in log[-8:]]
+    assert rounds == ["steady", "lucky", "lucky", "steady", "steady", "lucky", "lucky",
+                      "steady"]
+
+
+def test_without_confirmation_the_slow_block_decides(clock):
+    lucky = SlowPeriodAlgo("fake", "lucky", 1 * MS, clock, block_ns=2_200_000, slow_runs=6)
+    (steady,) = algos(clock, ("steady", 1_500_000, {"heuristic_rank": 1}))
+    decision = chooser(make_registry(lucky, steady), clock, confirm_rounds=0).decide(problem())
+    assert decision.algorithm.desc.name == "steady"
