@@ -414,6 +414,15 @@ def test_attributes_identities_and_order():
                                  strides=[2, 2], pads=[1] * 4)
     order = op("maxpool").heuristic_order(stem, REGISTRY.algorithms("maxpool"))
     assert [a.name for a in order] == ["direct", "numpy"]
+    # unpadded but overlapping windows (SqueezeNet): numpy's strided view would re-read them
+    squeeze = op("maxpool").problem([(1, 64, 111, 111)], ["float32"], kernel_shape=[3, 3],
+                                    strides=[2, 2])
+    order = op("maxpool").heuristic_order(squeeze, REGISTRY.algorithms("maxpool"))
+    assert [a.name for a in order] == ["direct", "numpy"]
+    disjoint = op("maxpool").problem([(1, 64, 112, 112)], ["float32"], kernel_shape=[2, 2],
+                                     strides=[2, 2])
+    order = op("maxpool").heuristic_order(disjoint, REGISTRY.algorithms("maxpool"))
+    assert [a.name for a in order] == ["numpy", "direct"]
 
 
 @pytest.mark.parametrize("algorithm", WINDOWED, **ids)

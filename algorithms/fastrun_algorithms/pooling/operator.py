@@ -97,12 +97,16 @@ class _WindowPoolOperator(Operator):
     def heuristic_order(self, problem: Problem,
                         candidates: Sequence[Algorithm]) -> list[Algorithm]:
         """The numba kernel first where usable (1-D and 2-D) and where numpy would have to make
-        a padded copy; numpy first where it reads X in place.  The kernel is parallel over
-        planes and numpy is not: on (1, 64, 112, 112) float32 3x3 stride 2 pad 1 maxpool it
-        took 0.7 ms against numpy's 1.2 ms on two idle cores, but on one core they are on par
-        (1.3-1.4 ms each), and on 2x2 stride 2 without pads numpy wins (0.11 ms against
-        0.15-0.25 ms).  A rule of thumb only: profiling times both."""
-        first = "direct" if pool_geometry(problem).reads_outside else "numpy"
+        a padded copy or its windows overlap; numpy first where it reads X in place in
+        disjoint windows.  The kernel is parallel over planes and numpy is not: on
+        (1, 64, 112, 112) float32 3x3 stride 2 pad 1 maxpool it took 0.7 ms against numpy's
+        1.2 ms on two idle cores, and on SqueezeNet's unpadded (8, 64, 111, 111) 3x3 stride 2
+        one 7-9 ms against 23-24 ms (numpy's strided view of overlapping windows reads each
+        input value up to four times); on 2x2 stride 2 without pads numpy wins (0.11 ms
+        against 0.15-0.25 ms).  A rule of thumb only: profiling times both."""
+        geo = pool_geometry(problem)
+        overlapping = any(k > s for k, s in zip(geo.kernel, geo.strides, strict=True))
+        first = "direct" if geo.reads_outside or overlapping else "numpy"
         return sorted(candidates, key=lambda a: 0 if a.name == first else 1)
 
 
