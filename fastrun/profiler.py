@@ -205,6 +205,10 @@ class Profiler:
                 elapsed_s = (self.clock() - began) * 1e-9
                 if round_index + 1 >= CONFIRM_MIN_ROUNDS and elapsed_s >= options.budget_s:
                     break
+        except Exception as error:  # a candidate that ran before raised now: keep the blocks
+            log.warning("confirmation of %s stopped: %s raised %s: %s; keeping the first "
+                        "ranking", problem, label, type(error).__name__, error)
+            return
         finally:
             if gc_was_enabled:
                 gc.enable()

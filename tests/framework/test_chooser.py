@@ -442,3 +442,20 @@ def test_without_confirmation_the_slow_block_decides(clock):
     (steady,) = algos(clock, ("steady", 1_500_000, {"heuristic_rank": 1}))
     decision = chooser(make_registry(lucky, steady), clock, confirm_rounds=0).decide(problem())
     assert decision.algorithm.desc.name == "steady"
+
+
+def test_a_candidate_that_raises_during_the_confirmation_leaves_the_first_ranking(clock, caplog):
+    """A flaky algorithm that worked while its block was timed and raises in the rounds: the
+    search keeps the block ranking (and says so) instead of failing."""
+
+    class Flaky(FakeAlgo):
+        def run(self, problem, inputs, ctx, prepared=None):
+            if self.runs >= 11:  # warm-up and 10 repeats (10 ms budget) went through
+                raise RuntimeError("flaky")
+            return super().run(problem, inputs, ctx, prepared)
+
+    flaky = Flaky("fake", "flaky", 1 * MS, clock)
+    (steady,) = algos(clock, ("steady", 1_200_000, {"heuristic_rank": 1}))
+    decision = chooser(make_registry(flaky, steady), clock).decide(problem())
+    assert decision.algorithm.desc.name == "flaky"  # the block ranking
+    assert "confirmation of" in caplog.text and "flaky raised RuntimeError" in caplog.text
