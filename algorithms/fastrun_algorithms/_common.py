@@ -71,3 +71,13 @@ def floor_div(a, b):
     if b == 2:
         return a >> 1
     return a // b
+
+
+def ceil_div(a: int, b: int) -> int:
+    """``a / b`` rounded up, for b >= 1 (tiles, blocks and work-groups that cover ``a``)."""
+    return -(-a // b)
+
+
+def round_up(value: int, multiple: int) -> int:
+    """The smallest multiple of ``multiple`` (>= 1) that is >= ``value``."""
+    return ceil_div(value, multiple) * multiple

@@ -16,6 +16,8 @@ from typing import Any
 
 import numpy as np
 
+from fastrun_algorithms._common import round_up
+
 #: Work-items per work-group of the element-per-work-item kernels (or the device's maximum
 #: when smaller): a multiple of every GPU's SIMD width, and small enough that the rounded-up
 #: tail of a small tensor wastes little.
@@ -88,10 +90,6 @@ def buffer(x: Any, which: str) -> tuple[Any, np.int64]:
 def options(**defines: Any) -> list[str]:
     """``-DNAME=value`` build options in a fixed order (the program cache's key)."""
     return [f"-D{key}={value}" for key, value in sorted(defines.items())]
-
-
-def round_up(value: int, multiple: int) -> int:
-    return -(-value // multiple) * multiple
 
 
 def launch(device: Any, kernel: Any, work_items: int, args: Sequence[Any],

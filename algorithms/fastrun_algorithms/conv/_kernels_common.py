@@ -61,7 +61,7 @@ import numba
 import numpy as np
 from numba import types
 
-from fastrun_algorithms._common import floor_div
+from fastrun_algorithms._common import floor_div, round_up
 from fastrun_algorithms.conv.epilogue import activation_code, epilogue_value
 from fastrun_algorithms.conv.geometry import ConvGeometry
 
@@ -143,10 +143,6 @@ LANES = 16
 #: Alignment in bytes of the accumulators: with row lengths a multiple of LANES, every vector
 #: load and store of a row stays within one cache line (worth 15-20% on a pass).
 ALIGN = 64
-
-
-def round_up(value: int, multiple: int) -> int:
-    return -(-value // multiple) * multiple
 
 
 def aligned_empty(shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:

@@ -29,6 +29,7 @@ from fastrun.algorithm import Algorithm, RunContext
 from fastrun.attribute import AlgoAttribute
 from fastrun.operator import Problem
 from fastrun_algorithms import _opencl_common as common
+from fastrun_algorithms._common import ceil_div, round_up
 from fastrun_algorithms.conv._gemm_common import matmul_problem
 from fastrun_algorithms.conv.epilogue import activation_code
 from fastrun_algorithms.conv.geometry import ConvGeometry, geometry
@@ -43,26 +44,6 @@ SMALLEST_LOCAL = 32
 
 
 
-def _ceil(a: int, b: int) -> int:
-    return -(-a // b)
-
-
-def _round_up(value: int, multiple: int) -> int:
-    return _ceil(value, multiple) * multiple
-
-
-def _buffer(x: Any, which: str) -> tuple[Any, np.int64]:
-    """(buffer, element offset) of a contiguous device array, as the kernels take them."""
-    if not x.flags.c_contiguous:
-        raise ValueError(f"OpenCL conv needs a contiguous {which}; got strides {x.strides}")
-    return x.base_data, np.int64(x.offset // x.dtype.itemsize)
-
-
-def _enqueue(device: Any, kernel: Any, global_size: tuple[int, ...],
-             local_size: tuple[int, ...] | None, args: Sequence[Any]) -> None:
-    device.launch(kernel, args, global_size, local_size)
-
-
 def _epilogue_args(geo: ConvGeometry, dtype: np.dtype, inputs: Sequence[Any],
                    dummy: Any) -> tuple[tuple[Any, ...], tuple[Any, ...]]:
     """((bias buffer, offset, has_bias), (act, lo, hi)) kernel arguments.
@@ -71,7 +52,7 @@ def _epilogue_args(geo: ConvGeometry, dtype: np.dtype, inputs: Sequence[Any],
     ``dummy`` (the output's buffer) stands in, so no call allocates a placeholder.
     """
     if geo.has_bias:
-        buf, off = _buffer(inputs[2], "bias")
+        buf, off = common.buffer(inputs[2], "bias")
         bias = (buf, off, np.int32(1))
     else:
         bias = (dummy, np.int64(0), np.int32(0))
@@ -186,18 +167,18 @@ class DirectCLConv(_LocalSized):
         geo = geometry(problem)
         device, dtype = ctx.device, np.dtype(geo.dtype)
         out = device.empty((geo.n, geo.k, geo.oh, geo.ow), dtype)
-        x_buf, x_off = _buffer(inputs[0], "X")
-        w_buf, w_off = _buffer(inputs[1], "W")
+        x_buf, x_off = common.buffer(inputs[0], "X")
+        w_buf, w_off = common.buffer(inputs[1], "W")
         bias, act = _epilogue_args(geo, dtype, inputs, out.base_data)
-        kblocks = _ceil(geo.kg, self.ko)
+        kblocks = ceil_div(geo.kg, self.ko)
         ints = [geo.c, geo.h, geo.w, geo.k, geo.r, geo.s, geo.oh, geo.ow, geo.stride_h,
                 geo.stride_w, geo.dil_h, geo.dil_w, geo.pad_top, geo.pad_left, geo.cg, geo.kg,
                 kblocks]
-        _enqueue(device, self.kernel(device, geo, "conv_direct"),
-                 (_round_up(geo.oh * geo.ow, self.local), geo.group * kblocks, geo.n),
-                 (self.local, 1, 1),
-                 [*map(np.int32, ints), x_buf, x_off, w_buf, w_off, *bias, out.base_data,
-                  np.int64(0), *act])
+        args = [*map(np.int32, ints), x_buf, x_off, w_buf, w_off, *bias, out.base_data,
+                np.int64(0), *act]
+        device.launch(self.kernel(device, geo, "conv_direct"), args,
+                      (round_up(geo.oh * geo.ow, self.local), geo.group * kblocks, geo.n),
+                      (self.local, 1, 1))
         return _in_output_shape(out, geo)
 
 
@@ -218,7 +199,7 @@ class DepthwiseCLConv(_LocalSized):
         self.px = int(self.param["px"])
 
     def pixel_work(self, geo: ConvGeometry) -> int:
-        return geo.oh * _ceil(geo.ow, self.px)
+        return geo.oh * ceil_div(geo.ow, self.px)
 
     def unusable_reason(self, problem: Problem) -> str | None:
         geo = geometry(problem)
@@ -240,16 +221,15 @@ class DepthwiseCLConv(_LocalSized):
         geo = geometry(problem)
         device, dtype = ctx.device, np.dtype(geo.dtype)
         out = device.empty((geo.n, geo.k, geo.oh, geo.ow), dtype)
-        x_buf, x_off = _buffer(inputs[0], "X")
-        w_buf, w_off = _buffer(inputs[1], "W")
+        x_buf, x_off = common.buffer(inputs[0], "X")
+        w_buf, w_off = common.buffer(inputs[1], "W")
         bias, act = _epilogue_args(geo, dtype, inputs, out.base_data)
         ints = [geo.c, geo.h, geo.w, geo.k, geo.oh, geo.ow, geo.stride_h, geo.stride_w,
                 geo.dil_h, geo.dil_w, geo.pad_top, geo.pad_left, geo.kg]
-        _enqueue(device, self.kernel(device, geo, "conv_depthwise"),
-                 (_round_up(self.pixel_work(geo), self.local), geo.n * geo.k),
-                 (self.local, 1),
-                 [*map(np.int32, ints), x_buf, x_off, w_buf, w_off, *bias, out.base_data,
-                  np.int64(0), *act])
+        args = [*map(np.int32, ints), x_buf, x_off, w_buf, w_off, *bias, out.base_data,
+                np.int64(0), *act]
+        device.launch(self.kernel(device, geo, "conv_depthwise"), args,
+                      (round_up(self.pixel_work(geo), self.local), geo.n * geo.k), (self.local, 1))
         return _in_output_shape(out, geo)
 
 
@@ -285,13 +265,13 @@ class _GemmCLConv(OpenCLConv):
         """Enqueue ``out = act(product + bias)`` for ``images`` images starting at element
         ``out_offset`` of ``out`` (in place when ``product`` is ``out``)."""
         dtype = np.dtype(geo.dtype)
-        p_buf, p_off = _buffer(product, "product")
-        o_buf, o_off = _buffer(out, "output")
+        p_buf, p_off = common.buffer(product, "product")
+        o_buf, o_off = common.buffer(out, "output")
         bias, act = _epilogue_args(geo, dtype, inputs, o_buf)
         pixels = geo.oh * geo.ow
-        _enqueue(device, self.kernel(device, geo, "epilogue"), (pixels, geo.k, images), None,
-                 [np.int32(geo.k), np.int32(pixels), p_buf, p_off, *bias, o_buf,
-                  np.int64(o_off + out_offset), *act])
+        args = [np.int32(geo.k), np.int32(pixels), p_buf, p_off, *bias, o_buf,
+                np.int64(o_off + out_offset), *act]
+        device.launch(self.kernel(device, geo, "epilogue"), args, (pixels, geo.k, images), None)
 
     def multiply(self, device: Any, geo: ConvGeometry, problem: Problem, ctx: RunContext,
                  inputs: Sequence[Any], right: Any, image: int | None, out: Any) -> Any:
@@ -357,17 +337,17 @@ class Im2colCLConv(_GemmCLConv):
         images = geo.n if batched else 1
         pixels, rows = geo.oh * geo.ow, geo.c * geo.r * geo.s
         cols = device.empty((images, rows, pixels), dtype)
-        x_buf, x_off = _buffer(inputs[0], "X")
-        c_buf, c_off = _buffer(cols, "cols")
+        x_buf, x_off = common.buffer(inputs[0], "X")
+        c_buf, c_off = common.buffer(cols, "cols")
         unfold = self.kernel(device, geo, "unfold")
         ints = [geo.c, geo.h, geo.w, geo.r, geo.s, geo.oh, geo.ow, geo.stride_h, geo.stride_w,
                 geo.dil_h, geo.dil_w, geo.pad_top, geo.pad_left]
         image_elements = geo.c * geo.h * geo.w
 
         def unfold_images(first: int) -> None:
-            _enqueue(device, unfold, (pixels, rows, images), None,
-                     [*map(np.int32, ints), x_buf, np.int64(x_off + first * image_elements),
-                      c_buf, c_off])
+            args = [*map(np.int32, ints), x_buf, np.int64(x_off + first * image_elements), c_buf,
+                    c_off]
+            device.launch(unfold, args, (pixels, rows, images), None)
 
         if batched:
             unfold_images(0)
@@ -458,16 +438,16 @@ class ImplicitGemmCLConv(OpenCLConv):
         depth = geo.cg * geo.r * geo.s
         if self.kwg > max(space.IGEMM_KWG[0], common.next_pow2(depth)):
             return f"a {self.kwg}-deep step for a reduction of {depth}"
-        if self.split > 1 and _ceil(depth, self.kwg) < 2 * self.split:
+        if self.split > 1 and ceil_div(depth, self.kwg) < 2 * self.split:
             return (f"{self.split} reduction slices need {2 * self.split} steps of "
                     f"{self.kwg}; the reduction has {depth}")
         return None
 
     def slices(self, geo: ConvGeometry) -> tuple[int, int]:
         """(reduction elements per slice, slices that get any): a whole number of steps each."""
-        steps = _ceil(geo.cg * geo.r * geo.s, self.kwg)
-        per = _ceil(steps, self.split)
-        return per * self.kwg, _ceil(steps, per)
+        steps = ceil_div(geo.cg * geo.r * geo.s, self.kwg)
+        per = ceil_div(steps, self.split)
+        return per * self.kwg, ceil_div(steps, per)
 
     def workspace_bytes(self, problem: Problem) -> int:
         """The partial sums of the slices (split-K only)."""
@@ -491,7 +471,7 @@ class ImplicitGemmCLConv(OpenCLConv):
             dtype = np.dtype(geo.dtype)
             pixels = geo.n * geo.oh * geo.ow
             chunk, slices = self.slices(geo)
-            mtiles = _ceil(geo.kg, self.mwg)
+            mtiles = ceil_div(geo.kg, self.mwg)
             ints = [geo.c, geo.h, geo.w, geo.k, geo.oh, geo.ow, geo.stride_h, geo.stride_w,
                     geo.dil_h, geo.dil_w, geo.pad_top, geo.pad_left, geo.cg, geo.kg, pixels,
                     mtiles, chunk]
@@ -500,12 +480,12 @@ class ImplicitGemmCLConv(OpenCLConv):
                 out_shape=(geo.n, geo.k, geo.oh, geo.ow),
                 partial_shape=(slices, geo.k, pixels) if self.split > 1 else None,
                 kernel=self.kernel(device, geo, "conv_igemm"),
-                global_size=(_ceil(pixels, self.nwg) * self.ndimc,
+                global_size=(ceil_div(pixels, self.nwg) * self.ndimc,
                              geo.group * mtiles * self.mdimc, slices),
                 local_size=(self.ndimc, self.mdimc, 1),
                 ints=tuple(map(np.int32, ints)),
                 reduce=self.kernel(device, geo, "igemm_reduce") if self.split > 1 else None,
-                reduce_global=(_round_up(pixels, SMALLEST_LOCAL), geo.k),
+                reduce_global=(round_up(pixels, SMALLEST_LOCAL), geo.k),
                 reduce_ints=tuple(map(np.int32, (geo.k, geo.oh * geo.ow, pixels, slices))))
             self._launch_cache[key] = launches
         return launches
@@ -517,16 +497,15 @@ class ImplicitGemmCLConv(OpenCLConv):
         out = device.empty(plan.out_shape, plan.dtype)
         target = out if plan.partial_shape is None else device.empty(plan.partial_shape,
                                                                       plan.dtype)
-        x_buf, x_off = _buffer(inputs[0], "X")
-        w_buf, w_off = _buffer(inputs[1], "W")
+        x_buf, x_off = common.buffer(inputs[0], "X")
+        w_buf, w_off = common.buffer(inputs[1], "W")
         bias, act = _epilogue_args(plan.geo, plan.dtype, inputs, out.base_data)
-        _enqueue(device, plan.kernel, plan.global_size, plan.local_size,
-                 [*plan.ints, x_buf, x_off, w_buf, w_off, *bias, target.base_data,
-                  np.int64(0), *act])
+        args = [*plan.ints, x_buf, x_off, w_buf, w_off, *bias, target.base_data, np.int64(0),
+                *act]
+        device.launch(plan.kernel, args, plan.global_size, plan.local_size)
         if plan.reduce is not None:
-            _enqueue(device, plan.reduce, plan.reduce_global, (SMALLEST_LOCAL, 1),
-                     [*plan.reduce_ints, target.base_data, *bias, out.base_data, np.int64(0),
-                      *act])
+            args = [*plan.reduce_ints, target.base_data, *bias, out.base_data, np.int64(0), *act]
+            device.launch(plan.reduce, args, plan.reduce_global, (SMALLEST_LOCAL, 1))
         return _in_output_shape(out, plan.geo)
 
 

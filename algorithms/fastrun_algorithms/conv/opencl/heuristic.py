@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from fastrun_algorithms._common import ceil_div
 from fastrun_algorithms.conv.geometry import ConvGeometry
 
 #: At most this many input channels per group and ``cl_direct`` goes before ``cl_im2col`` (the
@@ -21,13 +22,9 @@ from fastrun_algorithms.conv.geometry import ConvGeometry
 DIRECT_MAX_CHANNELS = 4
 
 
-def _ceil(a: int, b: int) -> int:
-    return -(-a // b)
-
-
 def _used(work: int, local: int) -> float:
     """Fraction of the launched work-items along the pixels that have an output."""
-    return work / (_ceil(work, local) * local)
+    return work / (ceil_div(work, local) * local)
 
 
 def opencl_rank(geo: ConvGeometry, algorithm: Any) -> tuple[float, ...]:
@@ -49,12 +46,12 @@ def opencl_rank(geo: ConvGeometry, algorithm: Any) -> tuple[float, ...]:
     shallow = geo.cg <= DIRECT_MAX_CHANNELS
     if name == "cl_depthwise":
         wide_first = 0 if (p["px"] > 1) == (geo.ow >= 8) else 1
-        work = geo.oh * _ceil(geo.ow, p["px"])
+        work = geo.oh * ceil_div(geo.ow, p["px"])
         return (0, wide_first, -round(_used(work, p["l"]), 2), -p["l"])
     if name == "cl_conv1x1":
         return (0,)
     if name == "cl_direct":
-        fill = geo.kg / (_ceil(geo.kg, p["ko"]) * p["ko"])
+        fill = geo.kg / (ceil_div(geo.kg, p["ko"]) * p["ko"])
         return (1 if shallow else 3, -round(_used(pixels, p["l"]), 2), -round(fill, 2),
                 -p["ko"], -p["l"])
     if name == "cl_igemm":
@@ -77,7 +74,7 @@ def _igemm_rank(geo: ConvGeometry, p: dict) -> tuple[float, ...]:
     reuse of each staged value), the widest local reads, the deeper step, and the fewest
     slices."""
     pixels = geo.n * geo.oh * geo.ow
-    mtiles, ntiles = _ceil(geo.kg, p["mwg"]), _ceil(pixels, p["nwg"])
+    mtiles, ntiles = ceil_div(geo.kg, p["mwg"]), ceil_div(pixels, p["nwg"])
     fill = geo.kg / (mtiles * p["mwg"]) * pixels / (ntiles * p["nwg"])
     groups = geo.group * mtiles * ntiles * p["split"]
     outputs = (p["mwg"] // p["mdimc"]) * (p["nwg"] // p["ndimc"])

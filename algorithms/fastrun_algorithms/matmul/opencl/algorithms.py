@@ -25,6 +25,7 @@ from fastrun.algorithm import Algorithm, RunContext
 from fastrun.attribute import AlgoAttribute
 from fastrun.operator import Problem
 from fastrun_algorithms import _opencl_common as common
+from fastrun_algorithms._common import round_up
 from fastrun_algorithms.matmul._batch import MatmulLayout, layout_of
 from fastrun_algorithms.matmul.opencl import _kernels
 from fastrun_algorithms.matmul.opencl.space import a_vector_width
@@ -166,15 +167,6 @@ def _simple_args(layout: MatmulLayout, a: tuple, b: tuple, c: tuple) -> tuple:
             c[0], np.int64(c[1]))
 
 
-def _enqueue(device: Any, kernel: Any, global_size: tuple[int, ...],
-             local_size: tuple[int, ...] | None, args: tuple) -> None:
-    device.launch(kernel, args, global_size, local_size)
-
-
-def _round_up(value: int, multiple: int) -> int:
-    return -(-value // multiple) * multiple
-
-
 class NaiveCLMatmul(OpenCLMatmul):
     """One work-item per output element, the driver picks the local size: the baseline.
 
@@ -187,8 +179,8 @@ class NaiveCLMatmul(OpenCLMatmul):
     kernel_name = "mm_naive"
 
     def launch(self, device, dtype, layout, a, b, c):
-        _enqueue(device, self.kernel(device, dtype), (layout.n, layout.m, layout.batch), None,
-                 _simple_args(layout, a, b, c))
+        device.launch(self.kernel(device, dtype), _simple_args(layout, a, b, c),
+                      (layout.n, layout.m, layout.batch), None)
 
 
 class TiledCLMatmul(OpenCLMatmul):
@@ -214,9 +206,8 @@ class TiledCLMatmul(OpenCLMatmul):
 
     def launch(self, device, dtype, layout, a, b, c):
         ts = self.ts
-        _enqueue(device, self.kernel(device, dtype),
-                 (_round_up(layout.n, ts), _round_up(layout.m, ts), layout.batch), (ts, ts, 1),
-                 _simple_args(layout, a, b, c))
+        device.launch(self.kernel(device, dtype), _simple_args(layout, a, b, c),
+                      (round_up(layout.n, ts), round_up(layout.m, ts), layout.batch), (ts, ts, 1))
 
 
 class DirectCLMatmul(OpenCLMatmul):
@@ -263,9 +254,9 @@ class DirectCLMatmul(OpenCLMatmul):
 
     def launch(self, device, dtype, layout, a, b, c):
         gx, gy = self.global_extent(layout)
-        _enqueue(device, self.kernel(device, dtype),
-                 (_round_up(gx, self.lx), _round_up(gy, self.ly), layout.batch),
-                 (self.lx, self.ly, 1), _simple_args(layout, a, b, c))
+        device.launch(self.kernel(device, dtype), _simple_args(layout, a, b, c),
+                      (round_up(gx, self.lx), round_up(gy, self.ly), layout.batch),
+                      (self.lx, self.ly, 1))
 
 
 class GemmCLMatmul(OpenCLMatmul):
@@ -329,8 +320,8 @@ class GemmCLMatmul(OpenCLMatmul):
 
     def padded(self, layout: MatmulLayout) -> tuple[int, int, int]:
         """(M, N, K) rounded up to the tile."""
-        return (_round_up(layout.m, self.mwg), _round_up(layout.n, self.nwg),
-                _round_up(layout.k, self.kwg))
+        return (round_up(layout.m, self.mwg), round_up(layout.n, self.nwg),
+                round_up(layout.k, self.kwg))
 
     def _copies(self, layout: MatmulLayout) -> tuple[bool, bool, bool]:
         """Which of A, B and C go through a padded copy."""
@@ -368,16 +359,16 @@ class GemmCLMatmul(OpenCLMatmul):
             keep.append(cbuf)
             target = (cbuf.base_data, cbuf.offset // dtype.itemsize)
         global_size = (np_ // self.nwg * self.ndimc, mp // self.mwg * self.mdimc, batch)
-        _enqueue(device, self.kernel(device, dtype), global_size, (self.ndimc, self.mdimc, 1),
-                 (np.int32(mp), np.int32(np_), np.int32(kp),
-                  a[0], np.int64(a[1]), np.int64(a[2]),
-                  b[0], np.int64(b[1]), np.int64(b[2]),
-                  target[0], np.int64(target[1]), np.int64(mp * np_)))
+        args = (np.int32(mp), np.int32(np_), np.int32(kp),
+                a[0], np.int64(a[1]), np.int64(a[2]),
+                b[0], np.int64(b[1]), np.int64(b[2]),
+                target[0], np.int64(target[1]), np.int64(mp * np_))
+        device.launch(self.kernel(device, dtype), args, global_size, (self.ndimc, self.mdimc, 1))
         if pad_c:
-            _enqueue(device, self.kernel(device, dtype, "unpad_copy"),
-                     (layout.n, layout.m, batch), None,
-                     (np.int32(layout.m), np.int32(layout.n), target[0], np.int32(mp),
-                      np.int32(np_), c[0], np.int64(c[1])))
+            args = (np.int32(layout.m), np.int32(layout.n), target[0], np.int32(mp),
+                    np.int32(np_), c[0], np.int64(c[1]))
+            device.launch(self.kernel(device, dtype, "unpad_copy"), args,
+                          (layout.n, layout.m, batch), None)
         del keep  # pyopencl releases buffers only after the enqueued work is done
 
     def _pad(self, device, dtype, src, rows, cols, prows, pcols, batch, keep) -> tuple:
@@ -386,7 +377,7 @@ class GemmCLMatmul(OpenCLMatmul):
         count = batch if src[2] else 1
         dst = device.empty((count, prows, pcols), dtype)
         keep.append(dst)
-        _enqueue(device, self.kernel(device, dtype, "pad_copy"), (pcols, prows, count), None,
-                 (np.int32(rows), np.int32(cols), src[0], np.int64(src[1]), np.int64(src[2]),
-                  np.int32(prows), np.int32(pcols), dst.base_data))
+        args = (np.int32(rows), np.int32(cols), src[0], np.int64(src[1]), np.int64(src[2]),
+                np.int32(prows), np.int32(pcols), dst.base_data)
+        device.launch(self.kernel(device, dtype, "pad_copy"), args, (pcols, prows, count), None)
         return dst.base_data, dst.offset // dtype.itemsize, src[2] and prows * pcols

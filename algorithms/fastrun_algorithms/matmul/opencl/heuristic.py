@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from fastrun_algorithms._common import ceil_div
 from fastrun_algorithms.matmul._batch import MatmulLayout
 
 #: Below this many multiply-adds per batch entry, or with M or N under SMALL_SIDE, tiles and
@@ -17,10 +18,6 @@ SMALL_MACS = 64 ** 3
 SMALL_SIDE = 16
 #: Work-groups that keep a large GPU busy (an H100 has 132 SMs; two groups each are plenty).
 BUSY_GROUPS = 256
-
-
-def _ceil(a: int, b: int) -> int:
-    return -(-a // b)
 
 
 def opencl_rank(layout: MatmulLayout, algorithm: Any) -> tuple[float, ...]:
@@ -42,14 +39,14 @@ def opencl_rank(layout: MatmulLayout, algorithm: Any) -> tuple[float, ...]:
     if name == "cl_naive":
         return (9,)
     if name == "cl_direct":
-        gx, gy = _ceil(n, p["wn"]), _ceil(m, p["wm"])
-        used = (gx * gy) / (_ceil(gx, p["lx"]) * p["lx"] * _ceil(gy, p["ly"]) * p["ly"])
+        gx, gy = ceil_div(n, p["wn"]), ceil_div(m, p["wm"])
+        used = (gx * gy) / (ceil_div(gx, p["lx"]) * p["lx"] * ceil_div(gy, p["ly"]) * p["ly"])
         # for equal waste: 64-128 work-items per group, then more outputs per work-item
         size_penalty = abs(p["lx"] * p["ly"] - 128) / 128
         return (0 if small else 3, -round(used, 2), size_penalty, -(p["wm"] * p["wn"]))
     if name == "cl_gemm":
-        mp, np_, kp = (_ceil(m, p["mwg"]) * p["mwg"], _ceil(n, p["nwg"]) * p["nwg"],
-                       _ceil(k, p["kwg"]) * p["kwg"])
+        mp, np_, kp = (ceil_div(m, p["mwg"]) * p["mwg"], ceil_div(n, p["nwg"]) * p["nwg"],
+                       ceil_div(k, p["kwg"]) * p["kwg"])
         coverage = (m * n * k) / (mp * np_ * kp)
         groups = batch * (mp // p["mwg"]) * (np_ // p["nwg"])
         fit = coverage * min(1.0, groups / BUSY_GROUPS)
