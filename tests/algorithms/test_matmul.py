@@ -40,6 +40,7 @@ BY_TEXT = {algorithm.desc.text: algorithm for algorithm in ALGORITHMS}
 BLAS = BY_TEXT["blas"]
 STRASSEN = BY_TEXT["strassen"]
 BLOCKED = [a for a in ALGORITHMS if a.desc.name == "blocked"]
+TILED = BY_TEXT["register_tiled"]
 
 
 
@@ -173,7 +174,7 @@ def test_reproducible(algorithm: Algorithm) -> None:
     inputs = OPERATOR.random_inputs(problem, np.random.default_rng(2))
     first = CheckingContext().run(algorithm, problem, inputs)
     np.testing.assert_array_equal(CheckingContext().run(algorithm, problem, inputs), first)
-    if algorithm.desc.name in ("naive", "blocked"):
+    if algorithm.desc.name in ("naive", "blocked", "register_tiled"):
         with numba_threads(1):
             single = CheckingContext().run(algorithm, problem, inputs)
         np.testing.assert_array_equal(single, first)
@@ -330,6 +331,7 @@ def test_numba_kernels_allocate_nothing_themselves() -> None:
         assert allocations(BY_TEXT["naive"].run, problem, inputs, ctx) == 3  # A, B, C
         for blocked in BLOCKED:  # A, B, C and the two workspace buffers
             assert allocations(blocked.run, problem, inputs, ctx) == 5
+        assert allocations(TILED.run, problem, inputs, ctx) == 3  # its tile is on the stack
     x = np.ones((2, 8, 6))
     combine = strassen._compiled_combine(x.dtype)
     assert allocations(combine, x[:, :4, :3], x[:, 4:, 3:], -1.0, x[:, :4, 3:]) == 3
@@ -363,7 +365,48 @@ def test_algorithms_without_workspace_allocate_only_the_output(algorithm: Algori
     assert output.nbytes <= peak[0] <= output.nbytes + TRACEMALLOC_SLACK
 
 
+# -- register_tiled ----------------------------------------------------------------------------
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+@pytest.mark.parametrize("m", [1, 7, 8, 9, 17])
+@pytest.mark.parametrize("n", [1, 15, 16, 17, 40])
+def test_register_tiled_edges(dtype: str, m: int, n: int) -> None:
+    """Rows past a multiple of 8 (repeated, not stored), the last column tile shifted left to
+    overlap its neighbour, and products narrower than one tile."""
+    problem = OPERATOR.problem([(2, m, 37), (2, 37, n)], [dtype, dtype])
+    inputs = OPERATOR.random_inputs(problem, np.random.default_rng(m * 100 + n))
+    check_against_reference(TILED, problem, inputs)
+
+
+@pytest.mark.parametrize(("shapes", "copied"), [
+    (((3, 20, 30), (3, 30, 40)), 0),            # own batch each
+    (((20, 30), (3, 30, 40)), 0),               # A shared by every product
+    (((1, 20, 30), (3, 30, 40)), 0),            # A's batch of one, shared
+    (((2, 1, 20, 30), (1, 3, 30, 40)), 6 * 20 * 30 + 6 * 30 * 40),  # partial broadcasts
+])
+def test_register_tiled_workspace_is_what_run_allocates(shapes: tuple, copied: int) -> None:
+    problem = OPERATOR.problem(shapes, ["float64", "float64"])
+    inputs = OPERATOR.random_inputs(problem, np.random.default_rng(8))
+    assert TILED.workspace_bytes(problem) == copied * 8
+    TILED.run(problem, inputs, CheckingContext())
+    with traced_peak() as peak:
+        output = TILED.run(problem, inputs, CheckingContext())
+    expected = TILED.workspace_bytes(problem) + output.nbytes
+    assert expected <= peak[0] <= expected + TRACEMALLOC_SLACK
+
+
 # -- heuristic and attributes ----------------------------------------------------------------
+
+def test_heuristic_puts_register_tiled_first_for_winograd_products() -> None:
+    winograd = OPERATOR.problem([(36, 64, 64), (36, 64, 196)], ["float32", "float32"])
+    assert OPERATOR.heuristic_order(winograd, ALGORITHMS)[0] is TILED
+    for shapes in ([(512, 2304), (2304, 49)],            # one product: BLAS
+                   [(16, 512, 2048), (16, 2048, 16)],    # deep K: BLAS
+                   [(4, 1, 512), (4, 512, 1000)]):       # one row: BLAS
+        problem = OPERATOR.problem(shapes, ["float32", "float32"])
+        order = OPERATOR.heuristic_order(problem, ALGORITHMS)
+        assert order[:2] == [BLAS, TILED], shapes
+
 
 def test_heuristic_large_problem() -> None:
     problem = OPERATOR.problem([(1024, 1024), (1024, 1024)], ["float32", "float32"])
@@ -380,8 +423,9 @@ def test_heuristic_small_odd_problem() -> None:
     names = [a.desc.name for a in order]
     assert names[0] == "blas" and names[-1] == "naive"
     assert names.index("strassen") > max(i for i, n in enumerate(names) if n == "blocked")
+    assert order[1] is TILED  # a batch against one shared matrix: BLAS first
     # the tile that hangs over a 32 x 31 output least comes first among the blocked ones
-    assert order[1].desc.text == "blocked(kb=256,mb=32,nb=32)"
+    assert order[2].desc.text == "blocked(kb=256,mb=32,nb=32)"
 
 
 def test_heuristic_tiny_problem_keeps_blas_first() -> None:

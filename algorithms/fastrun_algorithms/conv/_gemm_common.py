@@ -17,13 +17,9 @@ import numpy as np
 from numba import types
 
 from fastrun.operator import Problem
+from fastrun_algorithms._common import FASTMATH
 from fastrun_algorithms.conv.epilogue import activation_code, epilogue_value
 from fastrun_algorithms.conv.geometry import ConvGeometry
-
-#: fastmath flags of the transform kernels: contraction into fused multiply-adds only.  Whether
-#: LLVM fuses is decided once per instruction at compile time, so results stay bit-identical run
-#: to run; no reassociation is allowed, so every sum keeps the order it is written in.
-FASTMATH = {"contract"}
 
 
 def matmul_problem(a_shape: Sequence[int], b_shape: Sequence[int], dtype: str) -> Problem:

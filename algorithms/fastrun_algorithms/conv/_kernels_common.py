@@ -61,14 +61,9 @@ import numba
 import numpy as np
 from numba import types
 
-from fastrun_algorithms._common import floor_div, round_up
+from fastrun_algorithms._common import FASTMATH, U, floor_div, round_up
 from fastrun_algorithms.conv.epilogue import activation_code, epilogue_value
 from fastrun_algorithms.conv.geometry import ConvGeometry
-
-#: fastmath flags of the fast kernels: contraction into FMA only (see the module docstring).
-FASTMATH = {"contract"}
-#: Unsigned index cast (see "Passes" in the module docstring).
-U = numba.uint64
 
 
 @functools.cache

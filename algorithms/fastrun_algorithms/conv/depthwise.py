@@ -33,8 +33,8 @@ from numba import prange, types
 from fastrun.algorithm import Algorithm, RunContext
 from fastrun.attribute import AlgoAttribute
 from fastrun.operator import Problem
+from fastrun_algorithms._common import FASTMATH
 from fastrun_algorithms.conv._kernels_common import (
-    FASTMATH,
     LANES,
     aligned_empty,
     aligned_nbytes,

@@ -22,6 +22,7 @@ from numba import prange, types
 from fastrun.algorithm import Algorithm, RunContext
 from fastrun.attribute import AlgoAttribute
 from fastrun.operator import Problem
+from fastrun_algorithms._common import U
 from fastrun_algorithms.conv._gemm_common import (
     buffer,
     epilogue_in_place,
@@ -30,7 +31,7 @@ from fastrun_algorithms.conv._gemm_common import (
     operands,
     worker_count,
 )
-from fastrun_algorithms.conv._kernels_common import U, stage_row
+from fastrun_algorithms.conv._kernels_common import stage_row
 from fastrun_algorithms.conv.geometry import ConvGeometry, geometry
 
 

@@ -53,8 +53,8 @@ from numba import prange, types
 from fastrun.algorithm import Algorithm, RunContext
 from fastrun.attribute import AlgoAttribute
 from fastrun.operator import Problem
+from fastrun_algorithms._common import FASTMATH, U
 from fastrun_algorithms.conv._gemm_common import (
-    FASTMATH,
     buffer,
     item_type,
     matmul_problem,
@@ -63,7 +63,6 @@ from fastrun_algorithms.conv._gemm_common import (
     readonly,
     worker_count,
 )
-from fastrun_algorithms.conv._kernels_common import U
 from fastrun_algorithms.conv.epilogue import activation_code, epilogue_value
 from fastrun_algorithms.conv.geometry import ConvGeometry, geometry
 

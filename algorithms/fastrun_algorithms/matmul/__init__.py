@@ -1,7 +1,8 @@
 """The matmul operator, its CPU algorithms and its OpenCL algorithms.
 
-``register(registry)`` adds the operator and every algorithm: ``naive``, ``blas``, ``strassen``
-and one ``blocked`` algorithm per tile configuration in :data:`BLOCKED_TILES`; and, where
+``register(registry)`` adds the operator and every algorithm: ``naive``, ``blas``,
+``register_tiled``, ``strassen`` and one ``blocked`` algorithm per tile configuration in
+:data:`BLOCKED_TILES`; and, where
 pyopencl is installed, the OpenCL configurations of :mod:`fastrun_algorithms.matmul.opencl`.
 """
 
@@ -15,6 +16,7 @@ from fastrun_algorithms.matmul.blas import BlasMatmul
 from fastrun_algorithms.matmul.blocked import BlockedMatmul
 from fastrun_algorithms.matmul.naive import NaiveMatmul
 from fastrun_algorithms.matmul.operator import MatmulOperator
+from fastrun_algorithms.matmul.register_tiled import RegisterTiledMatmul
 from fastrun_algorithms.matmul.strassen import StrassenMatmul
 
 #: (mb, nb, kb) of the registered blocked algorithms.  They differ in shape, not just size: a
@@ -36,6 +38,7 @@ __all__ = [
     "MatmulLayout",
     "MatmulOperator",
     "NaiveMatmul",
+    "RegisterTiledMatmul",
     "StrassenMatmul",
     "layout_of",
     "matmul_layout",
@@ -48,6 +51,7 @@ def register(registry: Registry) -> None:
     registry.register_operator(MatmulOperator())
     registry.register_algorithm(NaiveMatmul())
     registry.register_algorithm(BlasMatmul())
+    registry.register_algorithm(RegisterTiledMatmul())
     for mb, nb, kb in BLOCKED_TILES:
         registry.register_algorithm(BlockedMatmul({"mb": mb, "nb": nb, "kb": kb}))
     registry.register_algorithm(StrassenMatmul())

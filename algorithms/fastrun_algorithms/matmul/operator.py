@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -22,6 +23,14 @@ SUPPORTED_DTYPES = ("float32", "float64")
 #: blocked tile and within 2x of BLAS (1.1x at 2048); at 128 it only ties the best tile.
 STRASSEN_MIN_SIZE = 256
 
+#: ``register_tiled`` goes before BLAS for batched products up to this K.  Beyond it the
+#: kernel's K x 16 column panel of B no longer stays in the L2 cache while its row tiles pass,
+#: and OpenBLAS (which packs) caught up or won in every case measured (K 2304 and 4608).
+TILED_MAX_K = 1024
+#: ... and from this many multiply-adds on (64 products of 32 x 31 x 31 took 160 us against
+#: OpenBLAS's 95 us: waking the second thread is not paid back).
+TILED_MIN_MACS = 1 << 21
+
 
 class MatmulOperator(Operator):
     """``C = A @ B`` exactly as ``np.matmul`` defines it: 2-D products, batches with broadcast
@@ -35,7 +44,8 @@ class MatmulOperator(Operator):
     """
 
     name = "matmul"
-    version = 1
+    #: 2: ``register_tiled`` added.
+    version = 2
 
     def validate(self, problem: Problem) -> None:
         if problem.operator != self.name:
@@ -77,17 +87,23 @@ class MatmulOperator(Operator):
                         candidates: Sequence[Algorithm]) -> list[Algorithm]:
         """Candidates best-first by rule of thumb (every candidate is returned):
 
-        1. ``blas``: OpenBLAS beats the numba kernels at every size measured here.  Even for
-           tiny products numpy's call (~1.0 us for 1 x 1 to 16 x 16) is cheaper than the
-           naive kernel's run() (~1.8 us, mostly dispatch), so there is no tiny-problem rule.
-        2. ``strassen``, when usable and min(M, K, N) >= ``STRASSEN_MIN_SIZE``.
-        3. ``blocked`` configurations, the best fitting tile first: a tile fits well when
+        1. ``register_tiled`` first for batches of products where both operands have their
+           own batch, with at least 8 rows, 16 columns, K <= ``TILED_MAX_K`` and
+           ``TILED_MIN_MACS`` multiply-adds in all (Winograd's products): 10-45% ahead of
+           OpenBLAS there (``benchmarks/probe_matmul_tiles.py``).  Smaller batches do not pay
+           for its parallel region, and numpy runs a batch against one shared matrix well.
+        2. ``blas``: OpenBLAS beats or ties the numba kernels everywhere else measured here.
+           Even for tiny products numpy's call (~1.0 us for 1 x 1 to 16 x 16) is cheaper than
+           the naive kernel's run() (~1.8 us, mostly dispatch), so there is no tiny-problem
+           rule.  ``register_tiled`` follows it (after an early ``strassen``).
+        3. ``strassen``, when usable and min(M, K, N) >= ``STRASSEN_MIN_SIZE``.
+        4. ``blocked`` configurations, the best fitting tile first: a tile fits well when
            little of it hangs over the edges of the M x N output (edge tiles run short loops
            and reuse less) and when there are enough tiles to keep every numba thread busy;
            ties go to the larger tile (more reuse per loaded element), then to registration
            order.
-        4. ``strassen`` for other shapes, then algorithms this rule does not know.
-        5. ``naive`` last.
+        5. ``strassen`` for other shapes, then algorithms this rule does not know.
+        6. ``naive`` last.
 
         OpenCL algorithms (only ever candidates on an OpenCL device) are ordered by
         :func:`fastrun_algorithms.matmul.opencl.heuristic.opencl_rank`.
@@ -98,13 +114,19 @@ class MatmulOperator(Operator):
         layout = layout_of(problem)
         threads = numba.get_num_threads()
         strassen_early = min(layout.m, layout.k, layout.n) >= STRASSEN_MIN_SIZE
+        tiled_first = (all(math.prod(shape[:-2]) > 1 for shape in (layout.a_shape,
+                                                                    layout.b_shape))
+                       and layout.m >= 8 and layout.n >= 16 and layout.k <= TILED_MAX_K
+                       and layout.batch * layout.m * layout.n * layout.k >= TILED_MIN_MACS)
 
         def rank(algorithm: Algorithm) -> tuple[float, ...]:
             if algorithm.device_kind == "opencl":
                 return (6, *opencl_rank(layout, algorithm))
             name = algorithm.desc.name
+            if name == "register_tiled":
+                return (-1,) if tiled_first else (1, 1)
             if name == "blas":
-                return (0,)
+                return (0, 0)
             if name == "strassen" and strassen_early and algorithm.usable(problem):
                 return (1,)
             if name == "blocked" and {"mb", "nb", "kb"} <= algorithm.param.keys():

@@ -29,12 +29,10 @@ from numba import prange, types
 from fastrun.algorithm import Algorithm, RunContext
 from fastrun.attribute import AlgoAttribute
 from fastrun.operator import Problem
-from fastrun_algorithms._common import floor_div
+from fastrun_algorithms._common import U, floor_div
 from fastrun_algorithms.conv._kernels_common import stage_row
 from fastrun_algorithms.pooling.geometry import pool_geometry
 
-#: Unsigned index cast (see :func:`_combine_row`).
-U = numba.uint64
 #: ``mode`` argument of the kernel
 MAX, AVERAGE, AVERAGE_WITH_PAD = 0, 1, 2
 

@@ -1,0 +1,179 @@
+"""Register-tiled matmul in numba: an 8 x 16 output tile held in vector registers.
+
+Why it exists.  The products that convolutions hand down are rarely BLAS's favourite shape:
+Winograd's are batches of small products with few columns (16 to 200 tiles), im2col's have few
+columns at deep layers.  OpenBLAS runs those at 85-150 GFLOP/s on this machine's two cores;
+this kernel runs them at 150-215 (``benchmarks/probe_matmul_tiles.py``), because every output
+tile is finished in registers with no packing step and no per-call setup beyond one parallel
+region.
+
+How.  Each job computes an 8 x 16 tile of C: for every k it broadcasts eight values of A (one
+per tile row) and multiplies them with one 16-wide row segment of B, accumulating into eight
+vector registers; a tile of float32 is exactly eight AVX-512 registers.  Three details decide
+whether LLVM produces that loop, each worth 3-30x:
+
+* the accumulator lives in a stack buffer (:func:`fastrun_algorithms._common.stack_buffer`),
+  which LLVM can prove private, so it never stores it inside the loop;
+* B's column index is unsigned (:data:`fastrun_algorithms._common.U`), so numba emits no
+  negative-index check and the 16 loads become one vector load;
+* the operands are compiled as C-contiguous when they are (a strided operand gets its own,
+  slower variant): with unknown strides the eight row pointers of A each need a register of
+  their own and the loop spills.
+
+Edges.  The last column tile is shifted left to end at column N, overlapping the one before it;
+the overlap is computed twice, identically, so no narrow remainder loop is needed.  Rows past
+M repeat row M-1 and are not stored.  Products with fewer than 16 columns take a plain loop.
+
+REPRODUCIBLE: every output element is summed in k order by one job, with FMA contraction only
+(no reassociation), whatever the thread count or the tile it falls in.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numba
+import numpy as np
+from numba import prange, types
+
+from fastrun.algorithm import Algorithm, RunContext
+from fastrun.attribute import AlgoAttribute
+from fastrun.operator import Problem
+from fastrun_algorithms._common import FASTMATH, U, stack_buffer
+from fastrun_algorithms.matmul._batch import MatmulLayout, layout_of, numba_dtype
+
+#: Rows and columns of the output tile one job computes.  MR broadcasts and one NR-wide load
+#: feed MR vector multiply-adds per k, which keeps the multiply-add units busy; the tile of
+#: float32 fills eight AVX-512 (or sixteen AVX2) registers, leaving room for the operands.
+MR, NR = 8, 16
+#: Elements of the tile: a global, so that numba sees the literal the stack buffer needs.
+TILE = MR * NR
+
+
+def _register_tiled_kernel(a: np.ndarray, b: np.ndarray, out: np.ndarray) -> None:
+    """out[p] = a[p or 0] @ b[p or 0]: an operand with a batch of one is shared by every
+    product (numpy's broadcasting of a 2-D operand against a batch), without a copy.
+
+    Jobs are numbered batch-major, then by column tile, then by row tile, so that consecutive
+    jobs (and one worker's share of them) reuse the same K x 16 column panel of B from cache.
+    """
+    batch, m, n = out.shape
+    k = a.shape[2]
+    a_step = 1 if a.shape[0] > 1 else 0
+    b_step = 1 if b.shape[0] > 1 else 0
+    row_tiles = (m + MR - 1) // MR
+    col_tiles = (n + NR - 1) // NR
+    per_product = row_tiles * col_tiles
+    for job in prange(batch * per_product):
+        p = job // per_product
+        rest = job - p * per_product
+        tj = rest // row_tiles
+        i0 = (rest - tj * row_tiles) * MR
+        pa = p * a_step
+        pb = p * b_step
+        rows = min(MR, m - i0)
+        acc = numba.carray(stack_buffer(TILE, out.dtype), (MR, NR))
+        for r in range(MR):
+            for t in range(NR):
+                acc[r, t] = 0
+        if n >= NR:
+            j0 = U(min(tj * NR, n - NR))  # the last tile overlaps the one before it
+            last = m - 1
+            r1, r2, r3 = min(i0 + 1, last), min(i0 + 2, last), min(i0 + 3, last)
+            r4, r5, r6, r7 = (min(i0 + 4, last), min(i0 + 5, last), min(i0 + 6, last),
+                              min(i0 + 7, last))
+            for c in range(k):
+                w0, w1, w2, w3 = a[pa, i0, c], a[pa, r1, c], a[pa, r2, c], a[pa, r3, c]
+                w4, w5, w6, w7 = a[pa, r4, c], a[pa, r5, c], a[pa, r6, c], a[pa, r7, c]
+                for t in range(NR):
+                    x = b[pb, c, j0 + U(t)]
+                    acc[0, t] += w0 * x
+                    acc[1, t] += w1 * x
+                    acc[2, t] += w2 * x
+                    acc[3, t] += w3 * x
+                    acc[4, t] += w4 * x
+                    acc[5, t] += w5 * x
+                    acc[6, t] += w6 * x
+                    acc[7, t] += w7 * x
+            for r in range(rows):
+                for t in range(NR):
+                    out[p, i0 + r, j0 + U(t)] = acc[r, t]
+        else:  # fewer columns than one tile
+            for c in range(k):
+                for r in range(rows):
+                    w = a[pa, i0 + r, c]
+                    for t in range(n):
+                        acc[r, t] += w * b[pb, c, t]
+            for r in range(rows):
+                for t in range(n):
+                    out[p, i0 + r, t] = acc[r, t]
+
+
+@functools.cache
+def _compiled(dtype: np.dtype, a_layout: str, b_layout: str) -> Callable[..., None]:
+    """The kernel for one dtype and one pair of operand layouts ("C" contiguous, the fast and
+    usual case, or "A" any strides), compiled (or loaded from numba's cache) on first use."""
+    item = numba_dtype(dtype)
+    signature = types.void(types.Array(item, 3, a_layout, readonly=True),
+                           types.Array(item, 3, b_layout, readonly=True),
+                           types.Array(item, 3, "C"))
+    return numba.njit(signature, parallel=True, cache=True, fastmath=FASTMATH)(
+        _register_tiled_kernel)
+
+
+def _operand(x: np.ndarray, shape3: tuple[int, ...], layout: MatmulLayout) -> np.ndarray:
+    """``x`` as a 3-D operand the kernel indexes directly: (batch, rows, cols) when its batch
+    dimensions are the result's, (1, rows, cols) when it has no batch of its own (it is shared),
+    and otherwise (a partial broadcast, e.g. (2, 1, M, K) against (1, 3, K, N)) materialised
+    at the full batch, which :meth:`RegisterTiledMatmul.workspace_bytes` counts."""
+    if _shared(x.shape, layout):
+        return x.reshape((1, *shape3[1:]))
+    if _own_batch(x.shape, layout):
+        return x.reshape(shape3)
+    return np.ascontiguousarray(np.broadcast_to(x, (*layout.batch_shape, *x.shape[-2:]))
+                                ).reshape(shape3)
+
+
+def _shared(shape: tuple[int, ...], layout: MatmulLayout) -> bool:
+    return len(shape) <= 2 or math.prod(shape[:-2]) == 1
+
+
+def _own_batch(shape: tuple[int, ...], layout: MatmulLayout) -> bool:
+    return tuple(shape[:-2]) == tuple(layout.batch_shape)
+
+
+class RegisterTiledMatmul(Algorithm):
+    """8 x 16 register tiles, one parallel job each, for float32 and float64 (see the module
+    docstring for why it is fast where it is)."""
+
+    operator = "matmul"
+    name = "register_tiled"
+    attributes = AlgoAttribute.REPRODUCIBLE
+
+    def workspace_bytes(self, problem: Problem) -> int:
+        """Bytes of operands materialised at the full batch: only an operand whose batch
+        dimensions broadcast partially against the other's (neither its own batch nor one
+        shared matrix) is copied; the kernel itself allocates nothing (its tile is on the
+        stack)."""
+        layout = layout_of(problem)
+        itemsize = np.dtype(problem.dtypes[0]).itemsize
+        total = 0
+        for shape, shape3 in ((layout.a_shape, layout.a3_shape),
+                              (layout.b_shape, layout.b3_shape)):
+            if not _shared(shape, layout) and not _own_batch(shape, layout):
+                total += math.prod(shape3) * itemsize
+        return total
+
+    def run(self, problem: Problem, inputs: Sequence[Any], ctx: RunContext,
+            prepared: Any = None) -> np.ndarray:
+        layout = layout_of(problem)
+        a = _operand(np.asarray(inputs[0]), layout.a3_shape, layout)
+        b = _operand(np.asarray(inputs[1]), layout.b3_shape, layout)
+        out = np.empty(layout.out3_shape, dtype=a.dtype)
+        kernel = _compiled(a.dtype, "C" if a.flags.c_contiguous else "A",
+                           "C" if b.flags.c_contiguous else "A")
+        kernel(a, b, out)
+        return layout.from_3d(out)
