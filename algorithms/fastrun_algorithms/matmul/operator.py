@@ -89,7 +89,7 @@ class MatmulOperator(Operator):
 
         1. ``register_tiled`` first for batches of products where both operands have their
            own batch, with at least 8 rows, 16 columns, K <= ``TILED_MAX_K`` and
-           ``TILED_MIN_MACS`` multiply-adds in all (Winograd's products): 10-45% ahead of
+           ``TILED_MIN_MACS`` multiply-adds in all (Winograd's products): 15-40% less time than
            OpenBLAS there (``benchmarks/probe_matmul_tiles.py``).  Smaller batches do not pay
            for its parallel region, and numpy runs a batch against one shared matrix well.
         2. ``blas``: OpenBLAS beats or ties the numba kernels everywhere else measured here.

@@ -2,15 +2,15 @@
 
 Why it exists.  The products that convolutions hand down are rarely BLAS's favourite shape:
 Winograd's are batches of small products with few columns (16 to 200 tiles), im2col's have few
-columns at deep layers.  OpenBLAS runs those at 85-150 GFLOP/s on this machine's two cores;
-this kernel runs them at 150-215 (``benchmarks/probe_matmul_tiles.py``), because every output
-tile is finished in registers with no packing step and no per-call setup beyond one parallel
-region.
+columns at deep layers.  On this machine's two cores OpenBLAS runs Winograd's products at
+105-145 GFLOP/s and this kernel at 125-195, because every output tile is finished in registers
+with no packing step and the whole batch is one parallel region; on im2col's products the two
+tie (``benchmarks/probe_matmul_tiles.py``).
 
 How.  Each job computes an 8 x 16 tile of C: for every k it broadcasts eight values of A (one
 per tile row) and multiplies them with one 16-wide row segment of B, accumulating into eight
 vector registers; a tile of float32 is exactly eight AVX-512 registers.  Three details decide
-whether LLVM produces that loop, each worth 3-30x:
+whether LLVM produces that loop (each was worth 1.6x to 30x in the probes):
 
 * the accumulator lives in a stack buffer (:func:`fastrun_algorithms._common.stack_buffer`),
   which LLVM can prove private, so it never stores it inside the loop;
