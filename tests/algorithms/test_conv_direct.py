@@ -1,4 +1,5 @@
-"""The numba conv algorithms (naive, direct, depthwise) against the operator's reference.
+"""The numba conv algorithms (naive, direct, depthwise, implicit_gemm) against the operator's
+reference.
 
 Random parameter sets cover what the kernels branch on: groups (depthwise and channel
 multipliers included), strides 1-3 (the stride-1 and stride-2 staging paths and the general
@@ -20,7 +21,7 @@ from hypothesis import strategies as st
 from fastrun.algorithm import Algorithm
 from fastrun.attribute import AlgoAttribute
 from fastrun.operator import Problem
-from fastrun_algorithms.conv import depthwise, direct, naive
+from fastrun_algorithms.conv import depthwise, direct, implicit_gemm, naive
 from fastrun_algorithms.conv.operator import ConvOperator
 from tests.algorithms._helpers import (
     TRACEMALLOC_SLACK,
@@ -33,9 +34,10 @@ OPERATOR = ConvOperator()
 NAIVE = naive.algorithms()
 DIRECT = direct.algorithms()
 DEPTHWISE = depthwise.algorithms()
-ALGORITHMS = NAIVE + DIRECT + DEPTHWISE
+IMPLICIT_GEMM = implicit_gemm.algorithms()
+ALGORITHMS = NAIVE + DIRECT + DEPTHWISE + IMPLICIT_GEMM
 #: Algorithms whose kernels run in parallel: their results must not depend on the threads.
-PARALLEL = DIRECT + DEPTHWISE
+PARALLEL = DIRECT + DEPTHWISE + IMPLICIT_GEMM
 
 ids = {"ids": lambda a: a.desc.text}
 
@@ -115,10 +117,11 @@ SETTINGS = settings(max_examples=50, deadline=None,
                     suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
 
 
-@pytest.mark.parametrize("algorithm", NAIVE + DIRECT, **ids)
+@pytest.mark.parametrize("algorithm", NAIVE + DIRECT + IMPLICIT_GEMM, **ids)
 @SETTINGS
 @given(case=conv_cases())
 def test_matches_reference(algorithm: Algorithm, case: tuple) -> None:
+    assume(algorithm.usable(case[0]))  # implicit_gemm: group 1 only
     check(algorithm, *case)
 
 
@@ -126,7 +129,19 @@ def test_matches_reference(algorithm: Algorithm, case: tuple) -> None:
 @SETTINGS
 @given(case=conv_cases(depthwise_only=True))
 def test_depthwise_problems_match_reference(algorithm: Algorithm, case: tuple) -> None:
+    assume(algorithm.usable(case[0]))
     check(algorithm, *case)
+
+
+def test_implicit_gemm_wide_and_narrow_rows() -> None:
+    """Rows wider than a tile (the last tile overlaps its neighbour), exactly one tile, and
+    narrower (16 columns computed, the real ones stored); output channels past a multiple of
+    8; both dtypes."""
+    for width, k, dtype in [(40, 13, "float32"), (16, 8, "float64"), (5, 17, "float32")]:
+        problem = OPERATOR.problem([(2, 3, 9, width), (k, 3, 3, 3), (k,)], [dtype] * 3,
+                                   pads=(1, 1, 1, 1), activation="relu")
+        check(IMPLICIT_GEMM[0], problem, OPERATOR.random_inputs(problem,
+                                                                np.random.default_rng(width)))
 
 
 @pytest.mark.parametrize("algorithm", ALGORITHMS, **ids)
@@ -256,6 +271,9 @@ def test_kernels_allocate_nothing_themselves() -> None:
             assert allocations(algorithm, problem, inputs) == 6
         if DEPTHWISE[0].usable(problem):
             assert allocations(DEPTHWISE[0], problem, inputs) == 10
+        if IMPLICIT_GEMM[0].usable(problem):  # per image: x and the staged image to stage it,
+            # the weights, staged image, tap table, bias and out to compute
+            assert allocations(IMPLICIT_GEMM[0], problem, inputs) == 7 * problem.shapes[0][0]
 
 
 def test_workspace_counts_only_busy_workers() -> None:
@@ -294,7 +312,8 @@ def test_depthwise_usable_with_a_channel_multiplier() -> None:
 
 def test_attributes_and_identities() -> None:
     assert [a.desc.text for a in ALGORITHMS] == [
-        "naive", *(f"direct(kb={kb})" for kb in direct.BLOCKS), "depthwise"]
+        "naive", *(f"direct(kb={kb})" for kb in direct.BLOCKS), "depthwise",
+        "implicit_gemm"]
     assert all(a.desc.operator == "conv" for a in ALGORITHMS)
     assert NAIVE[0].attributes == AlgoAttribute.NAIVE | AlgoAttribute.REPRODUCIBLE
     for algorithm in PARALLEL:

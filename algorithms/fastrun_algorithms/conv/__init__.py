@@ -10,10 +10,18 @@ from fastrun_algorithms.conv.operator import ConvOperator
 def register(registry) -> None:
     """Add the conv operator and every conv algorithm: the CPU ones (naive last), then the
     OpenCL ones where pyopencl is installed."""
-    from fastrun_algorithms.conv import conv1x1, depthwise, direct, im2col, naive, winograd
+    from fastrun_algorithms.conv import (
+        conv1x1,
+        depthwise,
+        direct,
+        im2col,
+        implicit_gemm,
+        naive,
+        winograd,
+    )
 
     registry.register_operator(ConvOperator())
-    for module in (direct, depthwise, im2col, conv1x1, winograd, naive):
+    for module in (direct, depthwise, im2col, implicit_gemm, conv1x1, winograd, naive):
         for algorithm in module.algorithms():
             registry.register_algorithm(algorithm)
     # Checked without importing pyopencl (slow, and it may fail on machines without OpenCL);

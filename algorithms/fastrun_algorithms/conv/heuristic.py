@@ -3,9 +3,10 @@ times candidates in (a good first candidate lets early stopping drop the rest qu
 
 The rules follow the three shape classes that decide which convolution algorithm wins (see
 OpenPPL's write-up in shared/seeds): a specialised kernel when one applies (depthwise, 1x1),
-Winograd for 3x3 stride-1 layers with enough channels to amortise its transforms, a direct
-kernel for the few-input-channel first layer, im2col + GEMM for everything else, and the naive
-loops last.  ``docs/conv.md`` lists them with the measurements behind them.
+Winograd for 3x3 stride-1 layers with enough channels to amortise its transforms, the implicit
+GEMM and then the direct kernel for the few-input-channel first layer, im2col + GEMM (then the
+implicit GEMM) for everything else, and the naive loops last.  ``docs/conv.md`` lists them
+with the measurements behind them.
 """
 
 from __future__ import annotations
@@ -25,7 +26,8 @@ WINOGRAD_MIN_CHANNELS = 16
 #: and 7x7 with batch 1 (196 and 49 pixels).
 WINOGRAD_F4_MIN_PIXELS = 256
 #: At most this many input channels per group makes a layer "few-channel" (the RGB first layer):
-#: the unfold of im2col is then mostly copying, and a direct kernel wins.
+#: the unfold of im2col is then mostly copying, and the kernels that read the input in place win
+#: (ResNet-18's 7x7 stride-2 first layer: implicit_gemm 1.39 ms, direct 1.62, im2col 2.01).
 DIRECT_MAX_CHANNELS = 4
 
 
@@ -48,8 +50,11 @@ def _rank(geo: ConvGeometry, algorithm: Algorithm) -> tuple[float, ...]:
             big = geo.n * geo.oh * geo.ow >= WINOGRAD_F4_MIN_PIXELS
             return (1, 0) if channels_ok and big else (5, 0)
         return (1, 1) if channels_ok else (5, 1)
+    few_channels = geo.cg <= DIRECT_MAX_CHANNELS
+    if name == "implicit_gemm":
+        return (1, 2) if few_channels else (3, 1)
     if name == "direct":
-        return (1, 2) if geo.cg <= DIRECT_MAX_CHANNELS else (4, 0)
+        return (1, 3) if few_channels else (4, 0)
     if name == "im2col":
         return (3, 0)
     return (6, 0)
