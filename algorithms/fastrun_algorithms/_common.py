@@ -49,6 +49,31 @@ def stack_buffer(typingctx, count, dtype):
     return types.CPointer(item)(count, dtype), codegen
 
 
+# An 8-row register tile (matmul's register_tiled and conv's implicit_gemm): rows of A (or
+# output channels) past the last are clamped to it, so every tile runs the same eight
+# multiply-adds per column; the caller stores only the real rows.
+
+@numba.njit(inline="always")
+def tile_rows8(i0, last):
+    """The eight row indices of the tile starting at ``i0``, clamped to ``last``."""
+    return (i0, min(i0 + 1, last), min(i0 + 2, last), min(i0 + 3, last), min(i0 + 4, last),
+            min(i0 + 5, last), min(i0 + 6, last), min(i0 + 7, last))
+
+
+@numba.njit(inline="always")
+def tile_fma8(acc, t, x, w0, w1, w2, w3, w4, w5, w6, w7):
+    """Column ``t`` of an 8-row tile: ``acc[i, t] += w_i * x``.  Called in a loop over t, the
+    eight lines become eight vector multiply-adds of one broadcast weight each."""
+    acc[0, t] += w0 * x
+    acc[1, t] += w1 * x
+    acc[2, t] += w2 * x
+    acc[3, t] += w3 * x
+    acc[4, t] += w4 * x
+    acc[5, t] += w5 * x
+    acc[6, t] += w6 * x
+    acc[7, t] += w7 * x
+
+
 class CanonicalOperator(Operator):
     """An operator whose problems are built with their parameters in one canonical form.
 

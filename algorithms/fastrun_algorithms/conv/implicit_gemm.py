@@ -39,7 +39,7 @@ from numba import prange, types
 from fastrun.algorithm import Algorithm, RunContext
 from fastrun.attribute import AlgoAttribute
 from fastrun.operator import Problem
-from fastrun_algorithms._common import FASTMATH, U, stack_buffer
+from fastrun_algorithms._common import FASTMATH, U, stack_buffer, tile_fma8, tile_rows8
 from fastrun_algorithms.conv._gemm_common import buffer, item_type, no_bias, operands, readonly
 from fastrun_algorithms.conv._kernels_common import stage_row
 from fastrun_algorithms.conv.epilogue import activation_code, epilogue_value
@@ -81,7 +81,6 @@ def _compute_kernel(w: np.ndarray, staged: np.ndarray, taps: np.ndarray, bias: n
     row_blocks = (k_total + MR - 1) // MR
     col_tiles = (out_w + NR - 1) // NR
     per_row = col_tiles * row_blocks
-    last = k_total - 1
     low_v, high_v = out.dtype.type(low), out.dtype.type(high)
     for job in prange(out_h * per_row):
         y = job // per_row
@@ -89,9 +88,7 @@ def _compute_kernel(w: np.ndarray, staged: np.ndarray, taps: np.ndarray, bias: n
         tj = rest // row_blocks
         i0 = (rest - tj * row_blocks) * MR
         x0 = min(tj * NR, out_w - NR) if out_w >= NR else 0
-        r1, r2, r3 = min(i0 + 1, last), min(i0 + 2, last), min(i0 + 3, last)
-        r4, r5, r6, r7 = min(i0 + 4, last), min(i0 + 5, last), min(i0 + 6, last), min(i0 + 7,
-                                                                                        last)
+        i_0, r1, r2, r3, r4, r5, r6, r7 = tile_rows8(i0, k_total - 1)
         acc = numba.carray(stack_buffer(TILE, out.dtype), (MR, NR))
         for a in range(MR):
             for t in range(NR):
@@ -102,18 +99,10 @@ def _compute_kernel(w: np.ndarray, staged: np.ndarray, taps: np.ndarray, bias: n
             for tap in range(taps_per_channel):
                 base = U(channel_origin + taps[tap])
                 k = c * taps_per_channel + tap
-                w0, w1, w2, w3 = w[i0, k], w[r1, k], w[r2, k], w[r3, k]
+                w0, w1, w2, w3 = w[i_0, k], w[r1, k], w[r2, k], w[r3, k]
                 w4, w5, w6, w7 = w[r4, k], w[r5, k], w[r6, k], w[r7, k]
                 for t in range(NR):
-                    v = staged[base + U(t)]
-                    acc[0, t] += w0 * v
-                    acc[1, t] += w1 * v
-                    acc[2, t] += w2 * v
-                    acc[3, t] += w3 * v
-                    acc[4, t] += w4 * v
-                    acc[5, t] += w5 * v
-                    acc[6, t] += w6 * v
-                    acc[7, t] += w7 * v
+                    tile_fma8(acc, t, staged[base + U(t)], w0, w1, w2, w3, w4, w5, w6, w7)
         columns = min(NR, out_w)
         for a in range(min(MR, k_total - i0)):
             b = bias[i0 + a] if has_bias else bias[0] * 0

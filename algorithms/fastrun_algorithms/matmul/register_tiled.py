@@ -42,7 +42,7 @@ from numba import prange, types
 from fastrun.algorithm import Algorithm, RunContext
 from fastrun.attribute import AlgoAttribute
 from fastrun.operator import Problem
-from fastrun_algorithms._common import FASTMATH, U, stack_buffer
+from fastrun_algorithms._common import FASTMATH, U, stack_buffer, tile_fma8, tile_rows8
 from fastrun_algorithms.matmul._batch import MatmulLayout, layout_of, numba_dtype
 
 #: Rows and columns of the output tile one job computes.  MR broadcasts and one NR-wide load
@@ -81,23 +81,12 @@ def _register_tiled_kernel(a: np.ndarray, b: np.ndarray, out: np.ndarray) -> Non
                 acc[r, t] = 0
         if n >= NR:
             j0 = U(min(tj * NR, n - NR))  # the last tile overlaps the one before it
-            last = m - 1
-            r1, r2, r3 = min(i0 + 1, last), min(i0 + 2, last), min(i0 + 3, last)
-            r4, r5, r6, r7 = (min(i0 + 4, last), min(i0 + 5, last), min(i0 + 6, last),
-                              min(i0 + 7, last))
+            i_0, r1, r2, r3, r4, r5, r6, r7 = tile_rows8(i0, m - 1)
             for c in range(k):
-                w0, w1, w2, w3 = a[pa, i0, c], a[pa, r1, c], a[pa, r2, c], a[pa, r3, c]
+                w0, w1, w2, w3 = a[pa, i_0, c], a[pa, r1, c], a[pa, r2, c], a[pa, r3, c]
                 w4, w5, w6, w7 = a[pa, r4, c], a[pa, r5, c], a[pa, r6, c], a[pa, r7, c]
                 for t in range(NR):
-                    x = b[pb, c, j0 + U(t)]
-                    acc[0, t] += w0 * x
-                    acc[1, t] += w1 * x
-                    acc[2, t] += w2 * x
-                    acc[3, t] += w3 * x
-                    acc[4, t] += w4 * x
-                    acc[5, t] += w5 * x
-                    acc[6, t] += w6 * x
-                    acc[7, t] += w7 * x
+                    tile_fma8(acc, t, b[pb, c, j0 + U(t)], w0, w1, w2, w3, w4, w5, w6, w7)
             for r in range(rows):
                 for t in range(NR):
                     out[p, i0 + r, j0 + U(t)] = acc[r, t]
