@@ -1,4 +1,4 @@
-"""Fusion of lowered steps into the conv epilogue.
+"""Fusion of lowered steps: into the conv epilogue, and a residual ``Add -> Relu`` into one step.
 
 A CNN exported from a training framework writes ``Conv -> BatchNormalization -> Relu`` (or an
 ``Add`` of a bias, or ``Clip(0, 6)``): three passes over the activation memory.  With constant
@@ -7,7 +7,11 @@ and bias, and the bias add and the activation run inside the conv's output loop 
 epilogue).  The passes work on steps, after lowering, so they see registry operators with
 canonical parameters and constant folding has already turned ``Constant`` nodes into data.
 
-A step is only merged into the conv that produces its input when that conv output has no other
+A residual connection (ResNet's block output) writes ``Add(conv, shortcut) -> Relu``: the add
+cannot go into the conv (its other operand is not a constant), but the relu can go into the add.
+The step becomes the elementwise ``add_relu`` operator, one pass instead of two.
+
+A step is only merged into the step that produces its input when that output has no other
 reader and is not a graph output: otherwise the unfused value is still needed.
 """
 
@@ -23,12 +27,14 @@ from fastrun.runtime.lowering import Step, Value
 
 
 def fuse(steps: list[Step], outputs: Iterable[Value], registry: Registry) -> list[Step]:
-    """The steps with batch norms, bias adds and activations merged into convs."""
+    """The steps with batch norms, bias adds and activations merged into convs, and relus
+    into the (non-constant) adds before them."""
     uses: Counter[int] = Counter(id(v) for step in steps for v in step.inputs)
     uses.update(id(v) for v in outputs)
     producer: dict[int, Step] = {}
     kept: list[Step] = []
     conv = registry.operator("conv") if "conv" in registry.operators() else None
+    add_relu = registry.operator("add_relu") if "add_relu" in registry.operators() else None
     for step in steps:
         if step.operator == "add" and len(step.inputs) == 2 and step.inputs[0].is_const:
             step.inputs.reverse()  # c + conv(x) is conv(x) + c
@@ -40,10 +46,23 @@ def fuse(steps: list[Step], outputs: Iterable[Value], registry: Registry) -> lis
             source.output = step.output
             producer[id(step.output)] = source
             continue
+        if (add_relu is not None and source is not None and step.operator == "relu"
+                and source.operator == "add" and uses[id(step.inputs[0])] == 1):
+            _merge_relu_into_add(source, step, add_relu)
+            producer[id(step.output)] = source
+            continue
         if step.problem is not None:
             producer[id(step.output)] = step
         kept.append(step)
     return kept
+
+
+def _merge_relu_into_add(add_step: Step, relu_step: Step, add_relu) -> None:
+    add_step.problem = add_relu.problem([v.shape for v in add_step.inputs],
+                                        [v.dtype for v in add_step.inputs])
+    add_step.node += "+" + relu_step.node
+    add_step.op_type += "+" + relu_step.op_type
+    add_step.output = relu_step.output
 
 
 def _merge(conv_step: Step, step: Step, conv) -> bool:

@@ -33,7 +33,7 @@ from fastrun_algorithms.elementwise.operator import OPS, PARALLEL_MIN_BYTES, SUP
 from tests.algorithms._helpers import cpu_registry, numba_threads
 
 REGISTRY = cpu_registry(elementwise)
-OP_NAMES = ["add", "sub", "mul", "div", "greater_equal", "max", "min"]
+OP_NAMES = ["add", "sub", "mul", "div", "greater_equal", "max", "min", "add_relu"]
 CASES = [(name, algorithm) for name in OP_NAMES for algorithm in REGISTRY.algorithms(name)]
 CASE_IDS = [f"{name}-{algorithm.desc.name}" for name, algorithm in CASES]
 
@@ -48,6 +48,7 @@ MIXED_PAIRS: dict[str, list[tuple[str, str]]] = {
     "greater_equal": [("int64", "float64")],
     "max": [("float32", "int32")],
     "min": [("int32", "float64")],
+    "add_relu": [("int32", "float32"), ("float64", "int64")],
 }
 ALL_PAIRS = [(a, b) for a in SUPPORTED_DTYPES for b in SUPPORTED_DTYPES]
 

@@ -64,9 +64,23 @@ def test_shape_arithmetic_is_folded_and_batch_is_free():
 
 
 def test_an_add_with_another_reader_is_not_folded_as_a_bias():
+    """The residual Add reads a conv output and the block's input: it stays an add, and the
+    Relu after it merges into it (one add_relu step)."""
     proto = _models.residual_block()
     model = load(proto, heuristic_session())
-    assert [s.op_type for s in model.steps] == ["Conv+Relu", "Conv", "Add", "Relu"]
+    assert [s.op_type for s in model.steps] == ["Conv+Relu", "Conv", "Add+Relu"]
+    assert model.steps[-1].operator == "add_relu"
+    assert_matches_onnxruntime(proto, model, model.random_inputs())
+
+
+def test_a_relu_whose_add_has_another_reader_stays_apart():
+    w = _models.GraphWriter()
+    w.node("Add", ["x", w.weight("b", (1, 3, 5, 5))], "s")
+    w.node("Relu", ["s"], "r")
+    w.node("Mul", ["s", "r"], "y")
+    proto = w.model((1, 3, 5, 5), "y")
+    model = load(proto, heuristic_session())
+    assert [s.op_type for s in model.steps] == ["Add", "Relu", "Mul"]
     assert_matches_onnxruntime(proto, model, model.random_inputs())
 
 
@@ -226,13 +240,16 @@ def test_a_zoo_model_at_batch_2_with_weight_preprocessing(zoo_models):
 
 
 def test_resnet_graph_passes(zoo_models):
-    """resnet50's Conv+BN+Relu triples fold into single convs, its Shape/Gather/Unsqueeze/
-    Concat flatten folds to a constant, and nothing but computing steps remain."""
+    """resnet50's Conv+BN+Relu triples fold into single convs, the Relu after each residual Add
+    into the add, its Shape/Gather/Unsqueeze/Concat flatten folds to a constant, and nothing but
+    computing steps remain."""
     model = load(zoo_models["resnet50"], heuristic_session())
     operators = [step.operator for step in model.steps]
     assert "batch_norm" not in operators
     assert operators.count("conv") == 53
-    assert operators.count("relu") == 16  # only those after residual adds
+    assert "relu" not in operators
+    assert operators.count("add_relu") == 16  # one per residual block
+    assert operators.count("add") == 1  # the classifier's bias
     assert {step.op_type for step in model.steps}.isdisjoint(
         {"Shape", "Gather", "Unsqueeze", "Concat", "Identity", "Dropout"})
 

@@ -66,6 +66,22 @@ def _min(x, y):
     return x if x < y or x != x else y
 
 
+def _add_relu_in(cast: type) -> Callable:
+    """``max(x + y, 0)`` computed in the type ``cast``.  The sum is cast before the comparison
+    because numba adds two int32 values in int64: numpy's sum wraps around in int32 first, and
+    a wrapped sum can be positive where the unwrapped one is negative.  The comparison is
+    np.maximum's (see :func:`_max`): the sum when it is larger than 0 or NaN, else 0, so a sum
+    of -0.0 gives +0.0 as in numpy."""
+
+    def add_relu(x, y):
+        value = cast(x + y)
+        return value if value > 0 or value != value else cast(0)
+
+    # Unique per compute type, for the same reason as the kernels' names (see _build).
+    add_relu.__qualname__ = f"add_relu_{np.dtype(cast).name}"
+    return register_jitable(add_relu)
+
+
 #: Elements per block of the parallel kernel.  Fixed rather than derived from the thread count:
 #: asking numba for the thread count costs 0.7 us from Python, and inside a kernel it makes the
 #: kernel uncacheable (numba reaches it through a ctypes pointer).  4096 elements (16 to 32 KiB)
@@ -81,6 +97,10 @@ SCALAR_FUNCTIONS: dict[str, Callable] = {
     "greater_equal": _greater_equal,
     "max": _max,
     "min": _min,
+}
+#: Operations whose scalar function depends on the compute type, built per type.
+TYPED_SCALAR_FUNCTIONS: dict[str, Callable[[type], Callable]] = {
+    "add_relu": _add_relu_in,
 }
 
 
@@ -192,7 +212,10 @@ def kernels(op: str, a_dtype: np.dtype, b_dtype: np.dtype, compute_dtype: np.dty
     """(serial, parallel) for one operation and pair of operand dtypes, compiled (or loaded from
     numba's cache) on first use.  ``error_model="numpy"``: division by zero gives inf or nan
     as in numpy instead of raising ZeroDivisionError."""
-    serial, parallel = _build(op, SCALAR_FUNCTIONS[op], np.dtype(compute_dtype).type)
+    cast = np.dtype(compute_dtype).type
+    apply = (TYPED_SCALAR_FUNCTIONS[op](cast) if op in TYPED_SCALAR_FUNCTIONS
+             else SCALAR_FUNCTIONS[op])
+    serial, parallel = _build(op, apply, cast)
     signature = _signature(np.dtype(a_dtype), np.dtype(b_dtype), np.dtype(out_dtype))
     return (numba.njit(signature, cache=True, error_model="numpy")(serial),
             numba.njit(signature, cache=True, error_model="numpy", parallel=True)(parallel))

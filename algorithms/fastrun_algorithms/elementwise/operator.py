@@ -1,7 +1,8 @@
 """Binary elementwise operators with numpy's broadcasting and type promotion.
 
 One :class:`ElementwiseOperator` is registered per operation (``add``, ``sub``, ``mul``,
-``div``, ``greater_equal``, ``max``, ``min``) rather than one ``elementwise`` operator with an
+``div``, ``greater_equal``, ``max``, ``min``, and ``add_relu``, which the ONNX runtime fuses a
+residual connection's ``Add -> Relu`` into) rather than one ``elementwise`` operator with an
 ``op`` parameter, because:
 
 * ``fastrun.call("add", a, b)`` names the operation the way numpy and ONNX do;
@@ -17,7 +18,7 @@ NaN-propagating), ``div`` is true division (``np.true_divide``).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -50,7 +51,9 @@ class BinaryOp:
     """One elementwise operation: its name, numpy's ufunc for it and its typing rule."""
 
     name: str
-    ufunc: np.ufunc
+    #: numpy's ufunc for it (for ``add_relu``, :func:`add_relu`): the ``numpy`` algorithm and
+    #: the reference
+    ufunc: Callable[[Any, Any], Any]
     #: "arithmetic": computed and returned in numpy's result_type of the operands;
     #: "division": like arithmetic, but integer results are float64 (true division);
     #: "comparison": computed in the result_type, returned as bool.
@@ -70,6 +73,15 @@ class BinaryOp:
         return self.compute_dtype(a, b)
 
 
+def add_relu(a: Any, b: Any) -> Any:
+    """``np.maximum(a + b, 0)`` with numpy's result dtype, in place on the sum (one output
+    array, two passes): the ``numpy`` algorithm of ``add_relu`` and its reference."""
+    out = np.add(a, b)
+    if type(out) is np.ndarray:
+        return np.maximum(out, 0, out=out)
+    return np.maximum(out, out.dtype.type(0))  # 0-d operands: a numpy scalar
+
+
 OPS: dict[str, BinaryOp] = {op.name: op for op in (
     BinaryOp("add", np.add, "arithmetic", "a + b"),
     BinaryOp("sub", np.subtract, "arithmetic", "a - b"),
@@ -79,6 +91,8 @@ OPS: dict[str, BinaryOp] = {op.name: op for op in (
     BinaryOp("greater_equal", np.greater_equal, "comparison", "a >= b, a bool array"),
     BinaryOp("max", np.maximum, "arithmetic", "np.maximum(a, b): NaN if either is NaN"),
     BinaryOp("min", np.minimum, "arithmetic", "np.minimum(a, b): NaN if either is NaN"),
+    BinaryOp("add_relu", add_relu, "arithmetic",
+             "np.maximum(a + b, 0): a residual Add and the Relu after it, in one pass"),
 )}
 
 

@@ -19,7 +19,7 @@ GPUs), which the two kernels ``binary32`` and ``binary64`` provide.
 from __future__ import annotations
 
 #: The operations in kernel-code order.
-OP_CODES = ("add", "sub", "mul", "div", "greater_equal", "max", "min")
+OP_CODES = ("add", "sub", "mul", "div", "greater_equal", "max", "min", "add_relu")
 
 #: Dimensions the kernel decomposes an index into (merged dimensions, see ``_layout``).
 MAX_RANK = 6
@@ -64,8 +64,16 @@ inline to apply(const tc x, const tc y) {
     return (to)(x >= y ? 1 : 0);
 #elif OP == 5
     return (to)((x > y || IS_NAN(x)) ? x : y);
-#else
+#elif OP == 6
     return (to)((x < y || IS_NAN(x)) ? x : y);
+#else
+    /* add_relu: np.maximum(x + y, 0): the sum when larger or NaN, else 0 (so -0.0 gives 0) */
+#if TC_INT
+    const tc v = AS_TC((UTC)x + (UTC)y);
+#else
+    const tc v = x + y;
+#endif
+    return (to)((v > (tc)0 || IS_NAN(v)) ? v : (tc)0);
 #endif
 }
 
