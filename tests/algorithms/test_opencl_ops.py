@@ -97,7 +97,8 @@ DTYPES = {"add": [("float32", "float32"), ("int32", "int32")],
           "div": [("float32", "float32"), ("int32", "int32")],
           "greater_equal": [("float32", "float32"), ("int32", "int64")],
           "max": [("float32", "float32"), ("float64", "float64")],
-          "min": [("float32", "float32"), ("int32", "int32")]}
+          "min": [("float32", "float32"), ("int32", "int32")],
+          "add_relu": [("float32", "float32"), ("int32", "float64")]}
 
 
 @pytest.mark.parametrize("op", list(DTYPES))
@@ -113,12 +114,13 @@ def test_elementwise_broadcasting_and_dtypes(device, op):
 def test_elementwise_specials_overflow_and_views(device):
     specials = np.array([np.nan, 1.0, -np.inf, np.inf, 0.0, -0.0, np.nan, 2.0], np.float32)
     other = np.array([1.0, np.nan, 3.0, np.inf, -0.0, 0.0, np.nan, 0.0], np.float32)
-    for op in ("max", "min", "div", "greater_equal", "sub"):
+    for op in ("max", "min", "div", "greater_equal", "sub", "add_relu"):
         problem = REGISTRY.operator(op).problem([(8,), (8,)], ["float32", "float32"])
         check(device, problem, [specials, other], exact=True)
-    # integer arithmetic wraps around as numpy's; integer division by zero is inf or nan
+    # integer arithmetic wraps around as numpy's (add_relu: before the comparison with 0);
+    # integer division by zero is inf or nan
     big = np.array([2**31 - 1, -2**31, 7, 0], np.int32)
-    for op in ("add", "div"):
+    for op in ("add", "div", "add_relu"):
         problem = REGISTRY.operator(op).problem([(4,), (4,)], ["int32", "int32"])
         with np.errstate(all="ignore"):
             check(device, problem, [big, np.array([1, -1, 0, 0], np.int32)], exact=True)
