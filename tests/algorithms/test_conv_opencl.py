@@ -189,7 +189,7 @@ def test_usability_reasons():
     strided = _problem([(1, 8, 5, 5), (4, 8, 1, 1)], strides=2)
     assert "stride 1 and no padding" in Conv1x1CLConv().unusable_reason(strided)
     # 25 pixels: 128-wide work-groups would idle most work-items; 32 stays usable
-    assert "local size 128" in DirectCLConv({"ko": 4, "l": 128}).unusable_reason(dense)
+    assert "128 work-items per group" in DirectCLConv({"ko": 4, "l": 128}).unusable_reason(dense)
     assert DirectCLConv({"ko": 4, "l": 32}).usable(dense)
     depthwise = _problem([(1, 8, 5, 5), (8, 1, 3, 3)], group=8)
     assert "a group has only 1" in DirectCLConv({"ko": 8, "l": 32}).unusable_reason(depthwise)

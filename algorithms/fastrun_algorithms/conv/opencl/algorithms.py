@@ -38,8 +38,10 @@ from fastrun_algorithms.conv.opencl import _kernels, space
 #: Taps (R x S) up to which ``cl_depthwise`` unrolls its kernel window with the weights in
 #: registers; larger windows (rare in depthwise layers) are left to ``cl_direct``.
 DEPTHWISE_MAX_TAPS = 64
-#: The smallest local size registered: always allowed, so every problem keeps a configuration.
-SMALLEST_LOCAL = 32
+#: The smallest local size registered, and the split-K reduce kernel's: always allowed by the
+#: shared group-size rule (:func:`_opencl_common.group_per_extent_reason`), so every problem
+#: keeps a configuration.
+SMALLEST_LOCAL = common.SMALLEST_GROUP
 
 
 
@@ -126,11 +128,8 @@ class _LocalSized(OpenCLConv):
         raise NotImplementedError
 
     def unusable_reason(self, problem: Problem) -> str | None:
-        work = self.pixel_work(geometry(problem))
-        if self.local > max(SMALLEST_LOCAL, common.next_pow2(work)):
-            return (f"local size {self.local} exceeds the {work} work-items per output plane "
-                    f"the problem needs")
-        return None
+        return common.group_per_extent_reason(self.local, self.pixel_work(geometry(problem)),
+                                              "group", "work-items of an output plane")
 
 
 class DirectCLConv(_LocalSized):
