@@ -52,11 +52,12 @@ def next_pow2(value: int) -> int:
     return 1 << max(0, int(value) - 1).bit_length()
 
 
-def group_per_extent_reason(per: int, extent: int, unit: str, extent_name: str) -> str | None:
+def group_per_extent_reason(per: int, extent: int, unit: str, extent_name: str,
+                            smallest: int = SMALLEST_GROUP) -> str | None:
     """Why a configuration with ``per`` work-items for each ``unit`` (a row, a plane) of
-    ``extent`` elements is not worth timing: wider than the work (beyond
-    :data:`SMALLEST_GROUP`, which always stays usable), a smaller group does the same."""
-    if per > max(SMALLEST_GROUP, next_pow2(extent)):
+    ``extent`` elements is not worth timing: wider than the work (beyond ``smallest``, the
+    smallest size registered, which always stays usable), a smaller group does the same."""
+    if per > max(smallest, next_pow2(extent)):
         return (f"{per} work-items per {unit} exceed the {extent_name} {extent} "
                 f"(a smaller group is as fast)")
     return None

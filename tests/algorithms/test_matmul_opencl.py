@@ -136,7 +136,7 @@ def test_usability_reasons():
                         "sa": 1, "sb": 1, "db": 0})
     assert big.unusable_reason(tiny) == "MWG=128 is larger than the product needs (3)"
     wide = DirectCLMatmul({"wm": 1, "wn": 4, "lx": 64, "ly": 1})
-    assert "local size 64 along N" in wide.unusable_reason(tiny)
+    assert "64 work-items per group along N" in wide.unusable_reason(tiny)
     # every problem keeps at least one configuration of each family
     for algorithm in (DirectCLMatmul({"wm": 4, "wn": 4, "lx": 8, "ly": 1}),
                       GemmCLMatmul({"mwg": 32, "nwg": 32, "kwg": 16, "mdimc": 8, "ndimc": 8,

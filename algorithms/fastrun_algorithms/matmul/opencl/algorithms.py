@@ -240,11 +240,10 @@ class DirectCLMatmul(OpenCLMatmul):
         gx, gy = self.global_extent(layout_of(problem))
         # The smallest candidate in each direction (LX 8, LY 1) is always allowed, so every
         # problem keeps at least one local size.
-        if self.lx > max(8, common.next_pow2(gx)):
-            return f"local size {self.lx} along N exceeds the {gx} work-items the problem needs"
-        if self.ly > max(1, common.next_pow2(gy)):
-            return f"local size {self.ly} along M exceeds the {gy} work-items the problem needs"
-        return None
+        return (common.group_per_extent_reason(self.lx, gx, "group along N",
+                                               "work-items along N", smallest=8)
+                or common.group_per_extent_reason(self.ly, gy, "group along M",
+                                                  "work-items along M", smallest=1))
 
     def defines(self) -> dict[str, int]:
         return {"WM": self.wm, "WN": self.wn}
