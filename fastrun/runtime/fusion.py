@@ -39,16 +39,14 @@ def fuse(steps: list[Step], outputs: Iterable[Value], registry: Registry) -> lis
         if step.operator == "add" and len(step.inputs) == 2 and step.inputs[0].is_const:
             step.inputs.reverse()  # c + conv(x) is conv(x) + c
         source = producer.get(id(step.inputs[0])) if step.inputs else None
-        if (conv is not None and source is not None and source.operator == "conv"
-                and uses[id(step.inputs[0])] == 1 and _merge(source, step, conv)):
+        sole_reader = source is not None and uses[id(step.inputs[0])] == 1
+        if sole_reader and (
+                (conv is not None and source.operator == "conv" and _merge(source, step, conv))
+                or (add_relu is not None and source.operator == "add"
+                    and step.operator == "relu" and _merge_relu(source, add_relu))):
             source.node += "+" + step.node
             source.op_type += "+" + step.op_type
             source.output = step.output
-            producer[id(step.output)] = source
-            continue
-        if (add_relu is not None and source is not None and step.operator == "relu"
-                and source.operator == "add" and uses[id(step.inputs[0])] == 1):
-            _merge_relu_into_add(source, step, add_relu)
             producer[id(step.output)] = source
             continue
         if step.problem is not None:
@@ -57,12 +55,11 @@ def fuse(steps: list[Step], outputs: Iterable[Value], registry: Registry) -> lis
     return kept
 
 
-def _merge_relu_into_add(add_step: Step, relu_step: Step, add_relu) -> None:
+def _merge_relu(add_step: Step, add_relu) -> bool:
+    """Make ``add_step`` the ``add_relu`` of the same operands (the relu after it merges)."""
     add_step.problem = add_relu.problem([v.shape for v in add_step.inputs],
                                         [v.dtype for v in add_step.inputs])
-    add_step.node += "+" + relu_step.node
-    add_step.op_type += "+" + relu_step.op_type
-    add_step.output = relu_step.output
+    return True
 
 
 def _merge(conv_step: Step, step: Step, conv) -> bool:

@@ -130,7 +130,8 @@ def _compiled(dtype: np.dtype, x_layout: str) -> tuple[Callable[..., None], Call
 
 
 class _Plan:
-    """The staged image's shape and the tap table for one problem."""
+    """The staged image's shape and the tap table for one problem (built once per problem, see
+    :func:`_plan`: the table is read by every call)."""
 
     def __init__(self, geo: ConvGeometry):
         #: staged rows: every padded input row some output row reads
@@ -139,13 +140,17 @@ class _Plan:
         #: narrower than a tile stay inside the buffer
         self.wq = max(geo.ow, NR) + (geo.s - 1) * geo.dil_w // geo.stride_w
         self.staged = geo.c * geo.stride_w * self.rows * self.wq
-        self.taps = geo.r * geo.s
-
-    def tap_offsets(self, geo: ConvGeometry) -> np.ndarray:
         sw = geo.stride_w
-        return np.array([((s * geo.dil_w % sw) * self.rows + r * geo.dil_h) * self.wq
-                         + s * geo.dil_w // sw
-                         for r in range(geo.r) for s in range(geo.s)], dtype=np.int64)
+        #: staged offset of tap (r, s) from a channel's output-row origin, read-only (shared)
+        self.taps = np.array([((s * geo.dil_w % sw) * self.rows + r * geo.dil_h) * self.wq
+                              + s * geo.dil_w // sw
+                              for r in range(geo.r) for s in range(geo.s)], dtype=np.int64)
+        self.taps.flags.writeable = False
+
+
+@functools.lru_cache(maxsize=1024)
+def _plan(problem: Problem) -> _Plan:
+    return _Plan(geometry(problem))
 
 
 class ImplicitGemmConv(Algorithm):
@@ -163,27 +168,24 @@ class ImplicitGemmConv(Algorithm):
         return None
 
     def workspace_bytes(self, problem: Problem) -> int:
-        """The staged image (reused by every image of the batch) and the tap table.  The weights
-        are viewed as (K, C*R*S); only a non-contiguous weight array (never one a runtime or the
-        profiler passes) would be copied for that."""
-        geo = geometry(problem)
-        plan = _Plan(geo)
-        return plan.staged * geo.itemsize + plan.taps * 8
+        """The staged image (reused by every image of the batch); the tap table is built once
+        per problem and kept.  The weights are viewed as (K, C*R*S); only a non-contiguous
+        weight array (never one a runtime or the profiler passes) would be copied for that."""
+        return _plan(problem).staged * geometry(problem).itemsize
 
     def run(self, problem: Problem, inputs: Sequence[Any], ctx: RunContext,
             prepared: Any = None) -> np.ndarray:
         geo = geometry(problem)
-        plan = _Plan(geo)
+        plan = _plan(problem)
         x, w, bias = operands(geo, inputs)
         dtype = x.dtype
         stage, compute = _compiled(dtype, "C" if x.flags.c_contiguous else "A")
         weights = np.ascontiguousarray(w.reshape(geo.k, math.prod(w.shape[1:])))
         out = np.empty((geo.n, geo.k, geo.oh, geo.ow), dtype=dtype)
         staged = np.empty(plan.staged, dtype=dtype)
-        taps = plan.tap_offsets(geo)
         for n in range(geo.n):
             stage(x, n, staged, plan.rows, plan.wq, geo.pad_top, geo.pad_left, geo.stride_w)
-            compute(weights, staged, taps, no_bias(dtype) if bias is None else bias,
+            compute(weights, staged, plan.taps, no_bias(dtype) if bias is None else bias,
                     bias is not None, activation_code(geo), float(geo.clip_min),
                     float(geo.clip_max), out, n, geo.stride_h, geo.stride_w, plan.rows, plan.wq)
         return geo.output_view(out)

@@ -118,7 +118,7 @@ def _operand(x: np.ndarray, shape3: tuple[int, ...], layout: MatmulLayout) -> np
     dimensions are the result's, (1, rows, cols) when it has no batch of its own (it is shared),
     and otherwise (a partial broadcast, e.g. (2, 1, M, K) against (1, 3, K, N)) materialised
     at the full batch, which :meth:`RegisterTiledMatmul.workspace_bytes` counts."""
-    if _shared(x.shape, layout):
+    if _shared(x.shape):
         return x.reshape((1, *shape3[1:]))
     if _own_batch(x.shape, layout):
         return x.reshape(shape3)
@@ -126,7 +126,7 @@ def _operand(x: np.ndarray, shape3: tuple[int, ...], layout: MatmulLayout) -> np
                                 ).reshape(shape3)
 
 
-def _shared(shape: tuple[int, ...], layout: MatmulLayout) -> bool:
+def _shared(shape: tuple[int, ...]) -> bool:
     return len(shape) <= 2 or math.prod(shape[:-2]) == 1
 
 
@@ -152,7 +152,7 @@ class RegisterTiledMatmul(Algorithm):
         total = 0
         for shape, shape3 in ((layout.a_shape, layout.a3_shape),
                               (layout.b_shape, layout.b3_shape)):
-            if not _shared(shape, layout) and not _own_batch(shape, layout):
+            if not _shared(shape) and not _own_batch(shape, layout):
                 total += math.prod(shape3) * itemsize
         return total
 
