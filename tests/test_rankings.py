@@ -24,6 +24,7 @@ from fastrun.rankings import (
     Rankings,
     RankingsError,
     compare,
+    confirm,
     load_rankings,
     rank,
     spearman,
@@ -160,6 +161,52 @@ def test_rounds_keep_each_algorithms_fastest_round(clock):
     assert rankings.rounds == 3 and rankings.suite == "tiny"
     assert ranked.winner.algorithm == "a" and ranked.winner.time_s == pytest.approx(2e-6)
     assert ranked.entry("b").repeats == sum(r.entry("b").repeats for r in rounds_done)
+
+
+def test_confirm_clears_a_burst_of_load_and_keeps_a_real_slowdown(clock):
+    a = FakeAlgo("fake", "a", 2 * US, clock)
+    b = FakeAlgo("fake", "b", 3 * US, clock)
+    session = fake_session(clock, a, b, early_stop=False)
+    baseline = rank(session, [problem()], rounds=2)
+    original = a.run
+    timed = {"calls": 0, "burst_calls": 0}
+
+    def burst(*args, **kwargs):  # slow for as long as the first measurement lasts
+        timed["calls"] += 1
+        if timed["calls"] <= timed["burst_calls"]:
+            clock.now += 10 * US
+        return original(*args, **kwargs)
+
+    a.run = burst
+    timed["burst_calls"] = 10**9  # measure the first rounds under the burst
+    current = rank(session, [problem()], rounds=2)
+    assert compare(baseline, current, margin=0.25).regressions  # flagged at first
+    timed["burst_calls"] = timed["calls"]  # the burst is over
+    seen = []
+    result, folded = confirm(session, baseline, current, [problem()], margin=0.25, rounds=2,
+                             progress=lambda done, total, ranked: seen.append((done, total)))
+    assert seen == [(1, 2), (2, 2)]
+    assert not result.regressions and result.remeasured == [str(problem())]
+    assert result.confirm_rounds == 2 and result.to_dict()["remeasured"] == [str(problem())]
+    item, = result.problems
+    assert item.notes[-1].startswith("not confirmed: flagged after the first 2 round(s) "
+                                     "(winner changed: a -> b")
+    # the extra rounds are folded in: each algorithm's fastest round, the repeats of all
+    assert folded.problems[0].winner.time_s == pytest.approx(2e-6)
+    assert folded.problems[0].entry("b").repeats > current.problems[0].entry("b").repeats
+
+    # a real slowdown is slow in every round: confirmed, and the note says so
+    timed["burst_calls"] = 10**9
+    slow = rank(session, [problem()], rounds=2)
+    result, _ = confirm(session, baseline, slow, [problem()], margin=0.25, rounds=2)
+    item, = result.regressions
+    assert item.notes[-1] == "confirmed: still a regression after 2 more round(s)"
+    # nothing flagged: nothing re-measured; rounds=0 turns confirmation off
+    calls = timed["calls"]
+    result, same = confirm(session, baseline, baseline, [problem()], rounds=2)
+    assert same is baseline and not result.remeasured and timed["calls"] == calls
+    result, same = confirm(session, baseline, slow, [problem()], rounds=0)
+    assert result.regressions and same is slow and timed["calls"] == calls
 
 
 # --------------------------------------------------------------------------------------------
@@ -362,10 +409,13 @@ def test_rank_then_regress_passes_unchanged_code_and_catches_a_slowdown(
     winner = conv.winner.algorithm
     slow_down(monkeypatch, "conv", winner, 8)
     assert main(["regress", "--baseline", str(baseline), "--margin", "1", *FLAGS]) == 1
-    out = capsys.readouterr().out
+    captured = capsys.readouterr()
+    out = captured.out
+    assert "confirming: re-measuring the problems that regressed (3 more" in captured.err
     summary = out[out.index("REGRESSION in"):]
     assert "REGRESSION in 1 of 3 problems" in summary
     assert f"conv 1x1 32->32 @14: {winner} slowed relative to" in summary
+    assert "were measured 3 more round(s): 1 confirmed, 0 cleared as noise" in out
     assert "add 1x32x28x28" not in summary
 
 

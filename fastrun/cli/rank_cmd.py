@@ -42,6 +42,20 @@ def _progress(args: argparse.Namespace):
     return report
 
 
+def _confirm_progress(args: argparse.Namespace):
+    """Progress of :func:`fastrun.rankings.confirm`: says first why more rounds are coming."""
+    report = _progress(args)
+    if report is None:
+        return None
+
+    def confirming(done: int, total: int, ranked) -> None:
+        if done == 1:
+            print(f"confirming: re-measuring the problems that regressed ({total} more "
+                  "measurements)", file=sys.stderr, flush=True)
+        report(done, total, ranked)
+    return confirming
+
+
 def _ranking_lines(ranked) -> list[str]:
     lines = [f"{ranked.label} (x{ranked.weight})  {ranked.title()}"]
     best = ranked.winner.time_s if ranked.winner else None
@@ -110,20 +124,23 @@ def _comparison_lines(item, cross_device: bool) -> list[str]:
 
 
 def _cmd_regress(args: argparse.Namespace) -> int:
-    from fastrun.rankings import compare, load_rankings, rank
+    from fastrun.rankings import confirm, load_rankings, rank
     from fastrun.suites import get_suite
 
     if args.margin < 0:
         raise ValueError(f"--margin must be >= 0, got {args.margin}")
     if args.rounds < 1:
         raise ValueError(f"--rounds must be at least 1, got {args.rounds}")
+    if args.confirm < 0:
+        raise ValueError(f"--confirm must be >= 0, got {args.confirm}")
     baseline = load_rankings(args.baseline)
     session = _session(args)
     suite = get_suite(args.suite or baseline.suite, session.registry, session.device.kind)
     current = rank(session, suite, progress=_progress(args), rounds=args.rounds)
+    comparison, current = confirm(session, baseline, current, suite, args.margin, args.confirm,
+                                  progress=_confirm_progress(args))
     if args.output:
         current.save(args.output)
-    comparison = compare(baseline, current, args.margin)
     if args.json:
         print(json.dumps(comparison.to_dict(), indent=2))
     else:
@@ -144,6 +161,11 @@ def _cmd_regress(args: argparse.Namespace) -> int:
             print("\n".join(_comparison_lines(item, cross)))
         regressions = comparison.regressions
         print()
+        if comparison.remeasured:
+            held = len(regressions)
+            print(f"{len(comparison.remeasured)} problem(s) regressed at first and were measured "
+                  f"{comparison.confirm_rounds} more round(s): {held} confirmed, "
+                  f"{len(comparison.remeasured) - held} cleared as noise")
         if regressions:
             print(f"REGRESSION in {len(regressions)} of {len(comparison.problems)} problems:")
             for item in regressions:
@@ -181,7 +203,7 @@ def _common(parser: argparse.ArgumentParser) -> None:
 
 def add_parser(commands: Any) -> None:
     """Add ``rank`` and ``regress`` to the ``fastrun`` sub-command parsers."""
-    from fastrun.rankings import DEFAULT_MARGIN
+    from fastrun.rankings import DEFAULT_CONFIRM_ROUNDS, DEFAULT_MARGIN
     from fastrun.suites import suite_names
 
     suites = ", ".join(suite_names())
@@ -204,6 +226,10 @@ def add_parser(commands: Any) -> None:
     regress.add_argument("--suite", help="suite to rank (default: the baseline's)")
     regress.add_argument("--margin", type=float, default=DEFAULT_MARGIN,
                          help=f"relative margin beyond the spreads (default {DEFAULT_MARGIN})")
+    regress.add_argument("--confirm", type=int, default=DEFAULT_CONFIRM_ROUNDS, metavar="N",
+                         help="re-measure the problems that regressed N more rounds, keeping "
+                              "each algorithm's fastest round over all; only regressions that "
+                              f"persist count (default {DEFAULT_CONFIRM_ROUNDS}; 0: off)")
     regress.add_argument("-o", "--output", help="also write this run's rankings here")
     _common(regress)
     regress.set_defaults(handler=_cmd_regress)
