@@ -1,11 +1,18 @@
-"""How OpenBLAS's spin timeout affects BLAS speed and numba kernels that follow BLAS calls.
+"""Thread-pool settings: ResNet-18 end to end under each, and OpenBLAS's spin timeout.
 
-Each setting runs in its own process (OpenBLAS reads OPENBLAS_THREAD_TIMEOUT when it loads).
-Peer: OpenBLAS's own default (2^28 cycles), measured in the same run.  Figures: sgemm time at
-128^3 and 512^3 relative to the default, and how often a numba kernel started right after a
-burst of BLAS calls stalls (> 1 ms instead of ~0.2 ms).
+Default mode: ResNet-18 at batch 1 under each thread-pool setting of :data:`CONFIGS` (the
+one ``import fastrun`` picks and the ones it replaced), each run in its own process because
+the runtimes read their variables when they load.  Each process searches (the first time, into
+a cache file per setting), then times fastrun and onnxruntime (2 intra-op threads) one after
+the other; settings alternate over ``--rounds`` rounds.  Figure: fastrun's time as a ratio to
+onnxruntime's in the same process (the machine's drift hits both), median over rounds.
 
-    python -m benchmarks.bench_thread_pools [--trials 60]
+``--timeouts``: with OpenBLAS on all cores and numba's workers asleep (the settings before
+fastrun kept OpenBLAS on one thread), sgemm time at 128^3 and 512^3 for each
+OPENBLAS_THREAD_TIMEOUT against OpenBLAS's own default (2^28 cycles), and how often a numba
+kernel started right after a burst of BLAS calls stalls (> 1 ms instead of ~0.2 ms).
+
+    python -m benchmarks.bench_thread_pools [--rounds 5] [--timeouts [--trials 60]]
 """
 
 from __future__ import annotations
@@ -13,12 +20,61 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import statistics
 import subprocess
 import sys
+import tempfile
 
 from benchmarks._common import header
 
 SETTINGS = ["28", "4", "16", "20", "24"]  # 28 is OpenBLAS's default
+
+#: The variables the settings are made of (removed from a child's environment first).
+THREAD_VARIABLES = ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT", "OPENBLAS_NUM_THREADS",
+                    "OMP_NUM_THREADS", "GOTO_NUM_THREADS", "OPENBLAS_THREAD_TIMEOUT")
+CORES = str(os.cpu_count() or 1)
+#: name -> environment; the empty one is what ``import fastrun`` sets (fastrun/_threads.py)
+CONFIGS = {
+    "numba spinning, BLAS 1 thread (fastrun's default)": {},
+    "numba spinning, BLAS on all cores": {"OPENBLAS_NUM_THREADS": CORES},
+    "numba asleep, BLAS on all cores (the default before)": {
+        "OMP_WAIT_POLICY": "passive", "OPENBLAS_NUM_THREADS": CORES},
+}
+
+MODEL_CHILD = r"""
+import json, sys, time
+import fastrun
+import numpy as np
+import onnxruntime as ort
+from fastrun.api import Session
+from fastrun.runtime import load, zoo
+
+cache, iterations = sys.argv[1], int(sys.argv[2])
+session = Session(device="cpu", cache=cache, strategy="fast-run", progress=False)
+model = load("zoo:resnet18", session, weight_preprocess=True)
+feeds = model.random_inputs(0)
+model.search()
+options = ort.SessionOptions()
+options.intra_op_num_threads = 2
+options.log_severity_level = 3
+peer = ort.InferenceSession(zoo.build("resnet18").SerializeToString(), options,
+                           providers=["CPUExecutionProvider"])
+
+def median_ms(run):
+    for _ in range(3):
+        run()
+    times = []
+    for _ in range(iterations):
+        start = time.perf_counter()
+        run()
+        times.append(time.perf_counter() - start)
+    return float(np.median(times) * 1e3)
+
+fastrun_ms = median_ms(lambda: model.run(feeds))
+ort_ms = median_ms(lambda: peer.run(None, feeds))
+print(json.dumps({"fastrun_ms": fastrun_ms, "ort_ms": ort_ms,
+                  "category": session.device.category}))
+"""
 
 CHILD = r"""
 import json, sys, time
@@ -61,18 +117,59 @@ print(json.dumps({"sgemm128": sgemm128, "sgemm512": sgemm512, "after_max": max(a
 """
 
 
+def _child_environment(settings: dict[str, str]) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k not in THREAD_VARIABLES}
+    env.update(settings)
+    return env
+
+
 def measure(timeout: str, trials: int) -> dict:
-    env = dict(os.environ, OPENBLAS_THREAD_TIMEOUT=timeout)
+    env = _child_environment({"OPENBLAS_THREAD_TIMEOUT": timeout, "OMP_WAIT_POLICY": "passive",
+                              "OPENBLAS_NUM_THREADS": CORES})
     output = subprocess.run([sys.executable, "-c", CHILD, str(trials)], env=env,
                             capture_output=True, text=True, check=True).stdout
     return json.loads(output)
 
 
+def compare_configs(rounds: int, iterations: int) -> None:
+    print(header("thread pools: resnet18 batch 1 under each setting, fastrun / onnxruntime"))
+    results: dict[str, list[dict]] = {name: [] for name in CONFIGS}
+    with tempfile.TemporaryDirectory() as folder:
+        caches = {name: os.path.join(folder, f"cache{i}.bin") for i, name in enumerate(CONFIGS)}
+        for index in range(rounds):
+            names = list(CONFIGS)
+            shift = index % len(names)  # each round starts with another setting
+            for name in names[shift:] + names[:shift]:
+                output = subprocess.run(
+                    [sys.executable, "-c", MODEL_CHILD, caches[name], str(iterations)],
+                    env=_child_environment(CONFIGS[name]), capture_output=True, text=True,
+                    check=True).stdout
+                result = json.loads(output.strip().splitlines()[-1])
+                results[name].append(result)
+                print(f"  round {index + 1} {name}: fastrun {result['fastrun_ms']:.2f} ms, "
+                      f"onnxruntime {result['ort_ms']:.2f} ms", flush=True)
+    print(f"\n{'setting':52s} {'fastrun ms':>11s} {'ort ms':>8s} {'fastrun/ort':>12s}")
+    for name, runs in results.items():
+        ratios = [r["fastrun_ms"] / r["ort_ms"] for r in runs]
+        print(f"{name:52s} {statistics.median(r['fastrun_ms'] for r in runs):>11.2f} "
+              f"{statistics.median(r['ort_ms'] for r in runs):>8.2f} "
+              f"{statistics.median(ratios):>12.3f}  (per round: "
+              + ", ".join(f"{x:.2f}" for x in ratios) + ")")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--iterations", type=int, default=30)
+    parser.add_argument("--timeouts", action="store_true",
+                        help="measure OPENBLAS_THREAD_TIMEOUT settings instead")
     parser.add_argument("--trials", type=int, default=60)
     args = parser.parse_args()
-    print(header("thread pools: OPENBLAS_THREAD_TIMEOUT vs OpenBLAS's default (28)"))
+    if not args.timeouts:
+        compare_configs(args.rounds, args.iterations)
+        return
+    print(header("thread pools: OPENBLAS_THREAD_TIMEOUT vs OpenBLAS's default (28), "
+                 "OpenBLAS on all cores, numba asleep"))
     results = {timeout: measure(timeout, args.trials) for timeout in SETTINGS}
     base = results["28"]
     print(f"{'timeout':>8} {'sgemm128 us':>12} {'vs default':>10} {'sgemm512 us':>12} "

@@ -1,27 +1,58 @@
-"""Keep the CPU's thread pools from fighting over the cores, so that timings are stable.
+"""One thread pool for the parallel work, kept awake between kernels; BLAS on the calling thread.
 
 Fast Run rests on one premise: an algorithm's time does not depend on what ran before it.  Two
-thread pools share the cores here, numba's (OpenMP layer) and OpenBLAS's, and both busy-wait
-after their work by default.  Measured on a 2-core machine:
+thread pools could share the cores here, numba's (OpenMP layer) and OpenBLAS's, and on a
+2-core machine they fight: a pool that busy-waits after its work takes the core the other one
+needs next.  Measured on the 2-core development VM (``docs/performance.md``, "Thread pools"):
 
-* numba's OpenMP workers spinning after a parallel region made the next sgemm (100x300x70) run
-  4x slower (30 us -> 118 us).  ``OMP_WAIT_POLICY=passive`` removes it.
-* OpenBLAS's workers spin for 2^28 cycles (~0.1 s) after a call; a numba kernel started in that
-  window sometimes waited a scheduler slice (2-8 ms instead of ~150 us).  Spinning for 2^20
-  cycles (``OPENBLAS_THREAD_TIMEOUT=20``, ~0.4 ms) removed the stalls in 60 of 60 trials and
-  kept back-to-back BLAS calls as fast as before (31.5 us for 128^3).
+* numba's OpenMP workers spinning after a parallel region made the next multi-threaded sgemm
+  (100x300x70) run 4x slower (30 us -> 118 us, up to 567 us), and OpenBLAS's workers spinning
+  after a call (2^28 cycles, ~0.1 s, by default) made a numba kernel started in that window
+  wait a scheduler slice (2-8 ms instead of ~150 us).
+* Letting numba's workers *sleep* after every region (``OMP_WAIT_POLICY=passive``, the
+  earlier default) avoids the fight but makes every parallel region wake a halted vCPU: 25-70 us
+  per region on the VM (a tiny ``implicit_gemm`` call: 83 us asleep, 11 us spinning), and a
+  model runs ~50 regions per inference.  Under load from other tenants the wake-ups got worse,
+  and fastrun kept only 1.2x of its second core where onnxruntime kept 1.95x.
 
-Both variables are read when the runtimes start, so they are set here, when ``fastrun`` is
-imported, before numpy loads OpenBLAS.  A value the user set is kept.  A program that imports
-numpy before fastrun should set them itself (see docs/performance.md).
+So the defaults make numba's pool the only parallel one and keep it awake briefly:
+
+* ``GOMP_SPINCOUNT=20000``: numba's workers spin ~1 ms after a region before sleeping, long
+  enough to bridge the Python between one step's kernels and the next step's;
+* ``OPENBLAS_NUM_THREADS=1``: OpenBLAS runs on the calling thread, so it never waits for or
+  competes with numba's workers; products that pay for two threads have numba algorithms
+  (``register_tiled``, ``blocked``), and Fast Run measures which wins.  ResNet-18 end to end
+  went from 25.3-26.4 to 18.7-22.1 ms (5 of 5 alternated runs), onnxruntime at 17.9-19.2;
+* ``OPENBLAS_THREAD_TIMEOUT=20`` (~0.4 ms of spinning instead of ~0.1 s) for a user who gives
+  OpenBLAS more threads.
+
+The variables are read when the runtimes start, so they are set here, when ``fastrun`` is
+imported, before numpy loads OpenBLAS.  A value the user set is kept, and so is the intent:
+``OMP_WAIT_POLICY`` set by the user leaves ``GOMP_SPINCOUNT`` alone, and ``OMP_NUM_THREADS`` or
+``GOTO_NUM_THREADS`` (which OpenBLAS also reads) leave ``OPENBLAS_NUM_THREADS`` alone.  A program
+that imports numpy before fastrun should set them itself (see docs/performance.md).
 """
 
 import os
 
+#: variable -> (default, other variables whose presence means the user already decided)
 DEFAULTS = {
-    "OMP_WAIT_POLICY": "passive",
-    "OPENBLAS_THREAD_TIMEOUT": "20",
+    "GOMP_SPINCOUNT": ("20000", ("OMP_WAIT_POLICY",)),
+    "OPENBLAS_NUM_THREADS": ("1", ("OMP_NUM_THREADS", "GOTO_NUM_THREADS")),
+    "OPENBLAS_THREAD_TIMEOUT": ("20", ()),
 }
 
-for _name, _value in DEFAULTS.items():
-    os.environ.setdefault(_name, _value)
+for _name, (_value, _user_decided) in DEFAULTS.items():
+    if not any(other in os.environ for other in _user_decided):
+        os.environ.setdefault(_name, _value)
+
+
+def blas_threads() -> int:
+    """The threads OpenBLAS started with, as its environment variables decide (it reads them
+    once, when numpy loads it): part of the CPU device's category, because a cache searched
+    with a multi-threaded BLAS does not hold for a single-threaded one."""
+    for name in ("OPENBLAS_NUM_THREADS", "GOTO_NUM_THREADS", "OMP_NUM_THREADS"):
+        value = os.environ.get(name, "").strip()
+        if value.isdigit() and int(value) > 0:
+            return int(value)
+    return os.cpu_count() or 1

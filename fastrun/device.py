@@ -17,6 +17,7 @@ from typing import Any, TypeVar
 import numpy as np
 
 from fastrun import config
+from fastrun._threads import blas_threads
 
 T = TypeVar("T")
 
@@ -135,6 +136,7 @@ def _cpu_category(threads: int) -> str:
         f"threads={threads}",
         f"numpy={np.__version__}",
         f"blas={_blas_name()}",
+        f"blas_threads={blas_threads()}",
         f"numba={_package_version('numba')}",
     ]
     return ";".join(parts)

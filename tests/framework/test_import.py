@@ -1,5 +1,6 @@
 """The framework must not depend on the compute library, nor pull heavy imports at import."""
 
+import json
 import os
 import subprocess
 import sys
@@ -40,15 +41,31 @@ def test_the_library_arrives_through_the_entry_point():
     assert not registry.plugin_errors
 
 
-def test_import_sets_quiet_thread_pool_defaults_but_keeps_the_users():
-    code = "import os, fastrun; print(os.environ['OMP_WAIT_POLICY'], " \
-           "os.environ['OPENBLAS_THREAD_TIMEOUT'])"
-    env = {k: v for k, v in os.environ.items()
-           if k not in ("OMP_WAIT_POLICY", "OPENBLAS_THREAD_TIMEOUT")}
+def _environment_after_import(**given: str) -> dict[str, str | None]:
+    names = ("GOMP_SPINCOUNT", "OMP_WAIT_POLICY", "OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS",
+             "GOTO_NUM_THREADS", "OPENBLAS_THREAD_TIMEOUT")
+    code = ("import json, os, fastrun; from fastrun.device import CPUDevice; "
+            f"print(json.dumps([{{n: os.environ.get(n) for n in {names!r}}}, "
+            "CPUDevice(1).category]))")
+    env = {k: v for k, v in os.environ.items() if k not in names}
+    env.update(given)
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
-                         check=True).stdout.split()
-    assert out == ["passive", "20"]
-    env["OPENBLAS_THREAD_TIMEOUT"] = "28"
-    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
-                         check=True).stdout.split()
-    assert out == ["passive", "28"]
+                         check=True).stdout
+    values, category = json.loads(out)
+    return {**values, "category": category}
+
+
+def test_import_makes_numba_the_one_spinning_pool_but_keeps_the_users_choices():
+    got = _environment_after_import()
+    assert (got["GOMP_SPINCOUNT"], got["OPENBLAS_NUM_THREADS"],
+            got["OPENBLAS_THREAD_TIMEOUT"]) == ("20000", "1", "20")
+    assert got["OMP_WAIT_POLICY"] is None and "blas_threads=1;" in got["category"]
+    # a value the user set is kept
+    got = _environment_after_import(OPENBLAS_THREAD_TIMEOUT="28", GOMP_SPINCOUNT="0")
+    assert (got["OPENBLAS_THREAD_TIMEOUT"], got["GOMP_SPINCOUNT"]) == ("28", "0")
+    # a user who chose a wait policy or thread counts decided: no default overrides that
+    got = _environment_after_import(OMP_WAIT_POLICY="passive", OMP_NUM_THREADS="2")
+    assert got["GOMP_SPINCOUNT"] is None and got["OPENBLAS_NUM_THREADS"] is None
+    assert "blas_threads=2;" in got["category"]
+    got = _environment_after_import(OPENBLAS_NUM_THREADS="2")
+    assert got["OPENBLAS_NUM_THREADS"] == "2" and "blas_threads=2;" in got["category"]
