@@ -1,10 +1,12 @@
-"""The matmul sub-problems of ResNet-18's convolutions: ``register_tiled`` against BLAS.
+"""The matmul sub-problems of ResNet-18's convolutions: ``register_tiled`` and ``blas_split``
+against BLAS.
 
 The GEMM-based conv algorithms hand their products to the matmul operator, and those products
 are not square: Winograd's are batches of (K x C) @ (C x tiles) with 16 to 196 tiles, im2col's
-have 49 to 784 columns.  For each such product at batch 1 this prints both algorithms' times
-(interleaved medians, the same inputs) and the ratio register_tiled / blas; below 1.0 means
-the numba kernel is faster than numpy's OpenBLAS.
+have 49 to 784 columns.  For each such product at batch 1 this prints the algorithms' times
+(interleaved medians, the same inputs) and the ratios register_tiled / blas and blas_split /
+blas; below 1.0 means faster than numpy's OpenBLAS (on one thread, fastrun's default:
+fastrun/_threads.py).
 
     python -m benchmarks.probe_matmul_tiles [--rounds 7]
 """
@@ -16,7 +18,12 @@ import argparse
 import numpy as np
 
 from benchmarks._common import header, interleaved_medians
-from fastrun_algorithms.matmul import BlasMatmul, MatmulOperator, RegisterTiledMatmul
+from fastrun_algorithms.matmul import (
+    BlasMatmul,
+    MatmulOperator,
+    RegisterTiledMatmul,
+    SplitBlasMatmul,
+)
 
 #: (what, A shape, B shape): the products of ResNet-18's 3x3 layers at batch 1.
 PRODUCTS = (
@@ -38,22 +45,26 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=7)
     args = parser.parse_args()
     operator, blas, tiled = MatmulOperator(), BlasMatmul(), RegisterTiledMatmul()
+    split = SplitBlasMatmul()
     rng = np.random.default_rng(0)
-    print(header("matmul sub-problems of ResNet-18 convs: register_tiled vs blas (OpenBLAS)"))
+    print(header("matmul sub-problems of ResNet-18 convs: register_tiled and blas_split vs "
+                 "blas (OpenBLAS)"))
     print(f"{'product':28s} {'A':>16s} {'B':>16s} {'blas ms':>8s} {'tiled ms':>8s} "
-          f"{'GFLOP/s':>8s} {'ratio':>6s}")
+          f"{'GFLOP/s':>8s} {'ratio':>6s} {'split ms':>8s} {'ratio':>6s}")
     for what, a_shape, b_shape in PRODUCTS:
         problem = operator.problem([a_shape, b_shape], ["float32", "float32"])
         a = rng.uniform(-1, 1, a_shape).astype(np.float32)
         b = rng.uniform(-1, 1, b_shape).astype(np.float32)
         calls = {name: (lambda alg=alg, problem=problem, a=a, b=b: alg.run(problem, [a, b], None))
-                 for name, alg in (("blas", blas), ("tiled", tiled))}
+                 for name, alg in (("blas", blas), ("tiled", tiled), ("split", split))}
         calls["tiled"]()  # compile
+        calls["split"]()
         seconds = interleaved_medians(calls, rounds=args.rounds, number=50, settle_s=0.3)
         flops = 2 * np.prod(a_shape) * b_shape[-1]
         print(f"{what:28s} {a_shape!s:>16s} {b_shape!s:>16s} "
               f"{seconds['blas'] * 1e3:8.3f} {seconds['tiled'] * 1e3:8.3f} "
-              f"{flops / seconds['tiled'] / 1e9:8.0f} {seconds['tiled'] / seconds['blas']:6.2f}")
+              f"{flops / seconds['tiled'] / 1e9:8.0f} {seconds['tiled'] / seconds['blas']:6.2f} "
+              f"{seconds['split'] * 1e3:8.3f} {seconds['split'] / seconds['blas']:6.2f}")
 
 
 if __name__ == "__main__":

@@ -44,6 +44,9 @@ DEFAULT_MARGIN = 0.25
 
 #: Rounds with which :func:`confirm` re-measures the problems that regressed.
 DEFAULT_CONFIRM_ROUNDS = 3
+#: Seconds :func:`confirm` waits before each of its rounds, so that they spread over several
+#: seconds: a burst of load on CI's machine outlasted three back-to-back rounds.
+CONFIRM_PAUSE_S = 1.0
 
 #: Relative spread assumed, at least, for a time that rests on an early-stopped candidate's
 #: two runs: their interquartile range says nothing about how far the next two would land
@@ -516,8 +519,8 @@ def compare(baseline: Rankings, current: Rankings, margin: float = DEFAULT_MARGI
 def confirm(session: Session, baseline: Rankings, current: Rankings,
             problems: Suite | Iterable[SuiteProblem | Problem], margin: float = DEFAULT_MARGIN,
             rounds: int = DEFAULT_CONFIRM_ROUNDS,
-            progress: Callable[[int, int, RankedProblem], None] | None = None
-            ) -> tuple[Comparison, Rankings]:
+            progress: Callable[[int, int, RankedProblem], None] | None = None,
+            pause_s: float = CONFIRM_PAUSE_S) -> tuple[Comparison, Rankings]:
     """Compare, re-measure the problems that regressed ``rounds`` more times, compare again.
 
     Why: bursts of other processes' load on a shared machine can last seconds, long enough to
@@ -525,6 +528,8 @@ def confirm(session: Session, baseline: Rankings, current: Rankings,
     rounds, against 56 us before and after on unchanged code). Load only ever adds time, so
     folding the new rounds in (each algorithm keeps its fastest round over all of them, as
     :func:`rank` does) clears a burst, while a real slowdown is slow in every round and stays.
+    Each round waits ``pause_s`` first, so the rounds spread over seconds (one burst on the
+    development machine outlasted three back-to-back rounds).
     ``problems`` is what ``current`` was ranked from. Returns the final comparison, whose
     problems that were flagged at first carry a note saying whether the regression held, and
     the rankings with the extra rounds folded in.
@@ -536,10 +541,19 @@ def confirm(session: Session, baseline: Rankings, current: Rankings,
     registry = session.registry
     subset = [item for item in _raw_items(problems)
               if _ident(item, registry) in flagged]
-    extra = {p.ident: p for p in rank(session, subset, progress, current.suite, rounds).problems}
+    extra: dict[tuple[str, str], list[RankedProblem]] = {}
+    for round_index in range(rounds):
+        time.sleep(pause_s)
+
+        def report(done: int, total: int, ranked: RankedProblem, offset=round_index) -> None:
+            if progress is not None:
+                progress(offset * total + done, rounds * total, ranked)
+
+        for ranked in rank(session, subset, report, current.suite).problems:
+            extra.setdefault(ranked.ident, []).append(ranked)
     folded = Rankings(current.suite, current.device, current.fastrun_version,
                       current.created_at, current.budget_s,
-                      [_combine([p, extra[p.ident]]) if p.ident in extra else p
+                      [_combine([p, *extra[p.ident]]) if p.ident in extra else p
                        for p in current.problems],
                       current.strategy, current.rounds)
     final = compare(baseline, folded, margin)

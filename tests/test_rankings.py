@@ -184,7 +184,8 @@ def test_confirm_clears_a_burst_of_load_and_keeps_a_real_slowdown(clock):
     timed["burst_calls"] = timed["calls"]  # the burst is over
     seen = []
     result, folded = confirm(session, baseline, current, [problem()], margin=0.25, rounds=2,
-                             progress=lambda done, total, ranked: seen.append((done, total)))
+                             progress=lambda done, total, ranked: seen.append((done, total)),
+                             pause_s=0)
     assert seen == [(1, 2), (2, 2)]
     assert not result.regressions and result.remeasured == [str(problem())]
     assert result.confirm_rounds == 2 and result.to_dict()["remeasured"] == [str(problem())]
@@ -198,7 +199,7 @@ def test_confirm_clears_a_burst_of_load_and_keeps_a_real_slowdown(clock):
     # a real slowdown is slow in every round: confirmed, and the note says so
     timed["burst_calls"] = 10**9
     slow = rank(session, [problem()], rounds=2)
-    result, _ = confirm(session, baseline, slow, [problem()], margin=0.25, rounds=2)
+    result, _ = confirm(session, baseline, slow, [problem()], margin=0.25, rounds=2, pause_s=0)
     item, = result.regressions
     assert item.notes[-1] == "confirmed: still a regression after 2 more round(s)"
     # nothing flagged: nothing re-measured; rounds=0 turns confirmation off

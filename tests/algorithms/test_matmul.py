@@ -41,6 +41,7 @@ BLAS = BY_TEXT["blas"]
 STRASSEN = BY_TEXT["strassen"]
 BLOCKED = [a for a in ALGORITHMS if a.desc.name == "blocked"]
 TILED = BY_TEXT["register_tiled"]
+SPLIT = BY_TEXT["blas_split"]
 
 
 
@@ -332,6 +333,7 @@ def test_numba_kernels_allocate_nothing_themselves() -> None:
         for blocked in BLOCKED:  # A, B, C and the two workspace buffers
             assert allocations(blocked.run, problem, inputs, ctx) == 5
         assert allocations(TILED.run, problem, inputs, ctx) == 3  # its tile is on the stack
+        assert allocations(SPLIT.run, problem, inputs, ctx) == 3  # pointers into A, B, C
     x = np.ones((2, 8, 6))
     combine = strassen._compiled_combine(x.dtype)
     assert allocations(combine, x[:, :4, :3], x[:, 4:, 3:], -1.0, x[:, :4, 3:]) == 3
@@ -384,14 +386,16 @@ def test_register_tiled_edges(dtype: str, m: int, n: int) -> None:
     (((1, 20, 30), (3, 30, 40)), 0),            # A's batch of one, shared
     (((2, 1, 20, 30), (1, 3, 30, 40)), 6 * 20 * 30 + 6 * 30 * 40),  # partial broadcasts
 ])
-def test_register_tiled_workspace_is_what_run_allocates(shapes: tuple, copied: int) -> None:
+@pytest.mark.parametrize("algorithm", [TILED, SPLIT], ids=lambda a: a.desc.text)
+def test_3d_kernels_workspace_is_what_run_allocates(algorithm: Algorithm, shapes: tuple,
+                                                    copied: int) -> None:
     problem = OPERATOR.problem(shapes, ["float64", "float64"])
     inputs = OPERATOR.random_inputs(problem, np.random.default_rng(8))
-    assert TILED.workspace_bytes(problem) == copied * 8
-    TILED.run(problem, inputs, CheckingContext())
+    assert algorithm.workspace_bytes(problem) == copied * 8
+    algorithm.run(problem, inputs, CheckingContext())
     with traced_peak() as peak:
-        output = TILED.run(problem, inputs, CheckingContext())
-    expected = TILED.workspace_bytes(problem) + output.nbytes
+        output = algorithm.run(problem, inputs, CheckingContext())
+    expected = algorithm.workspace_bytes(problem) + output.nbytes
     assert expected <= peak[0] <= expected + TRACEMALLOC_SLACK
 
 
@@ -404,28 +408,35 @@ def test_heuristic_puts_register_tiled_first_for_winograd_products() -> None:
                    [(16, 512, 2048), (16, 2048, 16)],    # deep K: BLAS
                    [(4, 1, 512), (4, 512, 1000)]):       # one row: BLAS
         problem = OPERATOR.problem(shapes, ["float32", "float32"])
-        order = OPERATOR.heuristic_order(problem, ALGORITHMS)
-        assert order[:2] == [BLAS, TILED], shapes
+        for threads, first in ((1, [BLAS, TILED]), (2, [SPLIT, BLAS, TILED])):
+            with numba_threads(threads):
+                order = OPERATOR.heuristic_order(problem, ALGORITHMS)
+            assert order[:len(first)] == first, (shapes, threads)
 
 
 def test_heuristic_large_problem() -> None:
     problem = OPERATOR.problem([(1024, 1024), (1024, 1024)], ["float32", "float32"])
-    order = OPERATOR.heuristic_order(problem, ALGORITHMS)
+    with numba_threads(2):
+        order = OPERATOR.heuristic_order(problem, ALGORITHMS)
     assert sorted(a.desc.text for a in order) == sorted(BY_TEXT)
-    assert [a.desc.name for a in order[:2]] == ["blas", "strassen"]
+    assert [a.desc.name for a in order[:3]] == ["blas_split", "blas", "strassen"]
     assert order[-1].desc.name == "naive"
+    with numba_threads(1):  # nothing to split over: BLAS on the calling thread first
+        order = OPERATOR.heuristic_order(problem, ALGORITHMS)
+    assert [a.desc.name for a in order[:2]] == ["blas", "strassen"]
 
 
 def test_heuristic_small_odd_problem() -> None:
     problem = OPERATOR.problem([(64, 32, 31), (31, 31)], ["float64", "float64"])
-    order = OPERATOR.heuristic_order(problem, list(reversed(ALGORITHMS)))
+    with numba_threads(1):
+        order = OPERATOR.heuristic_order(problem, list(reversed(ALGORITHMS)))
     assert len(order) == len(ALGORITHMS)
     names = [a.desc.name for a in order]
     assert names[0] == "blas" and names[-1] == "naive"
     assert names.index("strassen") > max(i for i, n in enumerate(names) if n == "blocked")
-    assert order[1] is TILED  # a batch against one shared matrix: BLAS first
+    assert order[1:3] == [TILED, SPLIT]  # a batch against one shared matrix: BLAS first
     # the tile that hangs over a 32 x 31 output least comes first among the blocked ones
-    assert order[2].desc.text == "blocked(kb=256,mb=32,nb=32)"
+    assert order[3].desc.text == "blocked(kb=256,mb=32,nb=32)"
 
 
 def test_heuristic_tiny_problem_keeps_blas_first() -> None:
@@ -451,3 +462,73 @@ def test_blocked_rejects_bad_parameters() -> None:
         matmul.BlockedMatmul({"mb": 8, "nb": 8})
     with pytest.raises(ValueError, match="'mb'"):
         matmul.BlockedMatmul({"mb": 0, "nb": 8, "kb": 8})
+
+
+# -- blas_split --------------------------------------------------------------------------------
+
+def test_split_plan_gives_every_thread_work_and_splits_few_rows_by_columns() -> None:
+    from fastrun_algorithms.matmul.blas_split import split_plan
+
+    assert split_plan(batch=1, m=512, n=49, threads=2) == (2, True)
+    assert split_plan(batch=1, m=1, n=1000, threads=2) == (2, False)  # one row: by columns
+    assert split_plan(batch=36, m=64, n=196, threads=2) == (1, True)  # whole products
+    assert split_plan(batch=3, m=64, n=64, threads=8) == (3, True)
+    assert split_plan(batch=1, m=40, n=64, threads=4) == (4, False)  # 10 rows a block: too few
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+@pytest.mark.parametrize("shapes", [((1, 300), (300, 70)), ((97, 40), (40, 5)),
+                                    ((2, 33, 17), (17, 65)), ((5,), (5, 40))])
+def test_blas_split_matches_reference(threads: int, shapes: tuple) -> None:
+    problem = OPERATOR.problem(shapes, ["float32", "float32"])
+    inputs = OPERATOR.random_inputs(problem, np.random.default_rng(threads))
+    with numba_threads(threads):
+        check_against_reference(SPLIT, problem, inputs)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+@pytest.mark.parametrize("by_rows", [True, False])
+@pytest.mark.parametrize("parts", [1, 2, 3, 5, 40])
+def test_blas_split_kernel_blocks_cover_the_output_once(dtype: str, by_rows: bool,
+                                                        parts: int) -> None:
+    """Any number of blocks (more than rows or columns too: empty blocks are skipped), by rows
+    or by columns, over a batch with a shared B."""
+    from fastrun_algorithms.matmul.blas_split import _compiled
+
+    rng = np.random.default_rng(parts)
+    a = rng.uniform(-1, 1, (3, 23, 19)).astype(dtype)
+    b = rng.uniform(-1, 1, (1, 19, 31)).astype(dtype)
+    out = np.full((3, 23, 31), np.nan, dtype=dtype)
+    _compiled(dtype)(a, b, out, parts, by_rows)
+    np.testing.assert_allclose(out, a @ b, rtol=1e-5, atol=1e-5)
+
+
+def test_blas_split_reads_strided_operands_in_place_or_copies_them() -> None:
+    rng = np.random.default_rng(9)
+    a = rng.uniform(-1, 1, (60, 90)).astype(np.float32)[:, 10:70]  # rows contiguous: in place
+    b = rng.uniform(-1, 1, (80, 60)).astype(np.float32).T          # columns contiguous: copied
+    c = rng.uniform(-1, 1, (60, 200)).astype(np.float32)[:, ::4]   # every fourth column: copied
+    problem = OPERATOR.problem([(60, 60), (60, 80)], ["float32", "float32"])
+    check_against_reference(SPLIT, problem, [a, b])
+    check_against_reference(SPLIT, OPERATOR.problem([(60, 60), (60, 50)], ["float32"] * 2),
+                            [a, c])
+
+
+def test_blas_split_says_why_without_numpys_openblas(monkeypatch, tmp_path) -> None:
+    from fastrun_algorithms.matmul import blas_split
+
+    monkeypatch.setattr(blas_split, "_library_folders", lambda: [str(tmp_path)])
+    blas_split._gemm_functions.cache_clear()
+    try:
+        problem = OPERATOR.problem([(8, 8), (8, 8)], ["float32", "float32"])
+        reason = SPLIT.unusable_reason(problem)
+        assert reason is not None and "numpy ships no OpenBLAS library" in reason
+        assert str(tmp_path) in reason
+        (tmp_path / "libfake_openblas.so").write_bytes(b"not a library")
+        blas_split._gemm_functions.cache_clear()
+        reason = SPLIT.unusable_reason(problem)
+        assert reason is not None and "exports none of scipy_cblas_sgemm64_" in reason
+    finally:
+        monkeypatch.undo()
+        blas_split._gemm_functions.cache_clear()
+    assert SPLIT.unusable_reason(problem) is None  # numpy's own library again

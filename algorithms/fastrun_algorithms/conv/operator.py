@@ -28,8 +28,9 @@ class ConvOperator(Operator):
     name = "conv"
     #: 2: the GEMM-based algorithms' timings include their matmul sub-problems, which gained
     #: ``register_tiled`` (matmul version 2); entries measured before would rank them too low.
-    #: 3: ``implicit_gemm`` added.
-    version = 3
+    #: 3: ``implicit_gemm`` added.  4: the matmul sub-problems gained ``blas_split`` and OpenBLAS
+    #: runs on one thread (fastrun/_threads.py), which changes the GEMM-based algorithms' times.
+    version = 4
 
     def problem(self, shapes: Sequence[Sequence[int]], dtypes: Sequence[Any],
                 **params: Any) -> Problem:

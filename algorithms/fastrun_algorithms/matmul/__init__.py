@@ -1,9 +1,9 @@
 """The matmul operator, its CPU algorithms and its OpenCL algorithms.
 
 ``register(registry)`` adds the operator and every algorithm: ``naive``, ``blas``,
-``register_tiled``, ``strassen`` and one ``blocked`` algorithm per tile configuration in
-:data:`BLOCKED_TILES`; and, where
-pyopencl is installed, the OpenCL configurations of :mod:`fastrun_algorithms.matmul.opencl`.
+``blas_split``, ``register_tiled``, ``strassen`` and one ``blocked`` algorithm per tile
+configuration in :data:`BLOCKED_TILES`; and, where pyopencl is installed, the OpenCL
+configurations of :mod:`fastrun_algorithms.matmul.opencl`.
 """
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ import importlib.util
 from fastrun.registry import Registry
 from fastrun_algorithms.matmul._batch import MatmulLayout, layout_of, matmul_layout
 from fastrun_algorithms.matmul.blas import BlasMatmul
+from fastrun_algorithms.matmul.blas_split import SplitBlasMatmul
 from fastrun_algorithms.matmul.blocked import BlockedMatmul
 from fastrun_algorithms.matmul.naive import NaiveMatmul
 from fastrun_algorithms.matmul.operator import MatmulOperator
@@ -39,6 +40,7 @@ __all__ = [
     "MatmulOperator",
     "NaiveMatmul",
     "RegisterTiledMatmul",
+    "SplitBlasMatmul",
     "StrassenMatmul",
     "layout_of",
     "matmul_layout",
@@ -51,6 +53,7 @@ def register(registry: Registry) -> None:
     registry.register_operator(MatmulOperator())
     registry.register_algorithm(NaiveMatmul())
     registry.register_algorithm(BlasMatmul())
+    registry.register_algorithm(SplitBlasMatmul())
     registry.register_algorithm(RegisterTiledMatmul())
     for mb, nb, kb in BLOCKED_TILES:
         registry.register_algorithm(BlockedMatmul({"mb": mb, "nb": nb, "kb": kb}))

@@ -133,3 +133,42 @@ def kernel_signature(dtype: np.dtype, *extra: types.Type) -> types.Signature:
 
 def numba_dtype(dtype: np.dtype) -> types.Type:
     return numba.from_dtype(np.dtype(dtype))
+
+
+# --------------------------------------------------------------------------------------------
+# Operands for kernels that index a 3-D form with a shared operand kept at a batch of one
+# (register_tiled, blas_split)
+
+
+def operand_3d(x: np.ndarray, shape3: Shape, layout: MatmulLayout) -> np.ndarray:
+    """``x`` as a 3-D operand a kernel indexes directly: (batch, rows, cols) when its batch
+    dimensions are the result's, (1, rows, cols) when it has no batch of its own (it is shared
+    by every product, without a copy), and otherwise (a partial broadcast, e.g. (2, 1, M, K)
+    against (1, 3, K, N)) materialised at the full batch, which :func:`materialised_bytes`
+    counts."""
+    if _shared(x.shape):
+        return x.reshape((1, *shape3[1:]))
+    if _own_batch(x.shape, layout):
+        return x.reshape(shape3)
+    return np.ascontiguousarray(np.broadcast_to(x, (*layout.batch_shape, *x.shape[-2:]))
+                                ).reshape(shape3)
+
+
+def materialised_bytes(problem: Problem) -> int:
+    """Bytes :func:`operand_3d` copies for ``problem``: only an operand whose batch dimensions
+    broadcast partially against the other's (neither its own batch nor one shared matrix)."""
+    layout = layout_of(problem)
+    itemsize = np.dtype(problem.dtypes[0]).itemsize
+    total = 0
+    for shape, shape3 in ((layout.a_shape, layout.a3_shape), (layout.b_shape, layout.b3_shape)):
+        if not _shared(shape) and not _own_batch(shape, layout):
+            total += math.prod(shape3) * itemsize
+    return total
+
+
+def _shared(shape: Shape) -> bool:
+    return len(shape) <= 2 or math.prod(shape[:-2]) == 1
+
+
+def _own_batch(shape: Shape, layout: MatmulLayout) -> bool:
+    return tuple(shape[:-2]) == tuple(layout.batch_shape)

@@ -31,6 +31,11 @@ TILED_MAX_K = 1024
 #: OpenBLAS's 95 us: waking the second thread is not paid back).
 TILED_MIN_MACS = 1 << 21
 
+#: ``blas_split`` goes before ``blas`` (one thread, fastrun/_threads.py) from this many
+#: multiply-adds on, when numba has more than one thread: a 1 x 512 @ 512 x 1000 product (2^19)
+#: took 21 us split over two workers against 33 us on one.
+SPLIT_MIN_MACS = 1 << 19
+
 
 class MatmulOperator(Operator):
     """``C = A @ B`` exactly as ``np.matmul`` defines it: 2-D products, batches with broadcast
@@ -44,8 +49,8 @@ class MatmulOperator(Operator):
     """
 
     name = "matmul"
-    #: 2: ``register_tiled`` added.
-    version = 2
+    #: 2: ``register_tiled`` added.  3: ``blas_split`` added (OpenBLAS now runs on one thread).
+    version = 3
 
     def validate(self, problem: Problem) -> None:
         if problem.operator != self.name:
@@ -92,18 +97,22 @@ class MatmulOperator(Operator):
            ``TILED_MIN_MACS`` multiply-adds in all (Winograd's products): 15-40% less time than
            OpenBLAS there (``benchmarks/probe_matmul_tiles.py``).  Smaller batches do not pay
            for its parallel region, and numpy runs a batch against one shared matrix well.
-        2. ``blas``: OpenBLAS beats or ties the numba kernels everywhere else measured here.
+        2. ``blas_split`` when numba has more than one thread and the product has at least
+           ``SPLIT_MIN_MACS`` multiply-adds: OpenBLAS runs on one thread
+           (``fastrun/_threads.py``), and this spreads its calls over numba's workers.
+        3. ``blas``: OpenBLAS beats or ties the numba kernels everywhere else measured here.
            Even for tiny products numpy's call (~1.0 us for 1 x 1 to 16 x 16) is cheaper than
            the naive kernel's run() (~1.8 us, mostly dispatch), so there is no tiny-problem
-           rule.  ``register_tiled`` follows it (after an early ``strassen``).
-        3. ``strassen``, when usable and min(M, K, N) >= ``STRASSEN_MIN_SIZE``.
-        4. ``blocked`` configurations, the best fitting tile first: a tile fits well when
+           rule.  ``register_tiled`` follows it (after an early ``strassen``), then
+           ``blas_split`` where rule 2 did not place it.
+        4. ``strassen``, when usable and min(M, K, N) >= ``STRASSEN_MIN_SIZE``.
+        5. ``blocked`` configurations, the best fitting tile first: a tile fits well when
            little of it hangs over the edges of the M x N output (edge tiles run short loops
            and reuse less) and when there are enough tiles to keep every numba thread busy;
            ties go to the larger tile (more reuse per loaded element), then to registration
            order.
-        5. ``strassen`` for other shapes, then algorithms this rule does not know.
-        6. ``naive`` last.
+        6. ``strassen`` for other shapes, then algorithms this rule does not know.
+        7. ``naive`` last.
 
         OpenCL algorithms (only ever candidates on an OpenCL device) are ordered by
         :func:`fastrun_algorithms.matmul.opencl.heuristic.opencl_rank`.
@@ -118,6 +127,8 @@ class MatmulOperator(Operator):
                                                                     layout.b_shape))
                        and layout.m >= 8 and layout.n >= 16 and layout.k <= TILED_MAX_K
                        and layout.batch * layout.m * layout.n * layout.k >= TILED_MIN_MACS)
+        split_first = (threads > 1
+                       and layout.batch * layout.m * layout.n * layout.k >= SPLIT_MIN_MACS)
 
         def rank(algorithm: Algorithm) -> tuple[float, ...]:
             if algorithm.device_kind == "opencl":
@@ -125,6 +136,8 @@ class MatmulOperator(Operator):
             name = algorithm.desc.name
             if name == "register_tiled":
                 return (-1,) if tiled_first else (1, 1)
+            if name == "blas_split":
+                return (0, -1) if split_first else (1, 2)
             if name == "blas":
                 return (0, 0)
             if name == "strassen" and strassen_early and algorithm.usable(problem):

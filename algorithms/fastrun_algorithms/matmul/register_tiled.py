@@ -31,7 +31,6 @@ REPRODUCIBLE: every output element is summed in k order by one job, with FMA con
 from __future__ import annotations
 
 import functools
-import math
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -43,7 +42,12 @@ from fastrun.algorithm import Algorithm, RunContext
 from fastrun.attribute import AlgoAttribute
 from fastrun.operator import Problem
 from fastrun_algorithms._common import FASTMATH, U, stack_buffer, tile_fma8, tile_rows8
-from fastrun_algorithms.matmul._batch import MatmulLayout, layout_of, numba_dtype
+from fastrun_algorithms.matmul._batch import (
+    layout_of,
+    materialised_bytes,
+    numba_dtype,
+    operand_3d,
+)
 
 #: Rows and columns of the output tile one job computes.  MR broadcasts and one NR-wide load
 #: feed MR vector multiply-adds per k, which keeps the multiply-add units busy; the tile of
@@ -113,27 +117,6 @@ def _compiled(dtype: np.dtype, a_layout: str, b_layout: str) -> Callable[..., No
         _register_tiled_kernel)
 
 
-def _operand(x: np.ndarray, shape3: tuple[int, ...], layout: MatmulLayout) -> np.ndarray:
-    """``x`` as a 3-D operand the kernel indexes directly: (batch, rows, cols) when its batch
-    dimensions are the result's, (1, rows, cols) when it has no batch of its own (it is shared),
-    and otherwise (a partial broadcast, e.g. (2, 1, M, K) against (1, 3, K, N)) materialised
-    at the full batch, which :meth:`RegisterTiledMatmul.workspace_bytes` counts."""
-    if _shared(x.shape):
-        return x.reshape((1, *shape3[1:]))
-    if _own_batch(x.shape, layout):
-        return x.reshape(shape3)
-    return np.ascontiguousarray(np.broadcast_to(x, (*layout.batch_shape, *x.shape[-2:]))
-                                ).reshape(shape3)
-
-
-def _shared(shape: tuple[int, ...]) -> bool:
-    return len(shape) <= 2 or math.prod(shape[:-2]) == 1
-
-
-def _own_batch(shape: tuple[int, ...], layout: MatmulLayout) -> bool:
-    return tuple(shape[:-2]) == tuple(layout.batch_shape)
-
-
 class RegisterTiledMatmul(Algorithm):
     """8 x 16 register tiles, one parallel job each, for float32 and float64 (see the module
     docstring for why it is fast where it is)."""
@@ -143,24 +126,15 @@ class RegisterTiledMatmul(Algorithm):
     attributes = AlgoAttribute.REPRODUCIBLE
 
     def workspace_bytes(self, problem: Problem) -> int:
-        """Bytes of operands materialised at the full batch: only an operand whose batch
-        dimensions broadcast partially against the other's (neither its own batch nor one
-        shared matrix) is copied; the kernel itself allocates nothing (its tile is on the
-        stack)."""
-        layout = layout_of(problem)
-        itemsize = np.dtype(problem.dtypes[0]).itemsize
-        total = 0
-        for shape, shape3 in ((layout.a_shape, layout.a3_shape),
-                              (layout.b_shape, layout.b3_shape)):
-            if not _shared(shape) and not _own_batch(shape, layout):
-                total += math.prod(shape3) * itemsize
-        return total
+        """Operands materialised at the full batch (:func:`materialised_bytes`); the kernel
+        itself allocates nothing (its tile is on the stack)."""
+        return materialised_bytes(problem)
 
     def run(self, problem: Problem, inputs: Sequence[Any], ctx: RunContext,
             prepared: Any = None) -> np.ndarray:
         layout = layout_of(problem)
-        a = _operand(np.asarray(inputs[0]), layout.a3_shape, layout)
-        b = _operand(np.asarray(inputs[1]), layout.b3_shape, layout)
+        a = operand_3d(np.asarray(inputs[0]), layout.a3_shape, layout)
+        b = operand_3d(np.asarray(inputs[1]), layout.b3_shape, layout)
         out = np.empty(layout.out3_shape, dtype=a.dtype)
         kernel = _compiled(a.dtype, "C" if a.flags.c_contiguous else "A",
                            "C" if b.flags.c_contiguous else "A")
