@@ -71,7 +71,9 @@ def _gemm_functions() -> tuple[dict[str, Any], str]:
             if function is None or dtype in functions:
                 continue
             scalar = ctypes.c_float if dtype == "float32" else ctypes.c_double
-            index, address = ctypes.c_int64, ctypes.c_size_t
+            # Addresses as signed 64-bit integers, as the kernel computes them (numba turns a
+            # mix of unsigned and signed 64-bit integers into a float).
+            index = address = ctypes.c_int64
             function.restype = None
             function.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_int, index, index, index,
                                  scalar, address, index, address, index, scalar, address, index]
@@ -94,7 +96,8 @@ def _split_kernel(gemm: Callable[..., None]) -> Callable[..., None]:
         lda, ldb, ldc = a.strides[1] // item, b.strides[1] // item, n
         a_step = a.strides[0] if a.shape[0] > 1 else 0
         b_step = b.strides[0] if b.shape[0] > 1 else 0
-        a0, b0, c0 = a.ctypes.data, b.ctypes.data, out.ctypes.data
+        a0, b0 = np.int64(a.ctypes.data), np.int64(b.ctypes.data)
+        c0 = np.int64(out.ctypes.data)
         for job in prange(batch * parts):
             p = job // parts
             part = job - p * parts
