@@ -27,13 +27,22 @@ So the defaults make numba's pool the only parallel one and keep it awake briefl
   OpenBLAS more threads.
 
 The variables are read when the runtimes start, so they are set here, when ``fastrun`` is
-imported, before numpy loads OpenBLAS.  A value the user set is kept, and so is the intent:
-``OMP_WAIT_POLICY`` set by the user leaves ``GOMP_SPINCOUNT`` alone, and ``OMP_NUM_THREADS`` or
-``GOTO_NUM_THREADS`` (which OpenBLAS also reads) leave ``OPENBLAS_NUM_THREADS`` alone.  A program
-that imports numpy before fastrun should set them itself (see docs/performance.md).
+imported, before numpy loads OpenBLAS (numba's OpenMP layer starts at its first parallel
+kernel, later).  A value the user set is kept, and so is the intent: ``OMP_WAIT_POLICY`` set by
+the user leaves ``GOMP_SPINCOUNT`` alone, and ``OMP_NUM_THREADS`` or ``GOTO_NUM_THREADS`` (which
+OpenBLAS also reads) leave ``OPENBLAS_NUM_THREADS`` alone.  A program that imported numpy first
+has an OpenBLAS that already read its variables: then its thread count is set through
+OpenBLAS's own call, under the same rule.  ``OPENBLAS_THREAD_TIMEOUT`` cannot be changed late
+(see docs/performance.md).
 """
 
 import os
+import sys
+
+from fastrun import openblas
+
+#: numpy (and with it OpenBLAS) was loaded before fastrun: its variables were read already.
+_NUMPY_FIRST = "numpy" in sys.modules
 
 #: variable -> (default, other variables whose presence means the user already decided)
 DEFAULTS = {
@@ -42,15 +51,25 @@ DEFAULTS = {
     "OPENBLAS_THREAD_TIMEOUT": ("20", ()),
 }
 
+_USER_SET_BLAS_THREADS = any(name in os.environ for name in
+                             ("OPENBLAS_NUM_THREADS", *DEFAULTS["OPENBLAS_NUM_THREADS"][1]))
+
 for _name, (_value, _user_decided) in DEFAULTS.items():
     if not any(other in os.environ for other in _user_decided):
         os.environ.setdefault(_name, _value)
 
+if _NUMPY_FIRST and not _USER_SET_BLAS_THREADS:
+    openblas.set_num_threads(int(DEFAULTS["OPENBLAS_NUM_THREADS"][0]))
+
 
 def blas_threads() -> int:
-    """The threads OpenBLAS started with, as its environment variables decide (it reads them
-    once, when numpy loads it): part of the CPU device's category, because a cache searched
-    with a multi-threaded BLAS does not hold for a single-threaded one."""
+    """The threads OpenBLAS uses: part of the CPU device's category, because a cache searched
+    with a multi-threaded BLAS does not hold for a single-threaded one.  Asked of numpy's
+    OpenBLAS itself where it is found; otherwise what its environment variables say (it reads
+    them once, when numpy loads it)."""
+    threads = openblas.get_num_threads()
+    if threads is not None:
+        return threads
     for name in ("OPENBLAS_NUM_THREADS", "GOTO_NUM_THREADS", "OMP_NUM_THREADS"):
         value = os.environ.get(name, "").strip()
         if value.isdigit() and int(value) > 0:

@@ -8,6 +8,7 @@ reports, the attributes and the heuristic order.
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import numba
@@ -526,20 +527,30 @@ def test_blas_split_reads_strided_operands_in_place_or_copies_them() -> None:
 
 
 def test_blas_split_says_why_without_numpys_openblas(monkeypatch, tmp_path) -> None:
+    import _ctypes
+    import shutil
+
+    from fastrun import openblas
     from fastrun_algorithms.matmul import blas_split
 
-    monkeypatch.setattr(blas_split, "_library_folders", lambda: [str(tmp_path)])
-    blas_split._gemm_functions.cache_clear()
+    def look_in(folder: Path) -> None:
+        monkeypatch.setattr(openblas, "library_folders", lambda: [str(folder)])
+        openblas.libraries.cache_clear()
+        blas_split._gemm_functions.cache_clear()
+
+    problem = OPERATOR.problem([(8, 8), (8, 8)], ["float32", "float32"])
     try:
-        problem = OPERATOR.problem([(8, 8), (8, 8)], ["float32", "float32"])
+        look_in(tmp_path)
         reason = SPLIT.unusable_reason(problem)
         assert reason is not None and "numpy ships no OpenBLAS library" in reason
         assert str(tmp_path) in reason
-        (tmp_path / "libfake_openblas.so").write_bytes(b"not a library")
-        blas_split._gemm_functions.cache_clear()
+        # a library that loads but has no gemm of this interface
+        shutil.copy(_ctypes.__file__, tmp_path / "libother_openblas.so")
+        look_in(tmp_path)
         reason = SPLIT.unusable_reason(problem)
         assert reason is not None and "exports none of scipy_cblas_sgemm64_" in reason
     finally:
         monkeypatch.undo()
+        openblas.libraries.cache_clear()
         blas_split._gemm_functions.cache_clear()
     assert SPLIT.unusable_reason(problem) is None  # numpy's own library again

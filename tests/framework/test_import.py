@@ -41,10 +41,12 @@ def test_the_library_arrives_through_the_entry_point():
     assert not registry.plugin_errors
 
 
-def _environment_after_import(**given: str) -> dict[str, str | None]:
+def _environment_after_import(numpy_first: bool = False, **given: str
+                              ) -> dict[str, str | None]:
     names = ("GOMP_SPINCOUNT", "OMP_WAIT_POLICY", "OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS",
              "GOTO_NUM_THREADS", "OPENBLAS_THREAD_TIMEOUT")
-    code = ("import json, os, fastrun; from fastrun.device import CPUDevice; "
+    code = ("import numpy; " if numpy_first else "") + (
+            "import json, os, fastrun; from fastrun.device import CPUDevice; "
             f"print(json.dumps([{{n: os.environ.get(n) for n in {names!r}}}, "
             "CPUDevice(1).category]))")
     env = {k: v for k, v in os.environ.items() if k not in names}
@@ -69,3 +71,11 @@ def test_import_makes_numba_the_one_spinning_pool_but_keeps_the_users_choices():
     assert "blas_threads=2;" in got["category"]
     got = _environment_after_import(OPENBLAS_NUM_THREADS="2")
     assert got["OPENBLAS_NUM_THREADS"] == "2" and "blas_threads=2;" in got["category"]
+
+
+def test_numpy_imported_first_still_gets_one_blas_thread_unless_the_user_chose():
+    """OpenBLAS read its variables before fastrun could set them: fastrun asks it directly,
+    and the category reports what OpenBLAS really has."""
+    assert "blas_threads=1;" in _environment_after_import(numpy_first=True)["category"]
+    got = _environment_after_import(numpy_first=True, OPENBLAS_NUM_THREADS="2")
+    assert "blas_threads=2;" in got["category"]

@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import ctypes
 import functools
-import glob
 import os
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -32,6 +31,7 @@ import numba
 import numpy as np
 from numba import prange
 
+from fastrun import openblas
 from fastrun.algorithm import Algorithm, RunContext
 from fastrun.attribute import AlgoAttribute
 from fastrun.operator import Problem
@@ -46,38 +46,27 @@ SYMBOLS = {"float32": "scipy_cblas_sgemm64_", "float64": "scipy_cblas_dgemm64_"}
 MIN_ROWS_PER_BLOCK = 16
 
 
-def _library_folders() -> list[str]:
-    """Where numpy's wheels keep their bundled libraries (Linux, then macOS)."""
-    here = os.path.dirname(np.__file__)
-    return [os.path.join(here, os.pardir, "numpy.libs"), os.path.join(here, ".dylibs")]
-
-
 @functools.cache
 def _gemm_functions() -> tuple[dict[str, Any], str]:
     """(dtype name -> ctypes gemm function, reason when there are none)."""
-    paths = [path for folder in _library_folders()
-             for path in sorted(glob.glob(os.path.join(folder, "*openblas*")))]
+    folders = openblas.library_folders()
+    paths = [path for path, _ in openblas.libraries()]
     if not paths:
         return {}, ("numpy ships no OpenBLAS library (looked in "
-                    + " and ".join(os.path.normpath(f) for f in _library_folders()) + ")")
+                    + " and ".join(os.path.normpath(f) for f in folders) + ")")
     functions: dict[str, Any] = {}
-    for path in paths:
-        try:
-            library = ctypes.CDLL(path)
-        except OSError:
+    for dtype, symbol in SYMBOLS.items():
+        function = openblas.function(symbol)
+        if function is None:
             continue
-        for dtype, symbol in SYMBOLS.items():
-            function = getattr(library, symbol, None)
-            if function is None or dtype in functions:
-                continue
-            scalar = ctypes.c_float if dtype == "float32" else ctypes.c_double
-            # Addresses as signed 64-bit integers, as the kernel computes them (numba turns a
-            # mix of unsigned and signed 64-bit integers into a float).
-            index = address = ctypes.c_int64
-            function.restype = None
-            function.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_int, index, index, index,
-                                 scalar, address, index, address, index, scalar, address, index]
-            functions[dtype] = function
+        scalar = ctypes.c_float if dtype == "float32" else ctypes.c_double
+        # Addresses as signed 64-bit integers, as the kernel computes them (numba turns a mix
+        # of unsigned and signed 64-bit integers into a float).
+        index = address = ctypes.c_int64
+        function.restype = None
+        function.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_int, index, index, index,
+                             scalar, address, index, address, index, scalar, address, index]
+        functions[dtype] = function
     if not functions:
         return {}, (f"numpy's OpenBLAS ({', '.join(os.path.basename(p) for p in paths)}) "
                     f"exports none of {', '.join(SYMBOLS.values())}")
