@@ -20,8 +20,9 @@ So the defaults make numba's pool the only parallel one and keep it awake briefl
 * ``GOMP_SPINCOUNT=20000``: numba's workers spin ~1 ms after a region before sleeping, long
   enough to bridge the Python between one step's kernels and the next step's;
 * ``OPENBLAS_NUM_THREADS=1``: OpenBLAS runs on the calling thread, so it never waits for or
-  competes with numba's workers; products that pay for two threads have numba algorithms
-  (``register_tiled``, ``blocked``), and Fast Run measures which wins.  ResNet-18 end to end
+  competes with numba's workers; products that pay for two threads have algorithms on numba's
+  pool (``blas_split``: one OpenBLAS call per worker; ``register_tiled``, ``blocked``), and Fast
+  Run measures which wins.  ResNet-18 end to end
   went from 25.3-26.4 to 18.7-22.1 ms (5 of 5 alternated runs), onnxruntime at 17.9-19.2;
 * ``OPENBLAS_THREAD_TIMEOUT=20`` (~0.4 ms of spinning instead of ~0.1 s) for a user who gives
   OpenBLAS more threads.

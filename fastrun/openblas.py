@@ -28,11 +28,16 @@ def library_folders() -> list[str]:
     return [os.path.join(here, os.pardir, "numpy.libs"), os.path.join(here, ".dylibs")]
 
 
-@functools.cache
 def libraries() -> tuple[tuple[str, Any], ...]:
-    """(path, ctypes library) of every OpenBLAS numpy ships that loads."""
+    """(path, ctypes library) of every OpenBLAS numpy ships that loads (none while numpy is not
+    imported; that answer is not remembered)."""
+    return _load(tuple(library_folders()))
+
+
+@functools.cache
+def _load(folders: tuple[str, ...]) -> tuple[tuple[str, Any], ...]:
     found = []
-    for folder in library_folders():
+    for folder in folders:
         for path in sorted(glob.glob(os.path.join(folder, "*openblas*"))):
             try:
                 found.append((path, ctypes.CDLL(path)))

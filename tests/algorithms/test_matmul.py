@@ -535,7 +535,7 @@ def test_blas_split_says_why_without_numpys_openblas(monkeypatch, tmp_path) -> N
 
     def look_in(folder: Path) -> None:
         monkeypatch.setattr(openblas, "library_folders", lambda: [str(folder)])
-        openblas.libraries.cache_clear()
+        openblas._load.cache_clear()
         blas_split._gemm_functions.cache_clear()
 
     problem = OPERATOR.problem([(8, 8), (8, 8)], ["float32", "float32"])
@@ -551,6 +551,6 @@ def test_blas_split_says_why_without_numpys_openblas(monkeypatch, tmp_path) -> N
         assert reason is not None and "exports none of scipy_cblas_sgemm64_" in reason
     finally:
         monkeypatch.undo()
-        openblas.libraries.cache_clear()
+        openblas._load.cache_clear()
         blas_split._gemm_functions.cache_clear()
     assert SPLIT.unusable_reason(problem) is None  # numpy's own library again
