@@ -10,10 +10,11 @@ needs next.  Measured on the 2-core development VM (``docs/performance.md``, "Th
   after a call (2^28 cycles, ~0.1 s, by default) made a numba kernel started in that window
   wait a scheduler slice (2-8 ms instead of ~150 us).
 * Letting numba's workers *sleep* after every region (``OMP_WAIT_POLICY=passive``, the
-  earlier default) avoids the fight but makes every parallel region wake a halted vCPU: 25-70 us
-  per region on the VM (a tiny ``implicit_gemm`` call: 83 us asleep, 11 us spinning), and a
-  model runs ~50 regions per inference.  Under load from other tenants the wake-ups got worse,
-  and fastrun kept only 1.2x of its second core where onnxruntime kept 1.95x.
+  earlier default) avoids the fight but makes every parallel region wake a halted vCPU: about
+  25-35 us per region on the VM (a tiny ``implicit_gemm`` call, two regions: 83 us asleep, 11
+  us spinning), and a model runs ~50 regions per inference.  Under load from other tenants the
+  wake-ups got worse, and fastrun kept only 1.2x of its second core where onnxruntime kept
+  1.95x.
 
 So the defaults make numba's pool the only parallel one and keep it awake briefly:
 

@@ -9,7 +9,7 @@ columns of one output row) like the ``register_tiled`` matmul: eight weights bro
 one vector load of staged input, eight vector multiply-adds into a tile held in registers (a
 stack buffer, :func:`fastrun_algorithms._common.stack_buffer`), and the epilogue (bias,
 activation) applied as the tile is stored.  The tap offsets are a small table computed once per
-call, so the loop over (channel, tap) does no division.
+problem, so the loop over (channel, tap) does no division.
 
 Where it wins: the first layer of an image network (3 input channels, a 7x7 stride-2 kernel,
 112x112 outputs), whose unfolded matrix would be 147 x 12544 (7.4 MB per image) and whose

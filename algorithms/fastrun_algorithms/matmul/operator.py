@@ -123,12 +123,12 @@ class MatmulOperator(Operator):
         layout = layout_of(problem)
         threads = numba.get_num_threads()
         strassen_early = min(layout.m, layout.k, layout.n) >= STRASSEN_MIN_SIZE
+        macs = layout.batch * layout.m * layout.n * layout.k
         tiled_first = (all(math.prod(shape[:-2]) > 1 for shape in (layout.a_shape,
                                                                     layout.b_shape))
                        and layout.m >= 8 and layout.n >= 16 and layout.k <= TILED_MAX_K
-                       and layout.batch * layout.m * layout.n * layout.k >= TILED_MIN_MACS)
-        split_first = (threads > 1
-                       and layout.batch * layout.m * layout.n * layout.k >= SPLIT_MIN_MACS)
+                       and macs >= TILED_MIN_MACS)
+        split_first = threads > 1 and macs >= SPLIT_MIN_MACS
 
         def rank(algorithm: Algorithm) -> tuple[float, ...]:
             if algorithm.device_kind == "opencl":
