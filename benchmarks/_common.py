@@ -38,10 +38,10 @@ def time_calls(function: Callable[[], object], number: int) -> float:
             gc.enable()
 
 
-def interleaved_medians(functions: dict[str, Callable[[], object]], rounds: int,
-                        number: int, settle_s: float = 0.0) -> dict[str, float]:
-    """Median seconds per call of each function, measured in alternating rounds so that drift
-    of a shared machine hits every function alike.
+def interleaved_samples(functions: dict[str, Callable[[], object]], rounds: int,
+                        number: int, settle_s: float = 0.0) -> dict[str, list[float]]:
+    """Seconds per call of each function, one sample per round, measured in alternating
+    rounds so that drift of a shared machine hits every function alike.
 
     ``settle_s``: before each sample, run the function untimed for this long, so that thread
     pools the previous function used (OpenBLAS workers spin for about 0.1 s after a call) have
@@ -59,4 +59,22 @@ def interleaved_medians(functions: dict[str, Callable[[], object]], rounds: int,
             while time.perf_counter() < deadline:
                 function()
             samples[name].append(time_calls(function, number))
+    return samples
+
+
+def interleaved_medians(functions: dict[str, Callable[[], object]], rounds: int,
+                        number: int, settle_s: float = 0.0) -> dict[str, float]:
+    """Median seconds per call of each function over :func:`interleaved_samples`' rounds."""
+    samples = interleaved_samples(functions, rounds, number, settle_s)
     return {name: statistics.median(values) for name, values in samples.items()}
+
+
+def paired_ratio(samples: dict[str, list[float]], numerator: str, denominator: str) -> float:
+    """Median over rounds of the two functions' ratio within the round.
+
+    Why not the ratio of the medians: a burst of load that lasts a few rounds moves both
+    functions' samples of those rounds, so a ratio taken inside a round cancels it, while the
+    two medians can each land on a different round's noise.
+    """
+    return statistics.median(a / b for a, b in zip(samples[numerator], samples[denominator],
+                                                   strict=True))

@@ -38,9 +38,10 @@ def ort_session(x: np.ndarray, w: np.ndarray, b: np.ndarray, params: dict, threa
         nodes.append(helper.make_node("Relu", ["conv"], ["y"]))
     elif activation == "relu6":
         nodes.append(helper.make_node("Clip", ["conv", "lo", "hi"], ["y"]))
-    constants = [numpy_helper.from_array(w, "w"), numpy_helper.from_array(b, "b"),
-                 numpy_helper.from_array(np.array(0, np.float32), "lo"),
-                 numpy_helper.from_array(np.array(6, np.float32), "hi")]
+    constants = [numpy_helper.from_array(w, "w"), numpy_helper.from_array(b, "b")]
+    if activation == "relu6":
+        constants += [numpy_helper.from_array(np.array(0, np.float32), "lo"),
+                      numpy_helper.from_array(np.array(6, np.float32), "hi")]
     graph = helper.make_graph(
         nodes, "conv",
         [helper.make_tensor_value_info("x", TensorProto.FLOAT, list(x.shape))],
@@ -51,6 +52,7 @@ def ort_session(x: np.ndarray, w: np.ndarray, b: np.ndarray, params: dict, threa
     options.intra_op_num_threads = threads
     options.inter_op_num_threads = 1
     options.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
+    options.log_severity_level = 3
     session = ort.InferenceSession(model.SerializeToString(), options,
                                    providers=["CPUExecutionProvider"])
     feeds = {"x": x}

@@ -4,8 +4,12 @@ Per model and batch:
 
 * ``search``: wall time of fast-run's search from an empty cache (target for resnet50: < 60 s
   on 2 cores), and the problems it profiled;
-* ``fast-run / ort`` and ``heuristic / ort``: median inference time as a ratio to onnxruntime's
-  (targets: resnet18 batch 1 within 1.25; fast-run never slower than heuristic-only);
+* ``ort ms``, ``fast ms``, ``heur ms``: median inference time over the rounds;
+* ``fast/ort``, ``heur/ort`` and ``fast/heur``: the median over rounds of the ratio within
+  each round (targets: resnet18 batch 1 within 1.25; fast-run never slower than
+  heuristic-only). A ratio inside a round cancels load that lasts a few rounds, which the
+  ratio of two medians does not: on resnet50 at batch 8, where the two sessions differ by
+  about 3%, the ratio of the medians read 0.95 and 1.03 in two runs of the same code;
 * ``cached``: a second session loading the same model with the complete cache: problems
   profiled (target 0) and the executor's own share of the run time, measured by running the
   model's program with every step replaced by a function that returns its precomputed output
@@ -21,13 +25,14 @@ from __future__ import annotations
 
 import argparse
 import os
+import statistics
 import tempfile
 import time
 
 import numpy as np
 
 import fastrun
-from benchmarks._common import header, interleaved_medians, time_calls
+from benchmarks._common import header, interleaved_samples, paired_ratio, time_calls
 from fastrun.cache import FileCache, InMemoryCache
 from fastrun.runtime import load, zoo
 
@@ -93,17 +98,18 @@ def bench(name: str, batch: int, threads: int, rounds: int, budget: float,
     error = float(np.max(np.abs(got - expected)) / max(np.max(np.abs(expected)), 1e-30))
     # Samples of at least 0.1 s: single calls of a 10 ms model are too noisy to rank by.
     number = max(1, round(0.1 / time_calls(ort_run, 3)))
-    medians = interleaved_medians({
+    samples = interleaved_samples({
         "ort": ort_run,
         "fast-run": lambda: fast.run(feeds),
         "heuristic": lambda: heuristic.run(feeds),
     }, rounds=rounds, number=number, settle_s=0.05)
+    medians = {name: statistics.median(values) for name, values in samples.items()}
     share = executor_share(cached, feeds)
     print(f"{name:<13} {batch:>3}  {search_s:7.1f} s {session.stats.profiled:4d}   "
           f"{medians['ort'] * 1e3:9.2f} {medians['fast-run'] * 1e3:9.2f} "
-          f"{medians['heuristic'] * 1e3:9.2f}   {medians['fast-run'] / medians['ort']:6.3f} "
-          f"{medians['heuristic'] / medians['ort']:6.3f} "
-          f"{medians['fast-run'] / medians['heuristic']:6.3f}   "
+          f"{medians['heuristic'] * 1e3:9.2f}   {paired_ratio(samples, 'fast-run', 'ort'):6.3f} "
+          f"{paired_ratio(samples, 'heuristic', 'ort'):6.3f} "
+          f"{paired_ratio(samples, 'fast-run', 'heuristic'):6.3f}   "
           f"{cached_session.stats.profiled:3d} {cached_load_s:5.2f} s {share * 100:6.3f}%  "
           f"{error:.1e}", flush=True)
 
@@ -112,7 +118,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--models", default="resnet18,mobilenet_v2,squeezenet,resnet50,vgg16")
     parser.add_argument("--batches", default="1,8")
-    parser.add_argument("--rounds", type=int, default=7)
+    parser.add_argument("--rounds", type=int, default=9)
     parser.add_argument("--budget", type=float, default=None,
                         help="profiling budget per candidate (default: fastrun's)")
     parser.add_argument("--cache", help="cache file to search into (default: a temporary one)")
