@@ -79,3 +79,24 @@ def test_numpy_imported_first_still_gets_one_blas_thread_unless_the_user_chose()
     assert "blas_threads=1;" in _environment_after_import(numpy_first=True)["category"]
     got = _environment_after_import(numpy_first=True, OPENBLAS_NUM_THREADS="2")
     assert "blas_threads=2;" in got["category"]
+
+
+def _huge_page_advice_after_import(numpy_first: bool, **given: str) -> list:
+    code = ("import numpy; " if numpy_first else "") + (
+            "import json, os, fastrun, numpy; from fastrun import _memory; "
+            "print(json.dumps([os.environ.get('NUMPY_MADVISE_HUGEPAGE'), "
+            "_memory.huge_page_advice()]))")
+    env = {k: v for k, v in os.environ.items() if k != "NUMPY_MADVISE_HUGEPAGE"}
+    env.update(given)
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
+                         check=True).stdout
+    return json.loads(out)
+
+
+def test_import_turns_numpys_huge_page_advice_off_unless_the_user_chose():
+    """Whether numpy was imported before fastrun or after, the advice is off; a user's
+    NUMPY_MADVISE_HUGEPAGE is kept and obeyed."""
+    assert _huge_page_advice_after_import(numpy_first=False) == ["0", False]
+    assert _huge_page_advice_after_import(numpy_first=True) == ["0", False]
+    assert _huge_page_advice_after_import(False, NUMPY_MADVISE_HUGEPAGE="1") == ["1", True]
+    assert _huge_page_advice_after_import(True, NUMPY_MADVISE_HUGEPAGE="1") == ["1", True]

@@ -1,0 +1,58 @@
+"""numpy's huge-page advice off by default: a kernel's time must not depend on the process.
+
+On Linux numpy asks the kernel for transparent huge pages (``madvise(MADV_HUGEPAGE)``) on
+every array of 4 MB or more.  Where the kernel's THP mode is ``madvise`` (the development VM:
+``enabled`` and ``defrag`` both ``madvise``), such an allocation may be backed by huge pages,
+compacted for, or collapsed later, and which of these happens differs from process to process.
+Fast Run's premise is that what it measured in the search process holds in the process that
+runs the model; measured on the VM (``docs/performance.md``, "MobileNetV2"):
+
+* ``implicit_gemm`` on MobileNetV2's 16->96 1x1 conv at 112x112 (a 4.8 MB output per call):
+  medians of 0.53-0.87 ms in five processes with numpy's advice, 0.49-0.54 ms in five
+  without; a search had ranked it 18% ahead of ``conv1x1`` and the model then found it 10%
+  behind;
+* ``bench_models --models mobilenet_v2``: fast-run against heuristic-only 1.040-1.054 in four
+  measurements with the advice, 0.950-1.009 in four without.
+
+So ``import fastrun`` sets ``NUMPY_MADVISE_HUGEPAGE=0`` before numpy reads it, or, when numpy
+was imported first, turns the advice off through numpy's own switch.  A value the user set is
+kept (``NUMPY_MADVISE_HUGEPAGE=1`` restores numpy's default).
+"""
+
+import os
+import sys
+
+VARIABLE = "NUMPY_MADVISE_HUGEPAGE"
+
+_USER_SET = VARIABLE in os.environ
+
+
+def _numpy_switch():
+    """numpy's setter of the advice (it returns the previous setting), or None."""
+    numpy = sys.modules.get("numpy")
+    if numpy is None:
+        return None
+    for module in ("_core", "core"):  # numpy 2, numpy 1
+        multiarray = getattr(getattr(numpy, module, None), "multiarray", None)
+        switch = getattr(multiarray, "_set_madvise_hugepage", None)
+        if switch is not None:
+            return switch
+    return None
+
+
+if not _USER_SET:
+    os.environ[VARIABLE] = "0"
+    _switch = _numpy_switch()
+    if _switch is not None:
+        _switch(False)
+
+
+def huge_page_advice() -> bool | None:
+    """Whether numpy currently advises huge pages (None before numpy is imported, or where
+    numpy has no such switch): for tests and diagnostics."""
+    switch = _numpy_switch()
+    if switch is None:
+        return None
+    previous = switch(False)
+    switch(previous)
+    return bool(previous)
