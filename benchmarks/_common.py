@@ -65,7 +65,11 @@ def interleaved_samples(functions: dict[str, Callable[[], object]], rounds: int,
 def interleaved_medians(functions: dict[str, Callable[[], object]], rounds: int,
                         number: int, settle_s: float = 0.0) -> dict[str, float]:
     """Median seconds per call of each function over :func:`interleaved_samples`' rounds."""
-    samples = interleaved_samples(functions, rounds, number, settle_s)
+    return medians(interleaved_samples(functions, rounds, number, settle_s))
+
+
+def medians(samples: dict[str, list[float]]) -> dict[str, float]:
+    """Each function's median over its samples."""
     return {name: statistics.median(values) for name, values in samples.items()}
 
 

@@ -25,14 +25,13 @@ from __future__ import annotations
 
 import argparse
 import os
-import statistics
 import tempfile
 import time
 
 import numpy as np
 
 import fastrun
-from benchmarks._common import header, interleaved_samples, paired_ratio, time_calls
+from benchmarks._common import header, interleaved_samples, medians, paired_ratio, time_calls
 from fastrun.cache import FileCache, InMemoryCache
 from fastrun.runtime import load, zoo
 
@@ -103,11 +102,11 @@ def bench(name: str, batch: int, threads: int, rounds: int, budget: float,
         "fast-run": lambda: fast.run(feeds),
         "heuristic": lambda: heuristic.run(feeds),
     }, rounds=rounds, number=number, settle_s=0.05)
-    medians = {name: statistics.median(values) for name, values in samples.items()}
+    median = medians(samples)
     share = executor_share(cached, feeds)
     print(f"{name:<13} {batch:>3}  {search_s:7.1f} s {session.stats.profiled:4d}   "
-          f"{medians['ort'] * 1e3:9.2f} {medians['fast-run'] * 1e3:9.2f} "
-          f"{medians['heuristic'] * 1e3:9.2f}   {paired_ratio(samples, 'fast-run', 'ort'):6.3f} "
+          f"{median['ort'] * 1e3:9.2f} {median['fast-run'] * 1e3:9.2f} "
+          f"{median['heuristic'] * 1e3:9.2f}   {paired_ratio(samples, 'fast-run', 'ort'):6.3f} "
           f"{paired_ratio(samples, 'heuristic', 'ort'):6.3f} "
           f"{paired_ratio(samples, 'fast-run', 'heuristic'):6.3f}   "
           f"{cached_session.stats.profiled:3d} {cached_load_s:5.2f} s {share * 100:6.3f}%  "

@@ -41,19 +41,26 @@ def test_the_library_arrives_through_the_entry_point():
     assert not registry.plugin_errors
 
 
+def _json_after_import(body: str, cleared: tuple[str, ...], numpy_first: bool = False,
+                       **given: str):
+    """What ``body`` prints as JSON in a fresh interpreter, with the variables ``cleared``
+    removed from the environment and ``given`` set (numpy imported before fastrun or not)."""
+    code = ("import numpy; " if numpy_first else "") + "import json, os, fastrun; " + body
+    env = {k: v for k, v in os.environ.items() if k not in cleared}
+    env.update(given)
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
+                         check=True).stdout
+    return json.loads(out)
+
+
 def _environment_after_import(numpy_first: bool = False, **given: str
                               ) -> dict[str, str | None]:
     names = ("GOMP_SPINCOUNT", "OMP_WAIT_POLICY", "OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS",
              "GOTO_NUM_THREADS", "OPENBLAS_THREAD_TIMEOUT")
-    code = ("import numpy; " if numpy_first else "") + (
-            "import json, os, fastrun; from fastrun.device import CPUDevice; "
-            f"print(json.dumps([{{n: os.environ.get(n) for n in {names!r}}}, "
-            "CPUDevice(1).category]))")
-    env = {k: v for k, v in os.environ.items() if k not in names}
-    env.update(given)
-    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
-                         check=True).stdout
-    values, category = json.loads(out)
+    values, category = _json_after_import(
+        "from fastrun.device import CPUDevice; "
+        f"print(json.dumps([{{n: os.environ.get(n) for n in {names!r}}}, "
+        "CPUDevice(1).category]))", names, numpy_first, **given)
     return {**values, "category": category}
 
 
@@ -82,15 +89,10 @@ def test_numpy_imported_first_still_gets_one_blas_thread_unless_the_user_chose()
 
 
 def _huge_page_advice_after_import(numpy_first: bool, **given: str) -> list:
-    code = ("import numpy; " if numpy_first else "") + (
-            "import json, os, fastrun, numpy; from fastrun import _memory; "
-            "print(json.dumps([os.environ.get('NUMPY_MADVISE_HUGEPAGE'), "
-            "_memory.huge_page_advice()]))")
-    env = {k: v for k, v in os.environ.items() if k != "NUMPY_MADVISE_HUGEPAGE"}
-    env.update(given)
-    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
-                         check=True).stdout
-    return json.loads(out)
+    return _json_after_import(
+        "import numpy; from fastrun import _memory; "
+        "print(json.dumps([os.environ.get('NUMPY_MADVISE_HUGEPAGE'), "
+        "_memory.huge_page_advice()]))", ("NUMPY_MADVISE_HUGEPAGE",), numpy_first, **given)
 
 
 def test_import_turns_numpys_huge_page_advice_off_unless_the_user_chose():
