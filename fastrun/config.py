@@ -25,6 +25,8 @@ VARIABLES: dict[str, str] = {
     "FASTRUN_PROGRESS": "1 forces a progress bar, 0 hides it (default: on a terminal)",
     "FASTRUN_TUNING_BUDGET": "candidates of one problem timed fully; larger spaces are sampled "
     "and halved first (default 24, 0 = time all)",
+    "FASTRUN_VECTOR_BITS": "vector width of numba's CPU kernels on AVX-512 processors: 512 "
+    "(default), 256, or auto (LLVM's choice for the processor)",
     "FASTRUN_OPENCL_DEVICE": "PLATFORM:DEVICE indices of the device 'opencl' selects, e.g. 0:1 "
     "(default: the first GPU, else the first device)",
 }
@@ -78,6 +80,18 @@ def profile_budget(explicit: float | None = None) -> float:
 def tuning_budget(explicit: int | None = None, default: int = 24) -> int:
     """Candidates timed fully per problem (see fastrun.tuning); 0 or less: no budget."""
     return setting(explicit, "FASTRUN_TUNING_BUDGET", default, int)
+
+
+def vector_bits(explicit: str | None = None) -> str:
+    """'512', '256' or 'auto' (see fastrun.vectors)."""
+    return setting(explicit, "FASTRUN_VECTOR_BITS", "512", _parse_vector_bits)
+
+
+def _parse_vector_bits(raw: str) -> str:
+    text = raw.strip().lower()
+    if text not in ("512", "256", "auto"):
+        raise ValueError("expected 512, 256 or auto")
+    return text
 
 
 def workspace_limit(explicit: int | str | None = None) -> int | None:

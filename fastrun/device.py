@@ -127,7 +127,7 @@ def _blas_name() -> str:
 
 
 @functools.lru_cache(maxsize=8)
-def _cpu_category(threads: int) -> str:
+def _cpu_category(threads: int, vectors: str) -> str:
     model, flags = _cpu_model_and_flags()
     parts = [
         "cpu",
@@ -138,6 +138,7 @@ def _cpu_category(threads: int) -> str:
         f"blas={_blas_name()}",
         f"blas_threads={blas_threads()}",
         f"numba={_package_version('numba')}",
+        f"vectors={vectors}",
     ]
     return ";".join(parts)
 
@@ -150,7 +151,9 @@ class CPUDevice(Device):
 
     @property
     def category(self) -> str:
-        return _cpu_category(self.threads)
+        from fastrun import vectors
+
+        return _cpu_category(self.threads, vectors.category_fact())
 
     def apply_threads(self) -> None:
         """Run numba kernels on the thread count the category promises."""

@@ -6,7 +6,12 @@ made by ``fastrun`` itself (``fastrun/_threads.py``), before numpy is loaded.
 
 
 def register(registry) -> None:
-    """Entry point of the ``fastrun.plugins`` group: add every operator and algorithm."""
+    """Entry point of the ``fastrun.plugins`` group: add every operator and algorithm.
+
+    numba's vector width is set first (``fastrun.vectors``), before any kernel compiles."""
+    from fastrun import vectors
+
+    vectors.configure_numba()
     from fastrun_algorithms import activation, conv, elementwise, matmul, pooling, tensor
 
     matmul.register(registry)
