@@ -26,25 +26,35 @@ from fastrun.attribute import AlgoAttribute
 from fastrun.suites import CONV_LAYERS as SUITES
 
 
-def ort_session(x: np.ndarray, w: np.ndarray, b: np.ndarray, params: dict, threads: int):
+def ort_session(x: np.ndarray, w: np.ndarray, b: np.ndarray, z: np.ndarray | None, params: dict,
+                threads: int):
+    """onnxruntime's model of the layer: Conv, then the residual Add of ``z`` (an input) when
+    there is one, then the activation (onnxruntime fuses Conv+Add+Relu and Conv+Clip as
+    fastrun does)."""
     import onnxruntime as ort
     from onnx import TensorProto, helper, numpy_helper
 
     activation = params.get("activation")
-    nodes = [helper.make_node("Conv", ["x", "w", "b"], ["conv" if activation else "y"],
-                              strides=list(params["strides"]), pads=list(params["pads"]),
-                              group=params["group"])]
-    if activation == "relu":  # onnxruntime fuses Conv+Relu and Conv+Clip as fastrun does
-        nodes.append(helper.make_node("Relu", ["conv"], ["y"]))
+    nodes = [helper.make_node("Conv", ["x", "w", "b"], ["conv"], strides=list(params["strides"]),
+                              pads=list(params["pads"]), group=params["group"])]
+    last = "conv"
+    if z is not None:
+        nodes.append(helper.make_node("Add", ["conv", "z"], ["sum"]))
+        last = "sum"
+    if activation == "relu":
+        nodes.append(helper.make_node("Relu", [last], ["y"]))
     elif activation == "relu6":
-        nodes.append(helper.make_node("Clip", ["conv", "lo", "hi"], ["y"]))
+        nodes.append(helper.make_node("Clip", [last, "lo", "hi"], ["y"]))
+    else:
+        nodes.append(helper.make_node("Identity", [last], ["y"]))
     constants = [numpy_helper.from_array(w, "w"), numpy_helper.from_array(b, "b")]
     if activation == "relu6":
         constants += [numpy_helper.from_array(np.array(0, np.float32), "lo"),
                       numpy_helper.from_array(np.array(6, np.float32), "hi")]
     graph = helper.make_graph(
         nodes, "conv",
-        [helper.make_tensor_value_info("x", TensorProto.FLOAT, list(x.shape))],
+        [helper.make_tensor_value_info(name, TensorProto.FLOAT, list(array.shape))
+         for name, array in (("x", x), ("z", z)) if array is not None],
         [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], constants)
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
     model.ir_version = 8  # what every onnxruntime since 1.10 reads
@@ -55,7 +65,7 @@ def ort_session(x: np.ndarray, w: np.ndarray, b: np.ndarray, params: dict, threa
     options.log_severity_level = 3
     session = ort.InferenceSession(model.SerializeToString(), options,
                                    providers=["CPUExecutionProvider"])
-    feeds = {"x": x}
+    feeds = {"x": x} if z is None else {"x": x, "z": z}
     return lambda: session.run(None, feeds)
 
 
@@ -81,19 +91,21 @@ def oracle(session, problem, inputs, sample_s: float, rounds: int) -> dict[str, 
 def measure_layer(session, layer, args, threads: int, rng) -> list:
     """[layer, pick, fastrun s, onnxruntime s, ranking text, (oracle best, pick/best)?]"""
     shapes = layer.shapes(args.batch)
-    x, w, b = (rng.uniform(-1, 1, s).astype(np.float32) for s in shapes)
-    problem = session.problem("conv", shapes, ["float32"] * 3, weight_preprocess=True,
+    inputs = tuple(rng.uniform(-1, 1, s).astype(np.float32) for s in shapes)
+    x, w, b = inputs[:3]
+    z = inputs[3] if layer.residual else None
+    problem = session.problem("conv", shapes, ["float32"] * len(shapes), weight_preprocess=True,
                               **layer.params())
     decision = session.decide(problem)
-    bound = session.chooser.prepare(problem, (x, w, b))
-    ort_run = ort_session(x, w, b, layer.params(), threads)
-    np.testing.assert_allclose(bound(x, w, b), ort_run()[0], rtol=2e-3, atol=2e-3)
-    medians = interleaved_medians({"fastrun": lambda: bound(x, w, b), "ort": ort_run},
+    bound = session.chooser.prepare(problem, inputs)
+    ort_run = ort_session(x, w, b, z, layer.params(), threads)
+    np.testing.assert_allclose(bound(*inputs), ort_run()[0], rtol=2e-3, atol=2e-3)
+    medians = interleaved_medians({"fastrun": lambda: bound(*inputs), "ort": ort_run},
                                   args.rounds, 1, settle_s=0.05)
     ranking = ", ".join(f"{e.algorithm} {e.time_s * 1e3:.3f}" for e in decision.entries)
     row = [layer, decision.algorithm.desc.text, medians["fastrun"], medians["ort"], ranking]
     if args.oracle:
-        measured = oracle(session, problem, (x, w, b), 0.05, 5)
+        measured = oracle(session, problem, inputs, 0.05, 5)
         best = min(measured, key=measured.get)
         row.append((best, measured[decision.algorithm.desc.text] / measured[best]))
     return row

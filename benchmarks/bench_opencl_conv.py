@@ -114,7 +114,7 @@ def main() -> None:
         total_ours = total_peer = 0.0
         rng = np.random.default_rng(0)
         for layer in layers:
-            shapes = layer.shapes(batch)
+            shapes = layer.shapes(batch, epilogue=False)
             x, w, b = (rng.uniform(-1, 1, s).astype(np.float32) for s in shapes)
             params = layer.params(epilogue=False)
             relu = layer.activation == "relu"

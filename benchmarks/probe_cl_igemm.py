@@ -63,7 +63,8 @@ def main() -> None:
         for index in args.layers:
             layer = RESNET18_LAYERS[index]
             rng = np.random.default_rng(0)
-            x, w, b = (rng.uniform(-1, 1, s).astype(np.float32) for s in layer.shapes(batch))
+            x, w, b = (rng.uniform(-1, 1, s).astype(np.float32)
+                       for s in layer.shapes(batch, epilogue=False))
             params = layer.params(epilogue=False)
             relu = layer.activation == "relu"
             extra = {"activation": "relu"} if relu else {}

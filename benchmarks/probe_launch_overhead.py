@@ -47,7 +47,7 @@ def _kernel_microseconds(device, call, inputs, runs: int = 50) -> tuple[float, i
 
 def _layer(device, session, layer) -> None:
     rng = np.random.default_rng(0)
-    x, w, b = (rng.uniform(-1, 1, s).astype(np.float32) for s in layer.shapes(1))
+    x, w, b = (rng.uniform(-1, 1, s).astype(np.float32) for s in layer.shapes(1, epilogue=False))
     extra = {"activation": "relu"} if layer.activation == "relu" else {}
     call = session.prepare("conv", x, w, b, **layer.params(epilogue=False), **extra)
     inputs = [device.to_device(a) for a in (x, w, b)]

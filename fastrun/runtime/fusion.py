@@ -7,9 +7,14 @@ and bias, and the bias add and the activation run inside the conv's output loop 
 epilogue).  The passes work on steps, after lowering, so they see registry operators with
 canonical parameters and constant folding has already turned ``Constant`` nodes into data.
 
-A residual connection (ResNet's block output) writes ``Add(conv, shortcut) -> Relu``: the add
-cannot go into the conv (its other operand is not a constant), but the relu can go into the add.
-The step becomes the elementwise ``add_relu`` operator, one pass instead of two.
+A residual connection (ResNet's block output) writes ``Add(conv, shortcut) -> Relu``.  The
+conv takes the shortcut as a residual input (conv's ``residual`` parameter: ``act(conv + B +
+Z)``), so the sum and the relu happen where the conv writes its output: no pass over memory of
+their own, no step of their own.  The fused conv runs where the add ran (the shortcut may be
+computed after the conv, e.g. by a downsampling conv), which is safe because the add was the
+conv output's only reader.  This happens only where an algorithm of the session's device kind
+takes a residual; otherwise the relu goes into the add, which becomes the elementwise
+``add_relu`` operator, one pass instead of two.
 
 A step is only merged into the step that produces its input when that output has no other
 reader and is not a graph output: otherwise the unfused value is still needed.
@@ -26,9 +31,11 @@ from fastrun.registry import Registry
 from fastrun.runtime.lowering import Step, Value
 
 
-def fuse(steps: list[Step], outputs: Iterable[Value], registry: Registry) -> list[Step]:
-    """The steps with batch norms, bias adds and activations merged into convs, and relus
-    into the (non-constant) adds before them."""
+def fuse(steps: list[Step], outputs: Iterable[Value], registry: Registry,
+         device_kind: str = "cpu") -> list[Step]:
+    """The steps with batch norms, bias adds, activations and residual adds merged into convs
+    (a residual only where an algorithm of ``device_kind`` takes one), and relus into the
+    (non-constant) adds left before them."""
     uses: Counter[int] = Counter(id(v) for step in steps for v in step.inputs)
     uses.update(id(v) for v in outputs)
     producer: dict[int, Step] = {}
@@ -38,6 +45,13 @@ def fuse(steps: list[Step], outputs: Iterable[Value], registry: Registry) -> lis
     for step in steps:
         if step.operator == "add" and len(step.inputs) == 2 and step.inputs[0].is_const:
             step.inputs.reverse()  # c + conv(x) is conv(x) + c
+        if conv is not None and step.operator == "add":
+            fused = _residual_into_conv(step, producer, uses, conv, registry, device_kind)
+            if fused is not None:
+                kept[:] = [s for s in kept if s is not fused]
+                kept.append(fused)  # the conv now runs where the add ran
+                producer[id(step.output)] = fused
+                continue
         source = producer.get(id(step.inputs[0])) if step.inputs else None
         sole_reader = source is not None and uses[id(step.inputs[0])] == 1
         if sole_reader and (
@@ -62,11 +76,42 @@ def _merge_relu(add_step: Step, add_relu) -> bool:
     return True
 
 
+def _residual_into_conv(add: Step, producer: dict[int, Step], uses: Counter[int], conv,
+                        registry: Registry, device_kind: str) -> Step | None:
+    """Make one operand of ``add`` the residual of the conv that computed the other (which
+    must have no other reader, no activation and no residual yet); returns that conv step, or
+    None when nothing fuses."""
+    if len(add.inputs) != 2 or any(v.is_const for v in add.inputs):
+        return None
+    for mine, other in (add.inputs, add.inputs[::-1]):
+        source = producer.get(id(mine))
+        if (source is None or source.operator != "conv" or uses[id(mine)] != 1
+                or source.params.get("activation", "none") != "none"
+                or source.params.get("residual")
+                or not (mine.shape == other.shape == add.output.shape)
+                or not (mine.dtype == other.dtype == add.output.dtype)):
+            continue
+        params = {**source.params, "residual": True}
+        inputs = [*source.inputs, other]
+        problem = conv.problem([v.shape for v in inputs], [v.dtype for v in inputs], **params)
+        if not any(a.device_kind == device_kind and a.unusable_reason(problem) is None
+                   for a in registry.algorithms("conv")):
+            return None
+        source.params, source.inputs, source.problem = params, inputs, problem
+        source.node += "+" + add.node
+        source.op_type += "+" + add.op_type
+        source.output = add.output
+        return source
+    return None
+
+
 def _merge(conv_step: Step, step: Step, conv) -> bool:
     """Merge ``step`` into ``conv_step`` when it is a foldable epilogue; True if merged."""
     params = conv_step.params
     if step.problem is None or params.get("activation", "none") != "none":
         return False  # nothing folds through an activation
+    if params.get("residual") and step.operator not in ("relu", "clip"):
+        return False  # after a residual only an activation fuses (not a fold into weights)
     if step.operator == "batch_norm":
         return _fold_batch_norm(conv_step, step, conv)
     if step.operator == "add":

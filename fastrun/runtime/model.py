@@ -80,7 +80,7 @@ class Model:
         steps, values = lower(graph, self.inputs, session.registry, evaluator)
         self.outputs = [values[name] for name in graph.outputs]
         if fuse:
-            steps = fusion.fuse(steps, self.outputs, session.registry)
+            steps = fusion.fuse(steps, self.outputs, session.registry, session.device.kind)
         if weight_preprocess:
             _enable_weight_preprocess(steps, session)
         self.steps = steps

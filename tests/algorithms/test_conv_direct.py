@@ -264,16 +264,18 @@ def test_kernels_allocate_nothing_themselves() -> None:
     for shapes, params in WORKSPACE_CASES:
         problem = OPERATOR.problem(shapes, ["float32"] * len(shapes), **params)
         inputs = OPERATOR.random_inputs(problem, np.random.default_rng(5))
-        # x, w, bias (or its placeholder), out; then the workspace buffers (direct: two;
-        # depthwise: two, the flat views of x and out and the two index maps, or placeholders)
-        assert allocations(NAIVE[0], problem, inputs) == 4
+        # x, w, bias (or its placeholder), out, the residual's placeholder; then the workspace
+        # buffers (direct: two; depthwise: two, the flat views of x and out and the two index
+        # maps, or placeholders)
+        assert allocations(NAIVE[0], problem, inputs) == 5
         for algorithm in DIRECT:
-            assert allocations(algorithm, problem, inputs) == 6
+            assert allocations(algorithm, problem, inputs) == 7
         if DEPTHWISE[0].usable(problem):
-            assert allocations(DEPTHWISE[0], problem, inputs) == 10
+            assert allocations(DEPTHWISE[0], problem, inputs) == 11
         if IMPLICIT_GEMM[0].usable(problem):  # per image: x and the staged image to stage it,
-            # the weights, staged image, tap table, bias and out to compute
-            assert allocations(IMPLICIT_GEMM[0], problem, inputs) == 7 * problem.shapes[0][0]
+            # the weights, staged image, tap table, bias, out and the residual's placeholder
+            # to compute
+            assert allocations(IMPLICIT_GEMM[0], problem, inputs) == 8 * problem.shapes[0][0]
 
 
 def test_workspace_counts_only_busy_workers() -> None:

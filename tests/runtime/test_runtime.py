@@ -63,14 +63,51 @@ def test_shape_arithmetic_is_folded_and_batch_is_free():
         assert_matches_onnxruntime(proto, model, model.random_inputs(seed=batch))
 
 
-def test_an_add_with_another_reader_is_not_folded_as_a_bias():
-    """The residual Add reads a conv output and the block's input: it stays an add, and the
-    Relu after it merges into it (one add_relu step)."""
+def test_a_residual_add_and_its_relu_fuse_into_the_conv():
+    """The residual Add reads a conv output and the block's input: the input becomes the
+    conv's residual Z (``act(conv + Z)``) and the Relu after the add its activation, so the
+    block is two steps."""
     proto = _models.residual_block()
     model = load(proto, heuristic_session())
-    assert [s.op_type for s in model.steps] == ["Conv+Relu", "Conv", "Add+Relu"]
-    assert model.steps[-1].operator == "add_relu"
+    assert [s.op_type for s in model.steps] == ["Conv+Relu", "Conv+Add+Relu"]
+    fused = model.steps[-1]
+    assert fused.problem.param("residual") and fused.problem.param("activation") == "relu"
+    assert fused.inputs[-1].name == "x"
     assert_matches_onnxruntime(proto, model, model.random_inputs())
+
+
+def test_the_shortcut_may_be_computed_after_the_conv_it_joins():
+    """ResNet's downsampling block: Add(conv_b(...), conv_a(x)) where conv_a's output is the
+    first operand and conv_b comes later in the graph: the fused conv runs where the add ran."""
+    w = _models.GraphWriter()
+    a = w.node("Conv", ["x", w.weight("wa", (6, 4, 1, 1))], "a")
+    r = w.node("Relu", ["x"], "r")
+    b = w.node("Conv", [r, w.weight("wb", (6, 4, 3, 3))], "b", pads=[1, 1, 1, 1])
+    s = w.node("Add", [a, b], "sum")
+    w.node("Relu", [s], "y")
+    proto = w.model((1, 4, 7, 7), "y")
+    model = load(proto, heuristic_session())
+    assert [s.op_type for s in model.steps] == ["Relu", "Conv", "Conv+Add+Relu"]
+    assert model.steps[-1].node == "a+sum+y"
+    assert_matches_onnxruntime(proto, model, model.random_inputs())
+
+
+def test_without_an_algorithm_that_takes_a_residual_the_add_takes_the_relu():
+    """Fusion asks the registry: where no conv algorithm of the device's kind takes a residual
+    (here: a device kind with none), the add stays and the relu merges into it."""
+    from fastrun.registry import Registry
+    from fastrun.runtime import fusion
+    from fastrun.runtime.lowering import lower
+    from fastrun.runtime.model import _ConstantEvaluator, _input_values
+
+    registry = Registry()
+    graph = fastrun.runtime.graph.from_onnx(_models.residual_block())
+    inputs = _input_values(graph, {}, None)
+    session = heuristic_session()
+    steps, values = lower(graph, inputs, registry, _ConstantEvaluator(session))
+    steps = fusion.fuse(steps, [values["y"]], registry, device_kind="no-such-device")
+    assert [s.op_type for s in steps] == ["Conv+Relu", "Conv", "Add+Relu"]
+    assert steps[-1].operator == "add_relu"
 
 
 def test_a_relu_whose_add_has_another_reader_stays_apart():
@@ -240,15 +277,17 @@ def test_a_zoo_model_at_batch_2_with_weight_preprocessing(zoo_models):
 
 
 def test_resnet_graph_passes(zoo_models):
-    """resnet50's Conv+BN+Relu triples fold into single convs, the Relu after each residual Add
-    into the add, its Shape/Gather/Unsqueeze/Concat flatten folds to a constant, and nothing but
-    computing steps remain."""
+    """resnet50's Conv+BN+Relu triples fold into single convs, each residual Add and the Relu
+    after it into the conv that ends the block, its Shape/Gather/Unsqueeze/Concat flatten folds
+    to a constant, and nothing but computing steps remain."""
     model = load(zoo_models["resnet50"], heuristic_session())
     operators = [step.operator for step in model.steps]
     assert "batch_norm" not in operators
     assert operators.count("conv") == 53
     assert "relu" not in operators
-    assert operators.count("add_relu") == 16  # one per residual block
+    assert "add_relu" not in operators
+    residual = [s for s in model.steps if s.operator == "conv" and s.problem.param("residual")]
+    assert len(residual) == 16  # one per residual block
     assert operators.count("add") == 1  # the classifier's bias
     assert {step.op_type for step in model.steps}.isdisjoint(
         {"Shape", "Gather", "Unsqueeze", "Concat", "Identity", "Dropout"})

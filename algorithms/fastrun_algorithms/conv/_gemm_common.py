@@ -14,11 +14,16 @@ from typing import Any
 
 import numba
 import numpy as np
-from numba import types
+from numba import prange, types
 
 from fastrun.operator import Problem
-from fastrun_algorithms._common import FASTMATH
-from fastrun_algorithms.conv.epilogue import activation_code, epilogue_value
+from fastrun_algorithms._common import FASTMATH, U
+from fastrun_algorithms.conv.epilogue import (
+    activation_code,
+    epilogue_residual,
+    epilogue_value,
+    residual_placeholder,
+)
 from fastrun_algorithms.conv.geometry import ConvGeometry
 
 
@@ -67,34 +72,50 @@ def worker_count(items: int) -> int:
 
 
 def _epilogue_kernel(out: np.ndarray, bias: np.ndarray, has_bias: bool, code: int, low: float,
-                     high: float) -> None:
-    """Bias and activation in place on ``out`` (images, channels, pixels), one pass."""
-    for n in range(out.shape[0]):
-        for k in range(out.shape[1]):
-            row = out[n, k]
-            b = bias[k] if has_bias else bias[0] * 0
-            for f in range(row.shape[0]):
-                row[f] = epilogue_value(row[f], b, code, low, high)
+                     high: float, z: np.ndarray, has_residual: bool) -> None:
+    """Bias, residual and activation in place on ``out`` (images, channels, pixels), one pass,
+    parallel over the (image, channel) planes: on many cores a serial pass over a ResNet
+    activation would cost as much as the product before it."""
+    images, channels = out.shape[0], out.shape[1]
+    low_v, high_v = out.dtype.type(low), out.dtype.type(high)
+    for plane in prange(images * channels):
+        n = plane // channels
+        k = plane - n * channels
+        b = bias[k] if has_bias else bias[0] * 0
+        if has_residual:
+            for f in range(out.shape[2]):
+                out[n, k, U(f)] = epilogue_residual(out[n, k, U(f)], b, z[n, k, U(f)], code,
+                                                    low_v, high_v)
+        else:
+            for f in range(out.shape[2]):
+                out[n, k, U(f)] = epilogue_value(out[n, k, U(f)], b, code, low_v, high_v)
 
 
 @functools.cache
 def _compiled_epilogue(dtype: np.dtype) -> Any:
     signature = types.void(buffer(dtype, 3), readonly(dtype, 1), types.boolean, types.intp,
-                           types.float64, types.float64)
-    return numba.njit(signature, cache=True, fastmath=FASTMATH)(_epilogue_kernel)
+                           types.float64, types.float64,
+                           types.Array(item_type(dtype), 3, "C", readonly=True), types.boolean)
+    return numba.njit(signature, parallel=True, cache=True, fastmath=FASTMATH)(_epilogue_kernel)
 
 
-def epilogue_in_place(out: np.ndarray, bias: np.ndarray | None, geo: ConvGeometry) -> None:
-    """The fused epilogue on a block of output (images, channels, ...), C-contiguous.
+def epilogue_in_place(out: np.ndarray, bias: np.ndarray | None, geo: ConvGeometry,
+                      residual: np.ndarray | None = None) -> None:
+    """The fused epilogue on a block of output (images, channels, ...), C-contiguous, with
+    ``residual`` (the matching block of Z, see :func:`.epilogue.residual_operand`) added
+    before the activation when the problem has one.
 
-    One pass instead of numpy's two (add, then maximum/clip), and without numpy's hidden
-    memory: numpy adds a broadcast bias through an iteration buffer of up to
-    ``np.getbufsize()`` elements when the output is small, which would make ``workspace_bytes``
-    untrue.  Nothing runs when there is neither bias nor activation.
+    One pass instead of numpy's two or three (add, add, then maximum/clip), and without
+    numpy's hidden memory: numpy adds a broadcast bias through an iteration buffer of up to
+    ``np.getbufsize()`` elements when the output is small, which would make
+    ``workspace_bytes`` untrue.  Nothing runs when there is neither bias, residual nor
+    activation.
     """
-    if bias is None and geo.activation == "none":
+    if bias is None and not geo.has_residual and geo.activation == "none":
         return
     kernel = _compiled_epilogue(out.dtype)
-    kernel(out.reshape(out.shape[0], out.shape[1], -1), no_bias(out.dtype) if bias is None
-           else bias, bias is not None, activation_code(geo), float(geo.clip_min),
-           float(geo.clip_max))
+    planes = (out.shape[0], out.shape[1], -1)
+    z = residual if geo.has_residual else residual_placeholder(out.dtype)
+    kernel(out.reshape(planes), no_bias(out.dtype) if bias is None else bias, bias is not None,
+           activation_code(geo), float(geo.clip_min), float(geo.clip_max),
+           z.reshape(z.shape[0], z.shape[1], -1), geo.has_residual)

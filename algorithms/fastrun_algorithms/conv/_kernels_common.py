@@ -2,10 +2,11 @@
 of input rows, and the passes that do the arithmetic.
 
 Calling convention. Every kernel is ``kernel(x, w, bias, out, sh, sw, dh, dw, pt, pl, group,
-has_bias, code, low, high, *extra)`` on the 4-D views of :meth:`ConvGeometry.as_4d`: X (N, C, H, W)
-and W (K, C/group, R, S) read-only, ``out`` (N, K, OH, OW) C-contiguous, then strides, dilations,
-the top and left pads, the group, the epilogue (see :mod:`.epilogue`). A problem without bias
-passes a shared one-element zero array, so no call allocates a bias. Kernels are compiled per dtype
+has_bias, code, low, high, z, has_residual, *extra)`` on the 4-D views of
+:meth:`ConvGeometry.as_4d`: X (N, C, H, W) and W (K, C/group, R, S) read-only, ``out`` (N, K, OH,
+OW) C-contiguous, then strides, dilations, the top and left pads, the group, the epilogue (see
+:mod:`.epilogue`) and the residual Z (N, K, OH, OW). A problem without bias or residual passes a
+shared one-element zero array, so no call allocates one. Kernels are compiled per dtype
 and per operand layout: "C" for contiguous operands (the fast case, and what the runtime passes),
 "A" for any strided view, compiled only when one turns up; so a kernel never copies an input, and
 ``workspace_bytes`` stays exact whatever the caller passes.
@@ -62,7 +63,12 @@ import numpy as np
 from numba import types
 
 from fastrun_algorithms._common import FASTMATH, U, floor_div, round_up
-from fastrun_algorithms.conv.epilogue import activation_code, epilogue_value
+from fastrun_algorithms.conv.epilogue import (
+    activation_code,
+    epilogue_residual,
+    epilogue_value,
+    residual_operand,
+)
 from fastrun_algorithms.conv.geometry import ConvGeometry
 
 
@@ -85,22 +91,24 @@ def layout(x: np.ndarray, w: np.ndarray) -> str:
     return "C" if x.flags.c_contiguous and w.flags.c_contiguous else "A"
 
 
-def scalar_args(geo: ConvGeometry) -> tuple:
+def scalar_args(geo: ConvGeometry, inputs) -> tuple:
     """The kernels' arguments after ``out``, in the order of :func:`kernel_signature`."""
     return (geo.stride_h, geo.stride_w, geo.dil_h, geo.dil_w, geo.pad_top, geo.pad_left,
             geo.group, geo.has_bias, activation_code(geo), float(geo.clip_min),
-            float(geo.clip_max))
+            float(geo.clip_max), residual_operand(geo, inputs), geo.has_residual)
 
 
 def kernel_signature(dtype: np.dtype, array_layout: str, *extra: types.Type) -> types.Signature:
-    """``void(x, w, bias, out, sh, sw, dh, dw, pt, pl, group, has_bias, code, low, high,
-    *extra)`` with X and W of the given layout, read-only (writable arrays convert)."""
+    """``void(x, w, bias, out, sh, sw, dh, dw, pt, pl, group, has_bias, code, low, high, z,
+    has_residual, *extra)`` with X and W of the given layout, read-only (writable arrays
+    convert), and Z C-contiguous."""
     item = numba.from_dtype(np.dtype(dtype))
     operand = types.Array(item, 4, array_layout, readonly=True)
     bias = types.Array(item, 1, "A", readonly=True)
     ints = [types.intp] * 7
     return types.void(operand, operand, bias, types.Array(item, 4, "C"), *ints, types.boolean,
-                      types.intp, types.float64, types.float64, *extra)
+                      types.intp, types.float64, types.float64,
+                      types.Array(item, 4, "C", readonly=True), types.boolean, *extra)
 
 
 # -- index arithmetic ------------------------------------------------------------------------
@@ -378,8 +386,9 @@ def row_taps(acc, wv, xs, d, taps, n):
 # -- epilogue --------------------------------------------------------------------------------
 
 @numba.njit(cache=True, inline="always")
-def store_rows(out, n, k, oh0, rows, acc, t, g, wq, bias_k, code, low, high):
-    """``out[n, k, oh0 + r, :] = epilogue(acc[t, g, r*wq:][:OW])`` for ``rows`` output rows.
+def store_rows(out, n, k, oh0, rows, acc, t, g, wq, bias_k, code, low, high, z, has_residual):
+    """``out[n, k, oh0 + r, :] = epilogue(acc[t, g, r*wq:][:OW])`` for ``rows`` output rows,
+    the residual ``z[n, k, oh0 + r, :]`` added before the activation when ``has_residual``.
 
     The clip bounds are rounded to the output dtype first: for a value already of that dtype,
     clipping to the rounded bounds gives exactly the rounded result of clipping to the exact
@@ -390,9 +399,14 @@ def store_rows(out, n, k, oh0, rows, acc, t, g, wq, bias_k, code, low, high):
     out_w = out.shape[3]
     for r in range(rows):
         base = r * wq
-        for o in range(out_w):
-            out[n, k, oh0 + r, U(o)] = epilogue_value(acc[t, g, U(base + o)], bias_k, code,
-                                                      low_v, high_v)
+        if has_residual:
+            for o in range(out_w):
+                out[n, k, oh0 + r, U(o)] = epilogue_residual(
+                    acc[t, g, U(base + o)], bias_k, z[n, k, oh0 + r, U(o)], code, low_v, high_v)
+        else:
+            for o in range(out_w):
+                out[n, k, oh0 + r, U(o)] = epilogue_value(acc[t, g, U(base + o)], bias_k, code,
+                                                          low_v, high_v)
 
 
 @numba.njit(cache=True, fastmath=FASTMATH, inline="always")

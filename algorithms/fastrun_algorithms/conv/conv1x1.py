@@ -20,6 +20,7 @@ from fastrun.algorithm import Algorithm, RunContext
 from fastrun.attribute import AlgoAttribute
 from fastrun.operator import Problem
 from fastrun_algorithms.conv._gemm_common import epilogue_in_place, matmul_problem, operands
+from fastrun_algorithms.conv.epilogue import residual_operand
 from fastrun_algorithms.conv.geometry import ConvGeometry, geometry
 
 
@@ -111,7 +112,7 @@ class Conv1x1(Algorithm):
         result = ctx.call(_product(problem), w.reshape(a_shape), pixels.reshape(b_shape))
         del pixels  # the gathered buffer is not needed once the product exists
         out = np.ascontiguousarray(result).reshape(geo.n, geo.k, geo.oh, geo.ow)
-        epilogue_in_place(out, bias, geo)
+        epilogue_in_place(out, bias, geo, residual_operand(geo, inputs))
         return geo.output_view(out)
 
 

@@ -69,7 +69,8 @@ FLAT_WIDTH = 16
 
 @numba.njit(cache=True, fastmath=FASTMATH)
 def _depthwise_worker(worker, workers, x, w, bias, out, sh, sw, dh, dw, pt, pl, group,
-                      has_bias, code, low, high, ob, acc, xs, x2, out2, in_map, out_map):
+                      has_bias, code, low, high, z, has_residual, ob, acc, xs, x2, out2, in_map,
+                      out_map):
     """Worker ``worker`` of ``workers``: its contiguous share of the tasks, with its own
     accumulator ``acc`` (1, 1, positions) and staged block ``xs``.
 
@@ -149,7 +150,8 @@ def _depthwise_worker(worker, workers, x, w, bias, out, sh, sw, dh, dw, pt, pl, 
                     out2[plane, e] = epilogue_value(acc[0, 0, out_map[e]], bias_k, code, low_v,
                                                     high_v)
             else:
-                store_rows(out, n, k, oh0, t_rows, acc, 0, 0, wq, bias_k, code, low, high)
+                store_rows(out, n, k, oh0, t_rows, acc, 0, 0, wq, bias_k, code, low, high, z,
+                           has_residual)
 
 
 @numba.njit(cache=True)
@@ -169,7 +171,7 @@ def _plane_maps(in_map, out_map, height, width, out_w, sh, sw, pt, pl, hb, wq, u
 
 
 def _depthwise_kernel(x, w, bias, out, sh, sw, dh, dw, pt, pl, group, has_bias, code, low, high,
-                      ob, acc_ws, stage_ws, x2, out2, in_map, out_map):
+                      z, has_residual, ob, acc_ws, stage_ws, x2, out2, in_map, out_map):
     """out = act(conv(x, w) + bias) for group == C, split over ``len(acc_ws)`` workers (see
     the module docstring); worker ``t`` uses ``acc_ws[t]`` and ``stage_ws[t]``, so the kernel
     allocates nothing itself.  Flat mode (non-empty ``in_map``) fills the index maps first."""
@@ -181,8 +183,8 @@ def _depthwise_kernel(x, w, bias, out, sh, sw, dh, dw, pt, pl, group, has_bias, 
                     stage_ws.shape[1] - 1)
     for worker in prange(workers):
         _depthwise_worker(worker, workers, x, w, bias, out, sh, sw, dh, dw, pt, pl, group,
-                          has_bias, code, low, high, ob, acc_ws[worker], stage_ws[worker], x2,
-                          out2, in_map, out_map)
+                          has_bias, code, low, high, z, has_residual, ob, acc_ws[worker],
+                          stage_ws[worker], x2, out2, in_map, out_map)
 
 
 @functools.cache
@@ -212,6 +214,8 @@ class DepthwiseConv(Algorithm):
         if not geo.is_depthwise:
             return (f"depthwise needs one input channel per group (group == C), got group="
                     f"{geo.group} with C={geo.c} ({geo.cg} input channels per group)")
+        if geo.has_residual:
+            return "depthwise does not add a residual (its 3x3 and flat paths store directly)"
         return None
 
     @staticmethod
@@ -271,7 +275,8 @@ class DepthwiseConv(Algorithm):
             # the workspace stays what workspace_bytes says) are left unused
             x2, out2 = _unused_2d(dtype), _unused_2d(dtype)
             maps = [_unused_map(), _unused_map()]
-        _compiled(dtype, layout(x, w))(x, w, bias, out, *scalar_args(geo), self.row_block(geo),
+        _compiled(dtype, layout(x, w))(x, w, bias, out, *scalar_args(geo, inputs),
+                                       self.row_block(geo),
                                        *buffers[:2], x2, out2, *maps)
         return geo.output_view(out)
 

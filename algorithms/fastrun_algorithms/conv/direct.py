@@ -68,7 +68,7 @@ PASS_LENGTH = 1024
 
 @numba.njit(cache=True, fastmath=FASTMATH)
 def _direct_worker(worker, workers, x, w, bias, out, sh, sw, dh, dw, pt, pl, group, has_bias,
-                   code, low, high, kb, ob, acc, xs):
+                   code, low, high, z, has_residual, kb, ob, acc, xs):
     """Worker ``worker`` of ``workers``: its contiguous share of the tasks, with its own
     accumulators ``acc`` (4, row groups, positions) and staged block ``xs``.
 
@@ -135,18 +135,19 @@ def _direct_worker(worker, workers, x, w, bias, out, sh, sw, dh, dw, pt, pl, gro
             k = k0 + r
             bias_k = bias[k] if has_bias else acc.dtype.type(0)
             store_rows(out, n, k, oh0, t_rows, acc, r % 4, r // 4, wq, bias_k, code, low,
-                       high)
+                       high, z, has_residual)
 
 
 def _direct_kernel(x, w, bias, out, sh, sw, dh, dw, pt, pl, group, has_bias, code, low, high,
-                   kb, ob, acc_ws, stage_ws):
-    """out = act(conv(x, w) + bias), split over ``len(acc_ws)`` workers (see the module
+                   z, has_residual, kb, ob, acc_ws, stage_ws):
+    """out = act(conv(x, w) + bias [+ z]), split over ``len(acc_ws)`` workers (see the module
     docstring); worker ``t`` uses ``acc_ws[t]`` and ``stage_ws[t]``, so the kernel allocates
     nothing itself."""
     workers = acc_ws.shape[0]
     for worker in prange(workers):
         _direct_worker(worker, workers, x, w, bias, out, sh, sw, dh, dw, pt, pl, group,
-                       has_bias, code, low, high, kb, ob, acc_ws[worker], stage_ws[worker])
+                       has_bias, code, low, high, z, has_residual, kb, ob, acc_ws[worker],
+                       stage_ws[worker])
 
 
 @functools.cache
@@ -217,7 +218,8 @@ class DirectConv(Algorithm):
         acc_shape, stage_shape = self._buffer_shapes(geo)
         acc_ws = aligned_empty(acc_shape, dtype)
         stage_ws = aligned_empty(stage_shape, dtype)
-        _compiled(dtype, layout(x, w))(x, w, bias, out, *scalar_args(geo), self.block(geo),
+        _compiled(dtype, layout(x, w))(x, w, bias, out, *scalar_args(geo, inputs),
+                                       self.block(geo),
                                        self.row_block(geo), acc_ws, stage_ws)
         return geo.output_view(out)
 

@@ -40,17 +40,24 @@ def canonical_params(shapes: Sequence[Sequence[int]], params: Mapping[str, Any])
     """Resolve ONNX Conv attributes (and fastrun's epilogue options) to one explicit form.
 
     Result keys: strides, dilations, pads (top, left, bottom, right), group, and only when not
-    at their defaults: activation (+ clip_min, clip_max), weight_preprocess.  1-D convolutions
-    are expressed as 2-D ones with a height of 1.
+    at their defaults: residual, activation (+ clip_min, clip_max), weight_preprocess.  1-D
+    convolutions are expressed as 2-D ones with a height of 1.
+
+    ``residual``: the last input Z, of the output's shape, is added before the activation,
+    ``Y = act(conv(X, W) + B + Z)``: a ResNet block's shortcut fused into the conv that ends
+    the block, so the sum costs no pass over memory of its own.
     """
     known = {"strides", "dilations", "pads", "auto_pad", "group", "kernel_shape", "activation",
-             "clip_min", "clip_max", "weight_preprocess"}
+             "clip_min", "clip_max", "weight_preprocess", "residual"}
     unknown = sorted(set(params) - known)
     if unknown:
         raise ValueError(f"conv has no parameter(s) {', '.join(unknown)}; "
                          f"known: {', '.join(sorted(known))}")
-    if len(shapes) not in (2, 3):
-        raise ValueError(f"conv takes 2 or 3 inputs (X, W[, B]), got {len(shapes)}")
+    residual = bool(params.get("residual"))
+    if len(shapes) - residual not in (2, 3):
+        expected = "X, W[, B], Z" if residual else "X, W[, B]"
+        raise ValueError(f"conv takes {2 + residual} or {3 + residual} inputs ({expected}), "
+                         f"got {len(shapes)}")
     x_shape, w_shape = tuple(shapes[0]), tuple(shapes[1])
     if len(x_shape) not in (3, 4):
         raise ValueError(f"conv supports 1-D and 2-D convolutions: X must be (N, C, W) or "
@@ -118,6 +125,8 @@ def canonical_params(shapes: Sequence[Sequence[int]], params: Mapping[str, Any])
         raise ValueError("conv clip_min/clip_max need activation='clip'")
     if params.get("weight_preprocess"):
         result["weight_preprocess"] = True
+    if residual:
+        result["residual"] = True
     return result
 
 
@@ -144,6 +153,8 @@ class ConvGeometry:
     pad_right: int
     group: int
     has_bias: bool
+    #: the last input is a residual Z added before the activation (see canonical_params)
+    has_residual: bool
     activation: str
     clip_min: float
     clip_max: float
@@ -185,6 +196,10 @@ class ConvGeometry:
             return x[:, :, None, :], w[:, :, None, :]
         return x, w
 
+    def as_4d_output(self, y: np.ndarray) -> np.ndarray:
+        """An array of the output's shape (the residual Z) viewed as (N, K, OH, OW)."""
+        return y[:, :, None, :] if self.one_d else y
+
     def output_view(self, out4: np.ndarray) -> np.ndarray:
         """The (N, K, OH, OW) result in the caller's rank."""
         return out4[:, :, 0, :] if self.one_d else out4
@@ -209,7 +224,9 @@ def geometry(problem: Problem) -> ConvGeometry:
         n=n, c=c, h=h, w=w, k=k, r=r, s=s, oh=oh, ow=ow,
         stride_h=stride_h, stride_w=stride_w, dil_h=dil_h, dil_w=dil_w,
         pad_top=top, pad_left=left, pad_bottom=bottom, pad_right=right,
-        group=problem.param("group"), has_bias=len(problem.shapes) == 3,
+        group=problem.param("group"),
+        has_bias=len(problem.shapes) - bool(problem.param("residual")) == 3,
+        has_residual=bool(problem.param("residual")),
         activation=problem.param("activation", "none"),
         clip_min=problem.param("clip_min", 0.0), clip_max=problem.param("clip_max", 6.0),
         one_d=one_d, dtype=problem.dtypes[0],

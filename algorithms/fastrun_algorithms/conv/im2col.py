@@ -32,6 +32,7 @@ from fastrun_algorithms.conv._gemm_common import (
     worker_count,
 )
 from fastrun_algorithms.conv._kernels_common import stage_row
+from fastrun_algorithms.conv.epilogue import residual_operand
 from fastrun_algorithms.conv.geometry import ConvGeometry, geometry
 
 
@@ -167,17 +168,18 @@ class Im2colConv(Algorithm):
         staged = np.empty(_staged_shape(geo), dtype=dtype)
         unfold = _compiled_unfold(dtype, "C" if x.flags.c_contiguous else "A")
         cols2 = cols.reshape(-1, geo.oh * geo.ow)
+        z = residual_operand(geo, inputs)
         for n in range(geo.n):
             unfold(x, n, geo.r, geo.s, geo.stride_h, geo.stride_w, geo.dil_h, geo.dil_w,
                    geo.pad_top, geo.pad_left, geo.oh, geo.ow, cols2, staged)
             result = ctx.call(product, weights, cols)
             if out is None:
                 out = np.ascontiguousarray(result).reshape(1, geo.k, geo.oh, geo.ow)
-                epilogue_in_place(out, bias, geo)
+                epilogue_in_place(out, bias, geo, z)
             else:
                 np.copyto(out[n], result.reshape(geo.k, geo.oh, geo.ow))
                 del result  # before the next product is allocated: one alive at a time
-                epilogue_in_place(out[n:n + 1], bias, geo)
+                epilogue_in_place(out[n:n + 1], bias, geo, z[n:n + 1])
         return geo.output_view(out)
 
 

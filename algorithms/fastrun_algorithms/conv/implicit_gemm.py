@@ -42,7 +42,12 @@ from fastrun.operator import Problem
 from fastrun_algorithms._common import FASTMATH, U, stack_buffer, tile_fma8, tile_rows8
 from fastrun_algorithms.conv._gemm_common import buffer, item_type, no_bias, operands, readonly
 from fastrun_algorithms.conv._kernels_common import stage_row
-from fastrun_algorithms.conv.epilogue import activation_code, epilogue_value
+from fastrun_algorithms.conv.epilogue import (
+    activation_code,
+    epilogue_residual,
+    epilogue_value,
+    residual_operand,
+)
 from fastrun_algorithms.conv.geometry import ConvGeometry, geometry
 
 #: Output channels and output columns of one job's tile (see ``matmul/register_tiled.py``).
@@ -70,9 +75,11 @@ def _stage_kernel(x: np.ndarray, n: int, staged: np.ndarray, rows: int, wq: int,
 
 def _compute_kernel(w: np.ndarray, staged: np.ndarray, taps: np.ndarray, bias: np.ndarray,
                     has_bias: bool, code: int, low: float, high: float, out: np.ndarray, n: int,
-                    sh: int, sw: int, rows: int, wq: int) -> None:
+                    sh: int, sw: int, rows: int, wq: int, z: np.ndarray,
+                    has_residual: bool) -> None:
     """``out[n]`` from the staged image: ``w`` is the weights as (K, C*R*S), ``taps[r*S + s]``
-    the staged offset of tap (r, s) from a channel's output-row origin."""
+    the staged offset of tap (r, s) from a channel's output-row origin; the residual ``z[n]``
+    is added before the activation when ``has_residual``."""
     k_total = w.shape[0]
     taps_per_channel = taps.shape[0]
     channels = w.shape[1] // taps_per_channel
@@ -106,8 +113,14 @@ def _compute_kernel(w: np.ndarray, staged: np.ndarray, taps: np.ndarray, bias: n
         columns = min(NR, out_w)
         for a in range(min(MR, k_total - i0)):
             b = bias[i0 + a] if has_bias else bias[0] * 0
-            for t in range(columns):
-                out[n, i0 + a, y, U(x0 + t)] = epilogue_value(acc[a, t], b, code, low_v, high_v)
+            if has_residual:
+                for t in range(columns):
+                    out[n, i0 + a, y, U(x0 + t)] = epilogue_residual(
+                        acc[a, t], b, z[n, i0 + a, y, U(x0 + t)], code, low_v, high_v)
+            else:
+                for t in range(columns):
+                    out[n, i0 + a, y, U(x0 + t)] = epilogue_value(acc[a, t], b, code, low_v,
+                                                                  high_v)
 
 
 @functools.cache
@@ -124,7 +137,8 @@ def _compiled(dtype: np.dtype, x_layout: str) -> tuple[Callable[..., None], Call
                    types.Array(item_type(dtype), 1, "C", readonly=True),
                    types.Array(types.int64, 1, "C", readonly=True), readonly(dtype, 1),
                    types.boolean, intp, types.float64, types.float64, buffer(dtype, 4), intp,
-                   intp, intp, intp, intp),
+                   intp, intp, intp, intp, types.Array(item_type(dtype), 4, "C", readonly=True),
+                   types.boolean),
         parallel=True, cache=True, fastmath=FASTMATH)(_compute_kernel)
     return stage, compute
 
@@ -183,11 +197,13 @@ class ImplicitGemmConv(Algorithm):
         weights = np.ascontiguousarray(w.reshape(geo.k, math.prod(w.shape[1:])))
         out = np.empty((geo.n, geo.k, geo.oh, geo.ow), dtype=dtype)
         staged = np.empty(plan.staged, dtype=dtype)
+        z = residual_operand(geo, inputs)
         for n in range(geo.n):
             stage(x, n, staged, plan.rows, plan.wq, geo.pad_top, geo.pad_left, geo.stride_w)
             compute(weights, staged, plan.taps, no_bias(dtype) if bias is None else bias,
                     bias is not None, activation_code(geo), float(geo.clip_min),
-                    float(geo.clip_max), out, n, geo.stride_h, geo.stride_w, plan.rows, plan.wq)
+                    float(geo.clip_max), out, n, geo.stride_h, geo.stride_w, plan.rows, plan.wq,
+                    z, geo.has_residual)
         return geo.output_view(out)
 
 

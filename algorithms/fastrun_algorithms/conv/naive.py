@@ -18,14 +18,15 @@ from fastrun.algorithm import Algorithm, RunContext
 from fastrun.attribute import AlgoAttribute
 from fastrun.operator import Problem
 from fastrun_algorithms.conv._kernels_common import kernel_signature, operands, scalar_args
-from fastrun_algorithms.conv.epilogue import epilogue_value
+from fastrun_algorithms.conv.epilogue import epilogue_residual, epilogue_value
 from fastrun_algorithms.conv.geometry import geometry
 
 
-def _naive_kernel(x, w, bias, out, sh, sw, dh, dw, pt, pl, group, has_bias, code, low, high):
+def _naive_kernel(x, w, bias, out, sh, sw, dh, dw, pt, pl, group, has_bias, code, low, high,
+                  z, has_residual):
     """out[n, k, oh, ow] = act(bias[k] + sum over (c, i, j) of w[k, c, i, j] * x[n, g*cg + c,
-    oh*sh - pt + i*dh, ow*sw - pl + j*dw]), summed in (c, i, j) order in the dtype of the
-    operands, taps outside the input skipped."""
+    oh*sh - pt + i*dh, ow*sw - pl + j*dw] [+ z[n, k, oh, ow]]), summed in (c, i, j) order in the
+    dtype of the operands, taps outside the input skipped."""
     batch, channels_out, out_h, out_w = out.shape
     cg, kernel_h, kernel_w = w.shape[1], w.shape[2], w.shape[3]
     height, width = x.shape[2], x.shape[3]
@@ -47,7 +48,11 @@ def _naive_kernel(x, w, bias, out, sh, sw, dh, dw, pt, pl, group, has_bias, code
                                 iw = ow * sw - pl + j * dw
                                 if 0 <= iw < width:
                                     acc += w[k, c, i, j] * x[n, c0 + c, ih, iw]
-                    out[n, k, oh, ow] = epilogue_value(acc, bias_k, code, low, high)
+                    if has_residual:
+                        out[n, k, oh, ow] = epilogue_residual(acc, bias_k, z[n, k, oh, ow],
+                                                              code, low, high)
+                    else:
+                        out[n, k, oh, ow] = epilogue_value(acc, bias_k, code, low, high)
 
 
 @functools.cache
@@ -73,7 +78,7 @@ class NaiveConv(Algorithm):
         geo = geometry(problem)
         x, w, bias = operands(geo, inputs)
         out = np.empty((geo.n, geo.k, geo.oh, geo.ow), dtype=geo.dtype)
-        _compiled(np.dtype(geo.dtype))(x, w, bias, out, *scalar_args(geo))
+        _compiled(np.dtype(geo.dtype))(x, w, bias, out, *scalar_args(geo, inputs))
         return geo.output_view(out)
 
 

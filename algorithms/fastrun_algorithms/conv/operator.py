@@ -19,9 +19,10 @@ class ConvOperator(Operator):
     epilogue parameters.
 
     Inputs: X (N, C, H, W) or (N, C, W); W (K, C/group, R, S) or (K, C/group, S); optional
-    bias B (K,).  Parameters: ONNX's strides, dilations, pads (begins then ends), auto_pad
-    (NOTSET, SAME_UPPER, SAME_LOWER, VALID), group, kernel_shape; and activation (none, relu,
-    clip or relu6, with clip_min/clip_max) and weight_preprocess.  Problems are built in one
+    bias B (K,); with ``residual``, Z of the output's shape last (``Y = act(conv + B + Z)``).
+    Parameters: ONNX's strides, dilations, pads (begins then ends), auto_pad (NOTSET,
+    SAME_UPPER, SAME_LOWER, VALID), group, kernel_shape; and activation (none, relu, clip or
+    relu6, with clip_min/clip_max), residual and weight_preprocess.  Problems are built in one
     canonical form (explicit 2-D pads and strides), so equal convolutions share a cache key.
     """
 
@@ -30,7 +31,8 @@ class ConvOperator(Operator):
     #: ``register_tiled`` (matmul version 2); entries measured before would rank them too low.
     #: 3: ``implicit_gemm`` added.  4: the matmul sub-problems gained ``blas_split`` and OpenBLAS
     #: runs on one thread (fastrun/_threads.py), which changes the GEMM-based algorithms' times.
-    version = 4
+    #: 5: the GEMM-based algorithms' epilogue runs in parallel.
+    version = 5
 
     def problem(self, shapes: Sequence[Sequence[int]], dtypes: Sequence[Any],
                 **params: Any) -> Problem:
@@ -70,6 +72,9 @@ class ConvOperator(Operator):
         if geo.has_bias and tuple(problem.shapes[2]) != (geo.k,):
             raise ValueError(f"conv bias must have shape ({geo.k},) for K={geo.k}, got "
                              f"{tuple(problem.shapes[2])}")
+        if geo.has_residual and tuple(problem.shapes[-1]) != geo.out_shape:
+            raise ValueError(f"conv residual must have the output's shape {geo.out_shape}, "
+                             f"got {tuple(problem.shapes[-1])}")
 
     def output_shape(self, problem: Problem) -> Shape:
         return geometry(problem).out_shape
@@ -94,6 +99,8 @@ class ConvOperator(Operator):
                         "nchw,kc->nkhw", window, ws[:, :, i, j])
         if geo.has_bias:
             out += np.asarray(inputs[2], np.float64).reshape(1, -1, 1, 1)
+        if geo.has_residual:
+            out += geo.as_4d_output(np.asarray(inputs[-1], np.float64))
         if geo.activation == "relu":
             out = np.maximum(out, 0)
         elif geo.activation == "clip":

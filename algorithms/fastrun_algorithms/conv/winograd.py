@@ -63,7 +63,12 @@ from fastrun_algorithms.conv._gemm_common import (
     readonly,
     worker_count,
 )
-from fastrun_algorithms.conv.epilogue import activation_code, epilogue_value
+from fastrun_algorithms.conv.epilogue import (
+    activate,
+    activation_code,
+    epilogue_value,
+    residual_operand,
+)
 from fastrun_algorithms.conv.geometry import ConvGeometry, geometry
 
 #: Transform matrices (B^T, G, A^T) of F(m x m, 3 x 3) by output tile size m.
@@ -431,37 +436,60 @@ def _right4(chunk, bias, count, code, low, high):
 
 
 @numba.njit(inline="always")
-def _merge4(out, o, width, count, chunk, r):
-    """One output row of ``count`` tiles from chunk rows r .. r+3 (one per tile column q):
-    ``out[o + 4*tw + q] = chunk[r + q*CHUNK + tw]``, cut at the row's ``width`` values.  The
-    four stores of a tile are one interleaved group, which LLVM writes as whole vectors."""
-    full = min(count, width // 4)  # tiles that lie wholly inside the row
+def _residual_tiles(out, o, full, m, chunk, r, z, code, low, high):
+    """The ``full`` whole tiles of an output row with a residual: ``out[o + m*tw + q] =
+    act(chunk[r + q*CHUNK + tw] + z[o + m*tw + q])``."""
     for tw in range(full):
-        out[U(o + 4 * tw)] = chunk[U(r + tw)]
-        out[U(o + 4 * tw + 1)] = chunk[U(r + CHUNK + tw)]
-        out[U(o + 4 * tw + 2)] = chunk[U(r + 2 * CHUNK + tw)]
-        out[U(o + 4 * tw + 3)] = chunk[U(r + 3 * CHUNK + tw)]
-    for x in range(4 * full, min(width, 4 * count)):
-        out[U(o + x)] = chunk[U(r + (x % 4) * CHUNK + x // 4)]
+        for q in range(m):
+            i = U(o + m * tw + q)
+            out[i] = activate(chunk[U(r + q * CHUNK + tw)] + z[i], code, low, high)
 
 
 @numba.njit(inline="always")
-def _merge2(out, o, width, count, chunk, r):
+def _merge4(out, o, width, count, chunk, r, z, has_residual, code, low, high):
+    """One output row of ``count`` tiles from chunk rows r .. r+3 (one per tile column q):
+    ``out[o + 4*tw + q] = chunk[r + q*CHUNK + tw]``, cut at the row's ``width`` values.  The
+    four stores of a tile are one interleaved group, which LLVM writes as whole vectors.  With
+    a residual, ``act(chunk + z)`` is stored instead (``z`` flat like ``out``; the chunk then
+    holds values before the activation)."""
+    full = min(count, width // 4)  # tiles that lie wholly inside the row
+    if has_residual:
+        _residual_tiles(out, o, full, 4, chunk, r, z, code, low, high)
+    else:
+        for tw in range(full):
+            out[U(o + 4 * tw)] = chunk[U(r + tw)]
+            out[U(o + 4 * tw + 1)] = chunk[U(r + CHUNK + tw)]
+            out[U(o + 4 * tw + 2)] = chunk[U(r + 2 * CHUNK + tw)]
+            out[U(o + 4 * tw + 3)] = chunk[U(r + 3 * CHUNK + tw)]
+    for x in range(4 * full, min(width, 4 * count)):
+        value = chunk[U(r + (x % 4) * CHUNK + x // 4)]
+        out[U(o + x)] = activate(value + z[U(o + x)], code, low, high) if has_residual else value
+
+
+@numba.njit(inline="always")
+def _merge2(out, o, width, count, chunk, r, z, has_residual, code, low, high):
     """:func:`_merge4` for F(2, 3)."""
     full = min(count, width // 2)
-    for tw in range(full):
-        out[U(o + 2 * tw)] = chunk[U(r + tw)]
-        out[U(o + 2 * tw + 1)] = chunk[U(r + CHUNK + tw)]
+    if has_residual:
+        _residual_tiles(out, o, full, 2, chunk, r, z, code, low, high)
+    else:
+        for tw in range(full):
+            out[U(o + 2 * tw)] = chunk[U(r + tw)]
+            out[U(o + 2 * tw + 1)] = chunk[U(r + CHUNK + tw)]
     if full < count and 2 * full < width:
-        out[U(o + 2 * full)] = chunk[U(r + full)]
+        value = chunk[U(r + full)]
+        i = U(o + 2 * full)
+        out[i] = activate(value + z[i], code, low, high) if has_residual else value
 
 
 def _output_kernel(mm: np.ndarray, m: int, bias: np.ndarray, has_bias: bool, code: int,
                    low: float, high: float, tiles_h: int, tiles_w: int, out: np.ndarray,
-                   chunks: np.ndarray, biases: np.ndarray) -> None:
+                   chunks: np.ndarray, biases: np.ndarray, z: np.ndarray,
+                   has_residual: bool) -> None:
     """``out[n, k, th*m + p, tw*m + q] = epilogue((A^T M A)[p, q])`` for every tile, with
     ``M[a, b] = mm[a*alpha + b, k, n*tiles + tile]``; tile pixels beyond the output are
-    dropped.
+    dropped.  With a residual, the chunk gets the bias only and the merge adds ``z`` and
+    applies the activation.
 
     Parallel over planes (output channel, image), a contiguous range per worker: the product's
     columns for the range are contiguous in every row.  A worker takes its tiles CHUNK at a
@@ -479,9 +507,11 @@ def _output_kernel(mm: np.ndarray, m: int, bias: np.ndarray, has_bias: bool, cod
     pitch = out_channels * n_images * tiles
     flat_mm = mm.reshape(mm.size)
     flat_out = out.reshape(out.size)
+    flat_z = z.reshape(z.size)
     planes = out_channels * n_images
     workers = chunks.shape[0]
     low_v, high_v = out.dtype.type(low), out.dtype.type(high)
+    chunk_code = 0 if has_residual else code  # the activation waits for the residual
     for wk in prange(workers):
         chunk, bias_row = chunks[wk], biases[wk]
         f = wk * planes // workers * tiles
@@ -498,10 +528,10 @@ def _output_kernel(mm: np.ndarray, m: int, bias: np.ndarray, has_bias: bool, cod
                 g = stop
             if m == 4:
                 _left6(chunk, flat_mm, pitch, f, count)
-                _right6(chunk, bias_row, count, code, low_v, high_v)
+                _right6(chunk, bias_row, count, chunk_code, low_v, high_v)
             else:
                 _left4(chunk, flat_mm, pitch, f, count)
-                _right4(chunk, bias_row, count, code, low_v, high_v)
+                _right4(chunk, bias_row, count, chunk_code, low_v, high_v)
             g = f
             while g < f + count:  # tile rows, or the part of one in the chunk
                 plane = g // tiles
@@ -515,9 +545,11 @@ def _output_kernel(mm: np.ndarray, m: int, bias: np.ndarray, has_bias: bool, cod
                     o = (first_row + p) * out_w + tw0 * m
                     r = p * alpha * CHUNK + g - f
                     if m == 4:
-                        _merge4(flat_out, o, out_w - tw0 * m, run, chunk, r)
+                        _merge4(flat_out, o, out_w - tw0 * m, run, chunk, r, flat_z,
+                                has_residual, code, low_v, high_v)
                     else:
-                        _merge2(flat_out, o, out_w - tw0 * m, run, chunk, r)
+                        _merge2(flat_out, o, out_w - tw0 * m, run, chunk, r, flat_z,
+                                has_residual, code, low_v, high_v)
                 g += run
             f += count
 
@@ -533,7 +565,8 @@ def _compiled(dtype: np.dtype) -> tuple[Callable[..., None], Callable[..., None]
     output_kernel = numba.njit(
         types.void(types.Array(item_type(dtype), 3, "C", readonly=True), intp,
                    readonly(dtype, 1), types.boolean, intp, types.float64, types.float64,
-                   intp, intp, buffer(dtype, 4), buffer(dtype, 2), buffer(dtype, 2)),
+                   intp, intp, buffer(dtype, 4), buffer(dtype, 2), buffer(dtype, 2),
+                   types.Array(item_type(dtype), 4, "C", readonly=True), types.boolean),
         parallel=True, cache=True, fastmath=FASTMATH)(_output_kernel)
     return filter_kernel, output_kernel
 
@@ -685,7 +718,8 @@ class _Winograd(Algorithm):
                       no_bias(dtype) if bias is None else bias, bias is not None,
                       activation_code(geo), float(geo.clip_min), float(geo.clip_max),
                       plan.tiles_h, plan.tiles_w, out, np.empty(plan.output_chunks, dtype=dtype),
-                      np.empty(plan.output_biases, dtype=dtype))
+                      np.empty(plan.output_biases, dtype=dtype), residual_operand(geo, inputs),
+                      geo.has_residual)
         return geo.output_view(out)
 
 

@@ -89,6 +89,15 @@ class OpenCLConv(Algorithm):
         """Work-items per work-group this configuration launches (0: driver's choice)."""
         return 0
 
+    def unusable_reason(self, problem: Problem) -> str | None:
+        if geometry(problem).has_residual:
+            return f"{self.name} does not add a residual input (the runtime fuses none here)"
+        return self.config_unusable_reason(problem)
+
+    def config_unusable_reason(self, problem: Problem) -> str | None:
+        """Why this configuration cannot compute ``problem`` (shapes, parameters), or None."""
+        return None
+
     def device_unusable_reason(self, device: Any, problem: Problem) -> str | None:
         """float64 needs ``cl_khr_fp64``; the local size must fit the device."""
         return (common.fp64_reason(device, problem.dtypes)
@@ -127,7 +136,7 @@ class _LocalSized(OpenCLConv):
         """Work-items per (image, channel block) along dimension 0."""
         raise NotImplementedError
 
-    def unusable_reason(self, problem: Problem) -> str | None:
+    def config_unusable_reason(self, problem: Problem) -> str | None:
         return common.group_per_extent_reason(self.local, self.pixel_work(geometry(problem)),
                                               "group", "work-items of an output plane")
 
@@ -151,12 +160,12 @@ class DirectCLConv(_LocalSized):
     def pixel_work(self, geo: ConvGeometry) -> int:
         return geo.oh * geo.ow
 
-    def unusable_reason(self, problem: Problem) -> str | None:
+    def config_unusable_reason(self, problem: Problem) -> str | None:
         geo = geometry(problem)
         if self.ko > 1 and self.ko > common.next_pow2(geo.kg):
             return (f"{self.ko} output channels per work-item, but a group has only {geo.kg} "
                     f"(a smaller ko does the same work with fewer idle accumulators)")
-        return super().unusable_reason(problem)
+        return super().config_unusable_reason(problem)
 
     def defines(self, geo: ConvGeometry) -> dict[str, int]:
         return {"KO": self.ko}
@@ -200,7 +209,7 @@ class DepthwiseCLConv(_LocalSized):
     def pixel_work(self, geo: ConvGeometry) -> int:
         return geo.oh * ceil_div(geo.ow, self.px)
 
-    def unusable_reason(self, problem: Problem) -> str | None:
+    def config_unusable_reason(self, problem: Problem) -> str | None:
         geo = geometry(problem)
         if not geo.is_depthwise:
             return (f"cl_depthwise needs group == C with one input channel per group; got "
@@ -210,7 +219,7 @@ class DepthwiseCLConv(_LocalSized):
                     f"cl_depthwise unrolls")
         if self.px > 1 and self.px > common.next_pow2(geo.ow):
             return f"{self.px} outputs per work-item along a row of {geo.ow}"
-        return super().unusable_reason(problem)
+        return super().config_unusable_reason(problem)
 
     def defines(self, geo: ConvGeometry) -> dict[str, int]:
         return {"PX": self.px, "KR": geo.r, "KS": geo.s}
@@ -371,7 +380,7 @@ class Conv1x1CLConv(_GemmCLConv):
 
     name = "cl_conv1x1"
 
-    def unusable_reason(self, problem: Problem) -> str | None:
+    def config_unusable_reason(self, problem: Problem) -> str | None:
         geo = geometry(problem)
         if geo.r != 1 or geo.s != 1:
             return f"cl_conv1x1 needs a 1x1 kernel, got {geo.r}x{geo.s}"
@@ -425,7 +434,7 @@ class ImplicitGemmCLConv(OpenCLConv):
     def work_group_size(self) -> int:
         return self.mdimc * self.ndimc
 
-    def unusable_reason(self, problem: Problem) -> str | None:
+    def config_unusable_reason(self, problem: Problem) -> str | None:
         """Tiles larger than the problem (beyond the smallest registered) only add idle
         work-items, and a split needs at least two reduction steps per slice."""
         geo = geometry(problem)
