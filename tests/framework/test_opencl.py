@@ -22,6 +22,7 @@ from fastrun.cli.main import main
 from fastrun.device import CPUDevice, get_device
 from fastrun.operator import Problem
 from tests.framework.fakes import DoubleOp
+from tests.opencl_helpers import skip_unless_it_compiles
 
 
 def _platform_available() -> bool:
@@ -40,7 +41,7 @@ needs_platform = pytest.mark.skipif(
 @pytest.fixture
 def device(monkeypatch) -> opencl.OpenCLDevice:
     monkeypatch.delenv("FASTRUN_OPENCL_DEVICE", raising=False)
-    return get_device("opencl")
+    return skip_unless_it_compiles(get_device("opencl"))
 
 
 # -- errors without pyopencl or a platform ------------------------------------------------------
