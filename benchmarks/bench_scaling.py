@@ -1,0 +1,254 @@
+"""Many cores: fastrun against onnxruntime at each thread count, each setup in its own process.
+
+What a user sees is what counts: a model loaded once, then a steady loop of inferences.  For
+every model, batch and thread count this script
+
+1. searches a fast-run cache at that thread count, in a process of its own (wall time shown;
+   ``--heuristic`` skips it and runs heuristic-only);
+2. runs ``--pairs`` alternating pairs of processes, fastrun (every variant, reading that
+   cache: nothing is profiled) then onnxruntime (CPU provider, the same intra-op thread count,
+   sequential execution), each warming up and then timing ``--iters`` inferences;
+3. prints each process's median, the ratio fastrun / onnxruntime (median of fastrun's process
+   medians over the median of onnxruntime's) and the steadiness of each engine: its largest
+   process median over its smallest (target <= 1.15).
+
+Variants compare fastrun settings in the same alternation: ``--variant wide:`` and
+``--variant narrow:FASTRUN_VECTOR_BITS=256`` run two fastrun setups, each with its own cache.
+Both engines get the same threads and no pinning.  Weight preprocessing is on, as a runtime
+that loads a model once would run it.
+
+    python -m benchmarks.bench_scaling [--models resnet18,resnet50,mobilenet_v2,squeezenet]
+        [--batches 1,8] [--threads 1,2,4,8,all] [--pairs 3] [--iters 40] [--json FILE]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+
+from benchmarks._common import header
+
+MODELS = "resnet18,resnet50,mobilenet_v2,squeezenet"
+
+
+@dataclass
+class Variant:
+    """A fastrun setup: a name and the environment its processes get on top of ours."""
+
+    name: str
+    env: dict[str, str] = field(default_factory=dict)
+
+    @classmethod
+    def parse(cls, text: str) -> Variant:
+        name, _, settings = text.partition(":")
+        env = {}
+        for item in filter(None, settings.split(",")):
+            key, sep, value = item.partition("=")
+            if not sep:
+                raise SystemExit(f"bad --variant {text!r}: expected NAME:KEY=VALUE,...")
+            env[key] = value
+        return cls(name or "fastrun", env)
+
+
+# -- the worker processes ------------------------------------------------------------------------
+
+def _steady_loop(run, iters: int, warmup: int) -> dict:
+    """Warm up, then time ``iters`` calls; page faults per call tell fresh memory apart."""
+    for _ in range(warmup):
+        run()
+    faults = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+    times = []
+    for _ in range(iters):
+        started = time.perf_counter()
+        run()
+        times.append(time.perf_counter() - started)
+    faults = resource.getrusage(resource.RUSAGE_SELF).ru_minflt - faults
+    times_ms = sorted(t * 1e3 for t in times)
+    return {"median_ms": statistics.median(times_ms),
+            "p90_ms": times_ms[min(len(times_ms) - 1, int(0.9 * len(times_ms)))],
+            "faults_per_iter": faults / iters, "times_ms": times_ms}
+
+
+def _fastrun_model(args: argparse.Namespace, strategy: str):
+    import fastrun
+    from fastrun.cache import InMemoryCache
+    from fastrun.runtime import load
+
+    cache = args.cache if args.cache else InMemoryCache()
+    session = fastrun.session(cache=cache, strategy=strategy, device=f"cpu:{args.threads}",
+                              progress=False, budget_s=args.budget)
+    model = load(f"zoo:{args.model}", session, batch=args.batch, weight_preprocess=True)
+    return session, model
+
+
+def worker_search(args: argparse.Namespace) -> dict:
+    started = time.perf_counter()
+    session, model = _fastrun_model(args, "fast-run")
+    model.search()
+    return {"search_s": time.perf_counter() - started, "profiled": session.stats.profiled}
+
+
+def worker_fastrun(args: argparse.Namespace) -> dict:
+    session, model = _fastrun_model(args, "heuristic")  # with a cache: cache, then heuristic
+    feeds = model.random_inputs(seed=1)
+    model.search()
+    result = _steady_loop(lambda: model.run(feeds), args.iters, args.warmup)
+    result["profiled"] = session.stats.profiled
+    result["cache_misses"] = session.stats.heuristic
+    return result
+
+
+def worker_ort(args: argparse.Namespace) -> dict:
+    import numpy as np
+    import onnxruntime as ort
+
+    from fastrun.runtime import zoo
+
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = args.threads
+    options.inter_op_num_threads = 1
+    options.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
+    options.log_severity_level = 3
+    session = ort.InferenceSession(zoo.build(args.model).SerializeToString(), options,
+                                   providers=["CPUExecutionProvider"])
+    spec = session.get_inputs()[0]
+    shape = [args.batch, *spec.shape[1:]]
+    feeds = {spec.name: np.random.default_rng(1).uniform(-1, 1, shape).astype(np.float32)}
+    return _steady_loop(lambda: session.run(None, feeds), args.iters, args.warmup)
+
+
+WORKERS = {"search": worker_search, "fastrun": worker_fastrun, "ort": worker_ort}
+
+
+# -- the driver ----------------------------------------------------------------------------------
+
+def _spawn(kind: str, model: str, batch: int, threads: int, args: argparse.Namespace,
+           cache: str | None, env: dict[str, str]) -> dict:
+    command = [sys.executable, "-m", "benchmarks.bench_scaling", "--worker", kind,
+               "--model", model, "--batch", str(batch), "--thread-count", str(threads),
+               "--iters", str(args.iters), "--warmup", str(args.warmup)]
+    if cache:
+        command += ["--cache", cache]
+    if args.budget is not None:
+        command += ["--budget", str(args.budget)]
+    done = subprocess.run(command, env={**os.environ, **env}, capture_output=True, text=True,
+                          cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    if done.returncode != 0:
+        raise SystemExit(f"{kind} worker for {model} batch {batch}, {threads} threads failed:\n"
+                         f"{done.stderr[-3000:]}")
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def _spread(values: list[float]) -> float:
+    return max(values) / min(values)
+
+
+def measure(model: str, batch: int, threads: int, variants: list[Variant],
+            args: argparse.Namespace, cache_dir: str) -> dict:
+    row: dict = {"model": model, "batch": batch, "threads": threads, "variants": {}}
+    caches = {}
+    for variant in variants:
+        cache = None
+        search = None
+        if not args.heuristic:
+            cache = os.path.join(cache_dir, f"{model}-b{batch}-t{threads}-{variant.name}.bin")
+            search = _spawn("search", model, batch, threads, args, cache, variant.env)
+        caches[variant.name] = cache
+        row["variants"][variant.name] = {"search": search, "runs": []}
+    row["ort"] = []
+    for _ in range(args.pairs):
+        for variant in variants:
+            result = _spawn("fastrun", model, batch, threads, args, caches[variant.name],
+                            variant.env)
+            row["variants"][variant.name]["runs"].append(result)
+        row["ort"].append(_spawn("ort", model, batch, threads, args, None, {}))
+    ort = [r["median_ms"] for r in row["ort"]]
+    row["ort_median_ms"] = statistics.median(ort)
+    row["ort_spread"] = _spread(ort)
+    for variant in variants:
+        data = row["variants"][variant.name]
+        mine = [r["median_ms"] for r in data["runs"]]
+        data["median_ms"] = statistics.median(mine)
+        data["ratio"] = data["median_ms"] / row["ort_median_ms"]
+        data["spread"] = _spread(mine)
+    return row
+
+
+def _print_row(row: dict, variants: list[Variant]) -> None:
+    ort = ", ".join(f"{r['median_ms']:.2f}" for r in row["ort"])
+    for variant in variants:
+        data = row["variants"][variant.name]
+        mine = ", ".join(f"{r['median_ms']:.2f}" for r in data["runs"])
+        faults = statistics.median(r["faults_per_iter"] for r in data["runs"])
+        search = data["search"]
+        searched = (f"{search['search_s']:6.1f} s ({search['profiled']})" if search
+                    else "heuristic")
+        misses = max(r["cache_misses"] for r in data["runs"]) if search else 0
+        print(f"| {row['model']} | {row['batch']} | {row['threads']} | {variant.name} | "
+              f"{searched} | {mine} | {ort} | **{data['ratio']:.2f}** | {data['spread']:.2f} | "
+              f"{row['ort_spread']:.2f} | {faults:.0f} | {misses} |", flush=True)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--models", default=MODELS)
+    parser.add_argument("--batches", default="1,8")
+    parser.add_argument("--threads", default="1,2,4,8,all",
+                        help="thread counts; 'all' is every core this process may use")
+    parser.add_argument("--pairs", type=int, default=3, help="alternating process pairs")
+    parser.add_argument("--iters", type=int, default=40, help="timed inferences per process")
+    parser.add_argument("--warmup", type=int, default=5, help="untimed inferences first")
+    parser.add_argument("--budget", type=float, default=None,
+                        help="profiling budget per candidate in the search (default: fastrun's)")
+    parser.add_argument("--heuristic", action="store_true",
+                        help="no search: fastrun runs heuristic-only (a quick diagnostic)")
+    parser.add_argument("--variant", action="append", default=[], metavar="NAME:KEY=VALUE,...",
+                        help="a fastrun setup (environment) to compare; repeatable")
+    parser.add_argument("--cache-dir", help="where the searched caches go (default: temporary)")
+    parser.add_argument("--json", help="write every measurement to this file")
+    # worker mode (one process per measurement)
+    parser.add_argument("--worker", choices=sorted(WORKERS), help=argparse.SUPPRESS)
+    parser.add_argument("--model", help=argparse.SUPPRESS)
+    parser.add_argument("--batch", type=int, help=argparse.SUPPRESS)
+    parser.add_argument("--thread-count", dest="threads_one", type=int, help=argparse.SUPPRESS)
+    parser.add_argument("--cache", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.worker:
+        args.threads = args.threads_one
+        print(json.dumps(WORKERS[args.worker](args)))
+        return
+
+    cores = len(os.sched_getaffinity(0))
+    counts = sorted({cores if t == "all" else int(t) for t in args.threads.split(",")})
+    variants = [Variant.parse(v) for v in args.variant] or [Variant("fastrun")]
+    print(header(f"scaling: fastrun vs onnxruntime, {args.pairs} alternating process pairs "
+                 f"of {args.iters} inferences, threads {counts}"))
+    print("| model | batch | threads | fastrun | search (problems) | fastrun ms per process "
+          "| onnxruntime ms per process | fastrun/ort | fastrun spread | ort spread "
+          "| page faults per inference | cache misses |")
+    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
+    rows = []
+    with tempfile.TemporaryDirectory() as scratch:
+        cache_dir = args.cache_dir or scratch
+        os.makedirs(cache_dir, exist_ok=True)
+        for model in args.models.split(","):
+            for batch in (int(b) for b in args.batches.split(",")):
+                for threads in counts:
+                    row = measure(model, batch, threads, variants, args, cache_dir)
+                    rows.append(row)
+                    _print_row(row, variants)
+                    if args.json:
+                        with open(args.json, "w") as stream:
+                            json.dump(rows, stream, indent=1)
+
+
+if __name__ == "__main__":
+    main()
