@@ -27,6 +27,7 @@ The choice changes every kernel's speed, so it is a fact of the CPU device's cat
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 
@@ -40,12 +41,12 @@ PREFER_256 = "prefer-256-bit"
 NUMBA_VARIABLES = ("NUMBA_CPU_NAME", "NUMBA_CPU_FEATURES")
 
 
-def _has_avx512(flags: set[str] | None = None) -> bool:
-    if flags is None:
-        from fastrun.device import _cpu_model_and_flags
+@functools.cache
+def _has_avx512() -> bool:
+    """Read once: the category asks on every lookup, /proc/cpuinfo is long on many cores."""
+    from fastrun.device import _cpu_model_and_flags
 
-        flags = _cpu_model_and_flags()[1]
-    return "avx512f" in flags
+    return "avx512f" in _cpu_model_and_flags()[1]
 
 
 def category_fact() -> str:
