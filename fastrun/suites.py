@@ -123,7 +123,7 @@ class Layer:
                                    self.count, **self.params())
 
 
-R, R6, RES = "relu", "relu6", True
+R, R6 = "relu", "relu6"
 
 # ResNet-18 as the runtime lowers it: a basic block's first conv carries the ReLU; its second
 # conv takes the block's shortcut as a residual and the ReLU after the add; the 1x1
@@ -132,22 +132,22 @@ RESNET18_LAYERS = [
     Layer("conv1 7x7/2 3->64 @224 +relu", 1, 3, 224, 64, 7, 2, 3, activation=R),
     Layer("layer1 3x3 64->64 @56 +relu", 2, 64, 56, 64, 3, 1, 1, activation=R),
     Layer("layer1 3x3 64->64 @56 +res+relu", 2, 64, 56, 64, 3, 1, 1, activation=R,
-          residual=RES),
+          residual=True),
     Layer("layer2.0 3x3/2 64->128 @56 +relu", 1, 64, 56, 128, 3, 2, 1, activation=R),
     Layer("layer2.ds 1x1/2 64->128 @56", 1, 64, 56, 128, 1, 2, 0),
     Layer("layer2 3x3 128->128 @28 +relu", 1, 128, 28, 128, 3, 1, 1, activation=R),
     Layer("layer2 3x3 128->128 @28 +res+relu", 2, 128, 28, 128, 3, 1, 1, activation=R,
-          residual=RES),
+          residual=True),
     Layer("layer3.0 3x3/2 128->256 @28 +relu", 1, 128, 28, 256, 3, 2, 1, activation=R),
     Layer("layer3.ds 1x1/2 128->256 @28", 1, 128, 28, 256, 1, 2, 0),
     Layer("layer3 3x3 256->256 @14 +relu", 1, 256, 14, 256, 3, 1, 1, activation=R),
     Layer("layer3 3x3 256->256 @14 +res+relu", 2, 256, 14, 256, 3, 1, 1, activation=R,
-          residual=RES),
+          residual=True),
     Layer("layer4.0 3x3/2 256->512 @14 +relu", 1, 256, 14, 512, 3, 2, 1, activation=R),
     Layer("layer4.ds 1x1/2 256->512 @14", 1, 256, 14, 512, 1, 2, 0),
     Layer("layer4 3x3 512->512 @7 +relu", 1, 512, 7, 512, 3, 1, 1, activation=R),
     Layer("layer4 3x3 512->512 @7 +res+relu", 2, 512, 7, 512, 3, 1, 1, activation=R,
-          residual=RES),
+          residual=True),
 ]
 
 # MobileNetV2 (width 1.0): the first conv, then for each inverted-residual stage its distinct
@@ -162,26 +162,26 @@ MOBILENET_V2_LAYERS = [
     Layer("pw 96->24 @56", 1, 96, 56, 24, 1),
     Layer("pw 24->144 @56", 2, 24, 56, 144, 1, activation=R6),
     Layer("dw 3x3 144 @56", 1, 144, 56, 144, 3, 1, 1, 144, R6),
-    Layer("pw 144->24 @56 +res", 1, 144, 56, 24, 1, residual=RES),
+    Layer("pw 144->24 @56 +res", 1, 144, 56, 24, 1, residual=True),
     Layer("dw 3x3/2 144 @56", 1, 144, 56, 144, 3, 2, 1, 144, R6),
     Layer("pw 144->32 @28", 1, 144, 28, 32, 1),
     Layer("pw 32->192 @28", 3, 32, 28, 192, 1, activation=R6),
     Layer("dw 3x3 192 @28", 2, 192, 28, 192, 3, 1, 1, 192, R6),
-    Layer("pw 192->32 @28 +res", 2, 192, 28, 32, 1, residual=RES),
+    Layer("pw 192->32 @28 +res", 2, 192, 28, 32, 1, residual=True),
     Layer("dw 3x3/2 192 @28", 1, 192, 28, 192, 3, 2, 1, 192, R6),
     Layer("pw 192->64 @14", 1, 192, 14, 64, 1),
     Layer("pw 64->384 @14", 4, 64, 14, 384, 1, activation=R6),
     Layer("dw 3x3 384 @14", 4, 384, 14, 384, 3, 1, 1, 384, R6),
-    Layer("pw 384->64 @14 +res", 3, 384, 14, 64, 1, residual=RES),
+    Layer("pw 384->64 @14 +res", 3, 384, 14, 64, 1, residual=True),
     Layer("pw 384->96 @14", 1, 384, 14, 96, 1),
     Layer("pw 96->576 @14", 3, 96, 14, 576, 1, activation=R6),
     Layer("dw 3x3 576 @14", 2, 576, 14, 576, 3, 1, 1, 576, R6),
-    Layer("pw 576->96 @14 +res", 2, 576, 14, 96, 1, residual=RES),
+    Layer("pw 576->96 @14 +res", 2, 576, 14, 96, 1, residual=True),
     Layer("dw 3x3/2 576 @14", 1, 576, 14, 576, 3, 2, 1, 576, R6),
     Layer("pw 576->160 @7", 1, 576, 7, 160, 1),
     Layer("pw 160->960 @7", 3, 160, 7, 960, 1, activation=R6),
     Layer("dw 3x3 960 @7", 3, 960, 7, 960, 3, 1, 1, 960, R6),
-    Layer("pw 960->160 @7 +res", 2, 960, 7, 160, 1, residual=RES),
+    Layer("pw 960->160 @7 +res", 2, 960, 7, 160, 1, residual=True),
     Layer("pw 960->320 @7", 1, 960, 7, 320, 1),
     Layer("pw 320->1280 @7", 1, 320, 7, 1280, 1, activation=R6),
 ]

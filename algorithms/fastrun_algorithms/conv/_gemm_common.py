@@ -18,12 +18,7 @@ from numba import prange, types
 
 from fastrun.operator import Problem
 from fastrun_algorithms._common import FASTMATH, U
-from fastrun_algorithms.conv.epilogue import (
-    activation_code,
-    epilogue_residual,
-    epilogue_value,
-    residual_placeholder,
-)
+from fastrun_algorithms.conv.epilogue import activation_code, epilogue_residual, epilogue_value
 from fastrun_algorithms.conv.geometry import ConvGeometry
 
 
@@ -100,10 +95,10 @@ def _compiled_epilogue(dtype: np.dtype) -> Any:
 
 
 def epilogue_in_place(out: np.ndarray, bias: np.ndarray | None, geo: ConvGeometry,
-                      residual: np.ndarray | None = None) -> None:
+                      residual: np.ndarray) -> None:
     """The fused epilogue on a block of output (images, channels, ...), C-contiguous, with
-    ``residual`` (the matching block of Z, see :func:`.epilogue.residual_operand`) added
-    before the activation when the problem has one.
+    ``residual`` (the matching block of :func:`.epilogue.residual_operand`: Z, or its
+    placeholder when the problem has none) added before the activation.
 
     One pass instead of numpy's two or three (add, add, then maximum/clip), and without
     numpy's hidden memory: numpy adds a broadcast bias through an iteration buffer of up to
@@ -114,8 +109,7 @@ def epilogue_in_place(out: np.ndarray, bias: np.ndarray | None, geo: ConvGeometr
     if bias is None and not geo.has_residual and geo.activation == "none":
         return
     kernel = _compiled_epilogue(out.dtype)
-    planes = (out.shape[0], out.shape[1], -1)
-    z = residual if geo.has_residual else residual_placeholder(out.dtype)
-    kernel(out.reshape(planes), no_bias(out.dtype) if bias is None else bias, bias is not None,
-           activation_code(geo), float(geo.clip_min), float(geo.clip_max),
-           z.reshape(z.shape[0], z.shape[1], -1), geo.has_residual)
+    kernel(out.reshape(out.shape[0], out.shape[1], -1),
+           no_bias(out.dtype) if bias is None else bias, bias is not None, activation_code(geo),
+           float(geo.clip_min), float(geo.clip_max),
+           residual.reshape(residual.shape[0], residual.shape[1], -1), geo.has_residual)

@@ -50,7 +50,7 @@ def epilogue_residual(value, bias, z, code, low, high):
 
 
 @functools.cache
-def residual_placeholder(dtype: np.dtype) -> np.ndarray:
+def _residual_placeholder(dtype: np.dtype) -> np.ndarray:
     """The shared read-only zero (1, 1, 1, 1) that kernels get when there is no residual."""
     zero = np.zeros((1, 1, 1, 1), dtype=dtype)
     zero.flags.writeable = False
@@ -62,5 +62,5 @@ def residual_operand(geo: ConvGeometry, inputs: Sequence[Any]) -> np.ndarray:
     placeholder when the problem has none (the kernels' signatures always take one).  A runtime
     passes contiguous residuals, which are used where they lie; a strided one is copied."""
     if not geo.has_residual:
-        return residual_placeholder(np.dtype(geo.dtype))
+        return _residual_placeholder(np.dtype(geo.dtype))
     return np.ascontiguousarray(geo.as_4d_output(np.asarray(inputs[-1])))

@@ -218,6 +218,7 @@ def geometry(problem: Problem) -> ConvGeometry:
     stride_h, stride_w = problem.param("strides")
     dil_h, dil_w = problem.param("dilations")
     top, left, bottom, right = problem.param("pads")
+    residual = bool(problem.param("residual"))
     oh = (h + top + bottom - (dil_h * (r - 1) + 1)) // stride_h + 1
     ow = (w + left + right - (dil_w * (s - 1) + 1)) // stride_w + 1
     return ConvGeometry(
@@ -225,8 +226,7 @@ def geometry(problem: Problem) -> ConvGeometry:
         stride_h=stride_h, stride_w=stride_w, dil_h=dil_h, dil_w=dil_w,
         pad_top=top, pad_left=left, pad_bottom=bottom, pad_right=right,
         group=problem.param("group"),
-        has_bias=len(problem.shapes) - bool(problem.param("residual")) == 3,
-        has_residual=bool(problem.param("residual")),
+        has_bias=len(problem.shapes) - residual == 3, has_residual=residual,
         activation=problem.param("activation", "none"),
         clip_min=problem.param("clip_min", 0.0), clip_max=problem.param("clip_max", 6.0),
         one_d=one_d, dtype=problem.dtypes[0],

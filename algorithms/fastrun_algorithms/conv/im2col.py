@@ -179,7 +179,7 @@ class Im2colConv(Algorithm):
             else:
                 np.copyto(out[n], result.reshape(geo.k, geo.oh, geo.ow))
                 del result  # before the next product is allocated: one alive at a time
-                epilogue_in_place(out[n:n + 1], bias, geo, z[n:n + 1])
+                epilogue_in_place(out[n:n + 1], bias, geo, z[n:n + 1] if geo.has_residual else z)
         return geo.output_view(out)
 
 
