@@ -56,3 +56,49 @@ def huge_page_advice() -> bool | None:
     previous = switch(False)
     switch(previous)
     return bool(previous)
+
+
+# -- keeping freed pages -------------------------------------------------------------------------
+#: glibc's mallopt parameters (malloc.h)
+_M_TRIM_THRESHOLD = -1
+_M_MMAP_MAX = -4
+#: Free bytes at the top of the heap glibc keeps instead of returning them (mallopt's int
+#: maximum: never, in practice).
+_KEEP_TOP = 2**31 - 1
+
+_kept: bool | None = None
+
+
+def keep_freed_pages() -> bool:
+    """Ask glibc to keep the pages of freed tensors for the next allocation (True when it did,
+    or had already been asked; False where there is no glibc).
+
+    glibc serves every allocation above its mmap threshold (at most 32 MB) from a fresh
+    ``mmap`` and returns it with ``munmap`` when freed, so each inference of a model whose
+    tensors or workspaces are that large writes to fresh pages, and every 4 KB page costs a
+    fault the first time it is touched: ResNet-50 at batch 8 took 25,000 faults per inference
+    on the 16-core host, faults that many threads take at once and that serialise on the
+    process's memory map (``docs/performance.md``, "Page faults").  With mmap off and the heap
+    never trimmed, a freed block stays mapped and the next inference's same-sized allocation
+    reuses it.  The pages then stay with the process for its lifetime, as an inference
+    engine's arena does; ``FASTRUN_KEEP_PAGES=0`` turns this off.
+    """
+    global _kept
+    if _kept is None:
+        _kept = _mallopt(_M_MMAP_MAX, 0) and _mallopt(_M_TRIM_THRESHOLD, _KEEP_TOP)
+    return _kept
+
+
+def _mallopt(parameter: int, value: int) -> bool:
+    import ctypes
+    import ctypes.util
+
+    name = ctypes.util.find_library("c")
+    try:
+        libc = ctypes.CDLL(name)
+        mallopt = libc.mallopt
+    except (OSError, AttributeError, TypeError):
+        return False
+    mallopt.argtypes = (ctypes.c_int, ctypes.c_int)
+    mallopt.restype = ctypes.c_int
+    return mallopt(parameter, value) == 1

@@ -27,6 +27,8 @@ VARIABLES: dict[str, str] = {
     "and halved first (default 24, 0 = time all)",
     "FASTRUN_VECTOR_BITS": "vector width of numba's CPU kernels on AVX-512 processors: 512 "
     "(default), 256, or auto (LLVM's choice for the processor)",
+    "FASTRUN_KEEP_PAGES": "1 (default): a CPU model keeps freed memory mapped for the next "
+    "inference (glibc); 0 returns large blocks to the system",
     "FASTRUN_OPENCL_DEVICE": "PLATFORM:DEVICE indices of the device 'opencl' selects, e.g. 0:1 "
     "(default: the first GPU, else the first device)",
 }
@@ -92,6 +94,18 @@ def _parse_vector_bits(raw: str) -> str:
     if text not in ("512", "256", "auto"):
         raise ValueError("expected 512, 256 or auto")
     return text
+
+
+def keep_pages(explicit: bool | None = None) -> bool:
+    """Whether a CPU model asks glibc to keep freed pages (see fastrun._memory)."""
+    return setting(explicit, "FASTRUN_KEEP_PAGES", True, _parse_switch)
+
+
+def _parse_switch(raw: str) -> bool:
+    text = raw.strip().lower()
+    if text not in ("0", "1", "true", "false", "on", "off"):
+        raise ValueError("expected 1 or 0")
+    return text in ("1", "true", "on")
 
 
 def workspace_limit(explicit: int | str | None = None) -> int | None:

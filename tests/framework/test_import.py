@@ -102,3 +102,37 @@ def test_import_turns_numpys_huge_page_advice_off_unless_the_user_chose():
     assert _huge_page_advice_after_import(numpy_first=True) == ["0", False]
     assert _huge_page_advice_after_import(False, NUMPY_MADVISE_HUGEPAGE="1") == ["1", True]
     assert _huge_page_advice_after_import(True, NUMPY_MADVISE_HUGEPAGE="1") == ["1", True]
+
+
+_FAULTS_OF_REUSE = """
+import json, resource, numpy, fastrun
+from fastrun import _memory
+{setup}
+def faults_of_one_block():
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+    block = numpy.empty(48 << 20, dtype=numpy.uint8)
+    block[::4096] = 1  # touch every page
+    del block
+    return resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before
+faults_of_one_block()
+print(json.dumps([faults_of_one_block(), faults_of_one_block()]))
+"""
+
+
+def _faults_of_reusing_a_48mb_block(setup: str, **given: str) -> list[int]:
+    env = {k: v for k, v in os.environ.items() if k != "FASTRUN_KEEP_PAGES"}
+    env.update(given)
+    out = subprocess.run([sys.executable, "-c", _FAULTS_OF_REUSE.format(setup=setup)], env=env,
+                         capture_output=True, text=True, check=True).stdout
+    return json.loads(out)
+
+
+def test_a_cpu_model_keeps_freed_pages_for_the_next_inference_unless_told_not_to():
+    """A 48 MB block (above glibc's largest mmap threshold) freed and allocated again: 12,288
+    fresh pages each time by default, none once a CPU model asked glibc to keep them."""
+    pages = (48 << 20) // 4096
+    assert min(_faults_of_reusing_a_48mb_block("")) >= pages
+    model = "import fastrun.runtime; fastrun.runtime.load('zoo:squeezenet', batch=1)"
+    assert max(_faults_of_reusing_a_48mb_block(model)) < pages // 100
+    assert min(_faults_of_reusing_a_48mb_block(model, FASTRUN_KEEP_PAGES="0")) >= pages
+    assert max(_faults_of_reusing_a_48mb_block("assert _memory.keep_freed_pages()")) < pages // 100
