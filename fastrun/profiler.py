@@ -7,9 +7,15 @@ fall into a slow period (another process, a vCPU descheduled, a thread pool gone
 on the 2-core development VM one Winograd kernel measured 0.93 ms in one block and 1.78 ms in
 the next, and the search picked an algorithm 40% slower for it.  So the candidates whose
 block medians are within :attr:`SearchOptions.confirm_ratio` of the best (at most
-:data:`CONFIRM_MAX`) are timed again in rounds, one call of each per round in rotating order
-(:attr:`SearchOptions.confirm_rounds` rounds, fewer when a round outlasts the budget), and
-ranked by the medians of those rounds: a slow period then hits all of them alike.
+:data:`CONFIRM_MAX`), and the first candidate (the heuristic's pick), are timed again in
+rounds, one call of each per round in rotating order (:attr:`SearchOptions.confirm_rounds`
+rounds, fewer when a round outlasts the budget).  Each keeps the smaller of its two medians,
+block or rounds: a slow period only ever adds time, so the smaller is the better estimate.
+Ranking by the rounds alone went wrong on the 16-core host, where a slow period can last a
+tenth of a second: one fell on the rounds of a batched matmul (blocks 0.075 and 0.106 ms,
+rounds 1.04 and 1.11 ms), and a candidate that had been stopped early at 0.29 ms then ranked
+first.  The heuristic's pick takes part even when its block looks slow, so that a slow period
+during its block cannot make the search choose worse than the heuristic would have.
 
 The profiler times what it is given; *which* candidates and in what order is the chooser's
 business.  Sub-problems are not its concern either: when a candidate calls ``ctx.call``, the
@@ -163,7 +169,8 @@ class Profiler:
                                       f"x{len(timing.times_ns)}{stopped}")
 
         result.entries.sort(key=lambda e: e.time_s)
-        self._confirm(problem, result, timed, inputs, ctx, prelude)
+        guess = candidates[0].desc.text if candidates else None
+        self._confirm(problem, result, timed, inputs, ctx, prelude, guess)
         result.seconds = time.perf_counter() - started
         winner = result.entries[0].algorithm if result.entries else "nothing usable"
         self.progress.end(f"{winner} ({result.seconds:.2f} s)")
@@ -171,10 +178,11 @@ class Profiler:
 
     def _confirm(self, problem: Problem, result: ProfileResult,
                  timed: Mapping[str, tuple[Algorithm, object]], inputs: list[object],
-                 ctx: RunContext, prelude: Callable[[], object] | None) -> None:
-        """Re-time the close candidates in interleaved rounds and rank them by those medians
-        (see the module docstring); their entries then carry the rounds' median, spread and
-        count."""
+                 ctx: RunContext, prelude: Callable[[], object] | None,
+                 guess: str | None) -> None:
+        """Re-time the close candidates and the heuristic's pick (``guess``) in interleaved
+        rounds; each keeps the smaller of its block and rounds medians (see the module
+        docstring), and its entry the median, spread and count of that phase."""
         options = self.options
         if options.confirm_rounds <= 0 or not result.entries:
             return
@@ -182,6 +190,8 @@ class Profiler:
         contenders = [e for e in result.entries
                       if e.algorithm in timed and e.time_s <= options.confirm_ratio * best]
         contenders = contenders[:CONFIRM_MAX]
+        if guess in timed and all(e.algorithm != guess for e in contenders):
+            contenders.append(next(e for e in result.entries if e.algorithm == guess))
         if len(contenders) < 2:
             return
         calls = []
@@ -218,7 +228,8 @@ class Profiler:
             (replace(e, time_s=confirmed[e.algorithm].median_s,
                      spread_s=confirmed[e.algorithm].spread_s,
                      repeats=len(confirmed[e.algorithm].times_ns))
-             if e.algorithm in confirmed else e for e in result.entries),
+             if e.algorithm in confirmed and confirmed[e.algorithm].median_s <= e.time_s
+             else e for e in result.entries),
             key=lambda e: e.time_s)
         self.progress.step("confirmed", ", ".join(
             f"{label} {confirmed[label].median_s * 1e3:.4f} ms" for label, _ in calls)

@@ -399,15 +399,15 @@ def test_weight_preprocessing_is_outside_the_timing_and_in_the_key(clock):
 
 
 class SlowPeriodAlgo(FakeAlgo):
-    """Costs ``block_ns`` for its first ``slow_runs`` runs (its block of repeats falls into a
-    slow period of the machine), ``cost_ns`` after."""
+    """Costs ``block_ns`` for its runs from ``slow_from`` to ``slow_runs`` (by default its
+    block of repeats falls into a slow period of the machine), ``cost_ns`` otherwise."""
 
-    def __init__(self, *args, block_ns: int, slow_runs: int, **kwargs):
+    def __init__(self, *args, block_ns: int, slow_runs: int, slow_from: int = 0, **kwargs):
         super().__init__(*args, **kwargs)
-        self.block_ns, self.slow_runs = block_ns, slow_runs
+        self.block_ns, self.slow_runs, self.slow_from = block_ns, slow_runs, slow_from
 
     def run(self, problem, inputs, ctx, prepared=None):
-        if self.runs < self.slow_runs:
+        if self.slow_from <= self.runs < self.slow_runs:
             self.clock.now += self.block_ns - self.cost_ns
         return super().run(problem, inputs, ctx, prepared)
 
@@ -435,6 +435,33 @@ def test_close_candidates_are_confirmed_in_interleaved_rounds(clock):
     rounds = [line.split(":")[1] for line in log[-8:]]
     assert rounds == ["steady", "lucky", "lucky", "steady", "steady", "lucky", "lucky",
                       "steady"]
+
+
+def test_a_slow_period_during_the_rounds_lets_no_slower_candidate_ahead(clock):
+    """Measured on the 16-core host: the rounds of two batched-matmul candidates fell into a
+    slow period (10x), and a candidate stopped early at 3x the best then ranked first.  Each
+    contender keeps the smaller of its block and rounds medians: the order stands."""
+    # warm-up + 10 repeats fill the 10 ms budget of a 1 ms block; the rounds come after
+    best = SlowPeriodAlgo("fake", "best", 1 * MS, clock, block_ns=10 * MS, slow_from=11,
+                          slow_runs=100)
+    close = SlowPeriodAlgo("fake", "close", 1_200_000, clock, block_ns=12 * MS, slow_from=10,
+                           slow_runs=100, heuristic_rank=1)
+    (slow,) = algos(clock, ("slow", 3 * MS, {"heuristic_rank": 2}))
+    decision = chooser(make_registry(best, close, slow), clock).decide(problem())
+    assert [e.algorithm for e in decision.entries] == ["best", "close", "slow"]
+    assert [e.time_s for e in decision.entries] == pytest.approx([1e-3, 1.2e-3, 3e-3])
+    assert close.runs > 10  # it did take part in the rounds
+
+
+def test_the_heuristics_pick_is_confirmed_even_when_its_block_looked_slow(clock):
+    """The heuristic's pick (tried first) had its whole block in a slow period (4 ms, beyond
+    the confirmation ratio of the 1.5 ms runner-up); the rounds see its real 1 ms, so the
+    search does not choose worse than the heuristic would have."""
+    guess = SlowPeriodAlgo("fake", "guess", 1 * MS, clock, block_ns=4 * MS, slow_runs=4)
+    (other,) = algos(clock, ("other", 1_500_000, {"heuristic_rank": 1}))
+    decision = chooser(make_registry(guess, other), clock).decide(problem())
+    assert decision.algorithm is guess
+    assert decision.entries[0].time_s == pytest.approx(1e-3)
 
 
 def test_without_confirmation_the_slow_block_decides(clock):
