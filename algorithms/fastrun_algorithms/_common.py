@@ -49,6 +49,34 @@ def stack_buffer(typingctx, count, dtype):
     return types.CPointer(item)(count, dtype), codegen
 
 
+@intrinsic
+def next_task(typingctx, counter):
+    """``next_task(counter)`` in a numba kernel: atomically returns ``counter[0]`` (a 1-D int64
+    array) and adds one to it, so that workers take tasks one at a time, each exactly once.
+
+    Why: numba's OpenMP layer splits a ``prange`` into one equal slice per thread before the
+    loop starts.  On the 16-core host a worker that starts late or runs slower (a vCPU the
+    hypervisor paused, a core busy with an interrupt) then holds up the whole region, and
+    slices of unequal work cannot even out.  With many small tasks taken from a shared counter,
+    the other workers take over what a slow one has not started: 256 tasks of a 0.43 ms region
+    ran 9% faster than the static split of the same tasks (mean 409 against 449 us).  The
+    counter is reset before the parallel loop, outside it.
+    """
+    if not (isinstance(counter, types.Array) and counter.dtype == types.int64
+            and counter.ndim == 1):
+        return None
+
+    def codegen(context, builder, signature, args):
+        array_type = signature.args[0]
+        array = context.make_array(array_type)(context, builder, args[0])
+        first = context.get_constant(types.intp, 0)
+        pointer = cgutils.get_item_pointer(context, builder, array_type, array, [first])
+        one = context.get_constant(types.int64, 1)
+        return builder.atomic_rmw("add", pointer, one, "monotonic")
+
+    return types.int64(counter), codegen
+
+
 # An 8-row register tile (matmul's register_tiled and conv's implicit_gemm): rows of A (or
 # output channels) past the last are clamped to it, so every tile runs the same eight
 # multiply-adds per column; the caller stores only the real rows.

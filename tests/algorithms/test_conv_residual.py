@@ -16,8 +16,10 @@ REGISTRY = conv_registry()
 CPU = [a for a in REGISTRY.algorithms("conv") if a.device_kind == "cpu"]
 OTHER = [a for a in REGISTRY.algorithms("conv") if a.device_kind != "cpu"]
 #: what the residual shortcut of these algorithms must be able to join
-TAKES_RESIDUAL = {"naive", "direct", "implicit_gemm", "im2col", "conv1x1", "winograd_f2x3",
-                  "winograd_f4x3"}
+TAKES_RESIDUAL = {"naive", "direct", "implicit_gemm", "im2col", "conv1x1", "pointwise",
+                  "winograd_f2x3", "winograd_f4x3"}
+#: the algorithms of 1x1 kernels only
+ONE_BY_ONE = {"conv1x1", "pointwise"}
 
 
 class Products:
@@ -77,9 +79,9 @@ def test_cpu_algorithms_add_the_residual(algorithm: Algorithm, case, epilogue, b
 @pytest.mark.parametrize("algorithm", [a for a in CPU if a.name in TAKES_RESIDUAL],
                          ids=lambda a: a.desc.text)
 def test_float64_and_any_thread_count(algorithm: Algorithm):
-    problem = _problem((2, 6, 12, 12), (9, 6, 3, 3) if "1x1" not in algorithm.name
-                       else (9, 6, 1, 1),
-                       {"pads": [1, 1, 1, 1]} if algorithm.name != "conv1x1" else {},
+    one_by_one = algorithm.name in ONE_BY_ONE
+    problem = _problem((2, 6, 12, 12), (9, 6, 1, 1) if one_by_one else (9, 6, 3, 3),
+                       {} if one_by_one else {"pads": [1, 1, 1, 1]},
                        {"activation": "relu"}, True, "float64")
     inputs = _inputs(problem, seed=1)
     results = []
@@ -95,9 +97,9 @@ def test_float64_and_any_thread_count(algorithm: Algorithm):
 def test_the_algorithms_that_should_take_a_residual_do():
     problem = _problem(*CASES[0], EPILOGUES[0], True, "float32")
     usable = {a.name for a in CPU if a.usable(problem)}
-    assert usable >= TAKES_RESIDUAL - {"conv1x1"}
+    assert usable >= TAKES_RESIDUAL - ONE_BY_ONE
     one_by_one = _problem(*CASES[2], EPILOGUES[0], True, "float32")
-    assert "conv1x1" in {a.name for a in CPU if a.usable(one_by_one)}
+    assert {a.name for a in CPU if a.usable(one_by_one)} >= ONE_BY_ONE
 
 
 @pytest.mark.parametrize("algorithm", OTHER, ids=lambda a: a.desc.text)

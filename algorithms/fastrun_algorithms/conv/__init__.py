@@ -17,11 +17,13 @@ def register(registry) -> None:
         im2col,
         implicit_gemm,
         naive,
+        pointwise,
         winograd,
     )
 
     registry.register_operator(ConvOperator())
-    for module in (direct, depthwise, im2col, implicit_gemm, conv1x1, winograd, naive):
+    for module in (direct, depthwise, im2col, implicit_gemm, conv1x1, pointwise, winograd,
+                   naive):
         for algorithm in module.algorithms():
             registry.register_algorithm(algorithm)
     # Checked without importing pyopencl (slow, and it may fail on machines without OpenCL);

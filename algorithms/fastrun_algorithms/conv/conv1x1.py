@@ -24,7 +24,7 @@ from fastrun_algorithms.conv.epilogue import residual_operand
 from fastrun_algorithms.conv.geometry import ConvGeometry, geometry
 
 
-def _is_direct(geo: ConvGeometry) -> bool:
+def reads_input_in_place(geo: ConvGeometry) -> bool:
     """Whether the input is the product's operand as it is (stride 1, no padding)."""
     return (geo.stride_h == geo.stride_w == 1
             and geo.pad_top == geo.pad_left == geo.pad_bottom == geo.pad_right == 0)
@@ -99,7 +99,7 @@ class Conv1x1(Algorithm):
     def workspace_bytes(self, problem: Problem) -> int:
         """The gathered input when stride or padding make one necessary, else nothing."""
         geo = geometry(problem)
-        if _is_direct(geo):
+        if reads_input_in_place(geo):
             return 0
         return geo.n * geo.c * geo.oh * geo.ow * geo.itemsize
 
@@ -108,7 +108,7 @@ class Conv1x1(Algorithm):
         geo = geometry(problem)
         x, w, bias = operands(geo, inputs)
         a_shape, b_shape = _shapes(geo)
-        pixels = x if _is_direct(geo) else _gather(x, geo)
+        pixels = x if reads_input_in_place(geo) else _gather(x, geo)
         result = ctx.call(_product(problem), w.reshape(a_shape), pixels.reshape(b_shape))
         del pixels  # the gathered buffer is not needed once the product exists
         out = np.ascontiguousarray(result).reshape(geo.n, geo.k, geo.oh, geo.ow)

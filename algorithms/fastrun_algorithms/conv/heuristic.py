@@ -13,6 +13,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+import numba
+
 from fastrun.algorithm import Algorithm
 from fastrun_algorithms.conv.geometry import ConvGeometry
 
@@ -29,6 +31,11 @@ WINOGRAD_F4_MIN_PIXELS = 256
 #: the unfold of im2col is then mostly copying, and the kernels that read the input in place win
 #: (ResNet-18's 7x7 stride-2 first layer: implicit_gemm 1.39 ms, direct 1.62, im2col 2.01).
 DIRECT_MAX_CHANNELS = 4
+#: ``pointwise`` before ``conv1x1`` for one image from this many threads: on the 16-core host
+#: (16 threads, heuristic-only, 2 process pairs) MobileNetV2 at batch 1 went from 4.97-6.42 to
+#: 4.78-5.27 ms and ResNet-50 from 20.1-22.0 to 19.8-20.5 ms; at batch 8 MobileNetV2 lost (17.5-18.6
+#: against 19.5-20.2 ms), and on 2 threads both models were 2-3% slower with it.
+POINTWISE_MIN_THREADS = 8
 
 
 def _rank(geo: ConvGeometry, algorithm: Algorithm) -> tuple[float, ...]:
@@ -42,8 +49,11 @@ def _rank(geo: ConvGeometry, algorithm: Algorithm) -> tuple[float, ...]:
         return (9, 0)
     if name == "depthwise":
         return (0, 0)
+    if name == "pointwise":
+        many = geo.n == 1 and numba.get_num_threads() >= POINTWISE_MIN_THREADS
+        return (0, 1) if many else (0, 3)
     if name == "conv1x1":
-        return (0, 1)
+        return (0, 2)
     if name.startswith("winograd"):
         channels_ok = min(geo.cg, geo.kg) >= WINOGRAD_MIN_CHANNELS
         if name == "winograd_f4x3":
