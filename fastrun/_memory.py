@@ -76,9 +76,10 @@ def keep_freed_pages() -> bool:
     glibc serves every allocation above its mmap threshold (at most 32 MB) from a fresh
     ``mmap`` and returns it with ``munmap`` when freed, so each inference of a model whose
     tensors or workspaces are that large writes to fresh pages, and every 4 KB page costs a
-    fault the first time it is touched: ResNet-50 at batch 8 took 25,000 faults per inference
-    on the 16-core host, faults that many threads take at once and that serialise on the
-    process's memory map (``docs/performance.md``, "Page faults").  With mmap off and the heap
+    fault the first time it is touched, faults that many threads take at once and that
+    serialise on the process's memory map.  MobileNetV2 at batch 8 took 9,409 of them per
+    inference, and 23% of its time on 2 cores (``docs/performance.md``, "Many cores", second
+    session); ResNet-50 at batch 8 took 25,024 on one 16-core host.  With mmap off and the heap
     never trimmed, a freed block stays mapped and the next inference's same-sized allocation
     reuses it.  The pages then stay with the process for its lifetime, as an inference
     engine's arena does; ``FASTRUN_KEEP_PAGES=0`` turns this off.
