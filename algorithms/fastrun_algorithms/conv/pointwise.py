@@ -43,6 +43,7 @@ from fastrun_algorithms.conv._gemm_common import (
     no_bias,
     operands,
     readonly,
+    worker_count,
 )
 from fastrun_algorithms.conv.conv1x1 import reads_input_in_place
 from fastrun_algorithms.conv.epilogue import (
@@ -136,11 +137,6 @@ def _compiled(dtype: str) -> Callable[..., None]:
     return numba.njit(signature, parallel=True, fastmath=FASTMATH)(kernel)
 
 
-def _contiguous_rows(x: np.ndarray) -> np.ndarray:
-    """``x`` as gemm reads it in place: C-contiguous, else a contiguous copy."""
-    return x if x.flags.c_contiguous else np.ascontiguousarray(x)
-
-
 class PointwiseConv(Algorithm):
     """1x1 stride-1 unpadded single-group conv as epilogue-finished gemm blocks on numba's
     workers (see the module docstring)."""
@@ -170,18 +166,17 @@ class PointwiseConv(Algorithm):
         out = np.empty((geo.n, geo.k, geo.oh, geo.ow), dtype=geo.dtype)
         if out.size == 0 or geo.c == 0:
             return _empty_product(out, bias, geo, inputs)
-        x3 = _contiguous_rows(x).reshape(geo.n, geo.c, pixels)
-        w2 = _contiguous_rows(w.reshape(geo.k, geo.c))
+        x3 = np.ascontiguousarray(x).reshape(geo.n, geo.c, pixels)
+        w2 = np.ascontiguousarray(w.reshape(geo.k, geo.c))
         z = residual_operand(geo, inputs)
         z3 = z.reshape(geo.n, geo.k, pixels) if geo.has_residual else z.reshape(1, 1, 1)
-        threads = numba.get_num_threads()
-        kb, pb = plan(geo.n, geo.k, pixels, threads)
+        kb, pb = plan(geo.n, geo.k, pixels, numba.get_num_threads())
         tasks = geo.n * -(-geo.k // kb) * -(-pixels // pb)
         _compiled(geo.dtype)(
             x3, w2, bias if bias is not None else no_bias(np.dtype(geo.dtype)),
             out.reshape(geo.n, geo.k, pixels), bias is not None, activation_code(geo),
             float(geo.clip_min), float(geo.clip_max), z3, geo.has_residual, kb, pb,
-            min(threads, tasks), np.zeros(1, dtype=np.int64))
+            worker_count(tasks), np.zeros(1, dtype=np.int64))
         return geo.output_view(out)
 
 
