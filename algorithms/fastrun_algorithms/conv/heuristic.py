@@ -4,8 +4,9 @@ times candidates in (a good first candidate lets early stopping drop the rest qu
 The rules follow the three shape classes that decide which convolution algorithm wins (see
 OpenPPL's write-up in shared/seeds): a specialised kernel when one applies (depthwise, 1x1),
 Winograd for 3x3 stride-1 layers with enough channels to amortise its transforms, the implicit
-GEMM and then the direct kernel for the few-input-channel first layer, im2col + GEMM (then the
-implicit GEMM) for everything else, and the naive loops last.  ``docs/conv.md`` lists them
+GEMM and then the direct kernels for the few-input-channel first layer, the blocked direct
+kernel (then im2col + GEMM and the implicit GEMM) for everything else, and the naive loops
+last.  ``docs/conv.md`` lists them
 with the measurements behind them.
 """
 
@@ -36,6 +37,12 @@ DIRECT_MAX_CHANNELS = 4
 #: 4.78-5.27 ms and ResNet-50 from 20.1-22.0 to 19.8-20.5 ms; at batch 8 MobileNetV2 lost (17.5-18.6
 #: against 19.5-20.2 ms), and on 2 threads both models were 2-3% slower with it.
 POINTWISE_MIN_THREADS = 8
+#: ``blocked_direct`` before ``winograd_f2x3`` (small 3x3 stride-1 layers) from this many
+#: threads: in resnet18's search on the 16-core host it won the 512-channel 7x7 layers (0.323
+#: against 0.388 ms), on 2 cores it lost them (0.538 against 0.425 ms).
+BLOCKED_BEFORE_F2_MIN_THREADS = 8
+#: ``blocked_direct`` wastes the lanes of a 16-channel block past a group's output channels.
+BLOCKED_MIN_CHANNELS = 16
 
 
 def _rank(geo: ConvGeometry, algorithm: Algorithm) -> tuple[float, ...]:
@@ -61,6 +68,16 @@ def _rank(geo: ConvGeometry, algorithm: Algorithm) -> tuple[float, ...]:
             return (1, 0) if channels_ok and big else (5, 0)
         return (1, 1) if channels_ok else (5, 1)
     few_channels = geo.cg <= DIRECT_MAX_CHANNELS
+    if name == "blocked_direct":
+        if geo.kg < BLOCKED_MIN_CHANNELS:
+            return (4, 1)
+        if few_channels:
+            return (1, 2.5)
+        small_winograd = ((geo.r, geo.s, geo.stride_h, geo.stride_w) == (3, 3, 1, 1)
+                          and geo.n * geo.oh * geo.ow < WINOGRAD_F4_MIN_PIXELS)
+        if small_winograd and numba.get_num_threads() >= BLOCKED_BEFORE_F2_MIN_THREADS:
+            return (1, 0.5)
+        return (2, 0)
     if name == "implicit_gemm":
         return (1, 2) if few_channels else (3, 1)
     if name == "direct":
