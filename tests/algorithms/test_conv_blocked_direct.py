@@ -118,3 +118,29 @@ def test_workspace_counts_the_staged_input_and_unpacked_weights():
     prepared = OPERATOR.problem([(2, 8, 6, 6), (20, 8, 3, 3)], ["float32"] * 2,
                                 weight_preprocess=True)
     assert BLOCKED.workspace_bytes(prepared) == 0
+
+
+def _first(shapes, threads, monkeypatch, **params):
+    from fastrun import registry as registry_module
+    from fastrun_algorithms.conv import heuristic
+
+    monkeypatch.setattr(heuristic.numba, "get_num_threads", lambda: threads)
+    problem = OPERATOR.problem(shapes, ["float32"] * len(shapes), **params)
+    candidates = [a for a in registry_module.default_registry().algorithms("conv")
+                  if a.device_kind == "cpu" and a.usable(problem)]
+    return OPERATOR.heuristic_order(problem, candidates)[0].desc.name
+
+
+def test_the_heuristic_puts_it_where_it_was_measured_to_win(monkeypatch):
+    strided = [(1, 64, 56, 56), (128, 64, 3, 3)]
+    assert _first(strided, 2, monkeypatch, strides=[2, 2], pads=[1] * 4) == "blocked_direct"
+    deep = [(1, 256, 14, 14), (256, 256, 3, 3)]
+    assert _first(deep, 2, monkeypatch, pads=[1] * 4) == "winograd_f2x3"
+    assert _first(deep, 16, monkeypatch, pads=[1] * 4) == "blocked_direct"
+    wide = [(1, 64, 56, 56), (64, 64, 3, 3)]
+    assert _first(wide, 16, monkeypatch, pads=[1] * 4) == "winograd_f4x3"
+    one_by_one = [(1, 256, 14, 14), (64, 256, 1, 1)]
+    assert _first(one_by_one, 16, monkeypatch) == "blocked_direct"
+    assert _first(one_by_one, 2, monkeypatch) == "conv1x1"
+    rgb = [(1, 3, 224, 224), (64, 3, 7, 7)]
+    assert _first(rgb, 16, monkeypatch, strides=[2, 2], pads=[3] * 4) == "implicit_gemm"

@@ -37,10 +37,17 @@ DIRECT_MAX_CHANNELS = 4
 #: 4.78-5.27 ms and ResNet-50 from 20.1-22.0 to 19.8-20.5 ms; at batch 8 MobileNetV2 lost (17.5-18.6
 #: against 19.5-20.2 ms), and on 2 threads both models were 2-3% slower with it.
 POINTWISE_MIN_THREADS = 8
-#: ``blocked_direct`` before ``winograd_f2x3`` (small 3x3 stride-1 layers) from this many
-#: threads: in resnet18's search on the 16-core host it won the 512-channel 7x7 layers (0.323
-#: against 0.388 ms), on 2 cores it lost them (0.538 against 0.425 ms).
-BLOCKED_BEFORE_F2_MIN_THREADS = 8
+#: From this many threads ``blocked_direct`` goes before the Winograd kernels on layers of fewer
+#: than :data:`BLOCKED_MAX_WINOGRAD_PIXELS` output pixels (all images together), and before
+#: ``pointwise`` on 1x1 layers of one image.  On the 16-core host (16 threads, resnet50 at
+#: batch 1, fast-run's picks timed in the model) it took 285-320 us on the 128-channel 28x28
+#: 3x3 layers against Winograd F(4x4)'s 370-420, 288-322 against 426-451 on the 256-channel
+#: 14x14 ones and 339-361 against 509-592 (F(2x2)) on the 7x7 ones; fast-run chose it for 41
+#: of the 53 convolutions, most 1x1 ones among them, and the model ran 14.9 and 15.7 ms against
+#: 18.7 and 17.6 without it.  On 2 cores Winograd won those layers (resnet18's 512-channel
+#: 7x7 layer: F(2x2) 0.425 against 0.538 ms), and on both machines F(4x4) won at 56x56.
+BLOCKED_MIN_THREADS = 8
+BLOCKED_MAX_WINOGRAD_PIXELS = 1024
 #: ``blocked_direct`` wastes the lanes of a 16-channel block past a group's output channels.
 BLOCKED_MIN_CHANNELS = 16
 
@@ -73,10 +80,11 @@ def _rank(geo: ConvGeometry, algorithm: Algorithm) -> tuple[float, ...]:
             return (4, 1)
         if few_channels:
             return (1, 2.5)
-        small_winograd = ((geo.r, geo.s, geo.stride_h, geo.stride_w) == (3, 3, 1, 1)
-                          and geo.n * geo.oh * geo.ow < WINOGRAD_F4_MIN_PIXELS)
-        if small_winograd and numba.get_num_threads() >= BLOCKED_BEFORE_F2_MIN_THREADS:
-            return (1, 0.5)
+        if numba.get_num_threads() >= BLOCKED_MIN_THREADS:
+            if (geo.r, geo.s) == (1, 1) and geo.n == 1:
+                return (0, 0.5)
+            if geo.n * geo.oh * geo.ow < BLOCKED_MAX_WINOGRAD_PIXELS:
+                return (1, -1)
         return (2, 0)
     if name == "implicit_gemm":
         return (1, 2) if few_channels else (3, 1)
