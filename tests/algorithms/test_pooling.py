@@ -406,7 +406,8 @@ def test_workspace_figures():
 def test_attributes_identities_and_order():
     for name in OPERATORS:
         texts = [a.desc.text for a in REGISTRY.algorithms(name)]
-        assert texts == (["direct", "numpy"] if name in ("maxpool", "avgpool") else ["numpy"])
+        assert texts == (["direct", "numpy"] if name in ("maxpool", "avgpool") else
+                         ["numpy", "parallel"] if name.startswith("global") else ["numpy"])
     for algorithm in ALL:
         assert algorithm.attributes == AlgoAttribute.REPRODUCIBLE
     three_d = op("maxpool").problem([(1, 1, 4, 4, 4)], ["float32"], kernel_shape=[2, 2, 2])
@@ -425,6 +426,21 @@ def test_attributes_identities_and_order():
                                      strides=[2, 2])
     order = op("maxpool").heuristic_order(disjoint, REGISTRY.algorithms("maxpool"))
     assert [a.name for a in order] == ["numpy", "direct"]
+
+
+@pytest.mark.parametrize("name", ["global_maxpool", "global_avgpool"])
+def test_global_pools_go_parallel_on_large_inputs_and_several_threads(name, monkeypatch):
+    squeezenet_b8 = op(name).problem([(8, 1000, 13, 13)], ["float32"])  # 5.4 MB
+    resnet_b1 = op(name).problem([(1, 512, 7, 7)], ["float32"])  # 100 kB
+    candidates = REGISTRY.algorithms(name)
+
+    def first(problem, threads):
+        monkeypatch.setattr("numba.get_num_threads", lambda: threads)
+        return op(name).heuristic_order(problem, candidates)[0].name
+
+    assert first(squeezenet_b8, 16) == "parallel"
+    assert first(squeezenet_b8, 1) == "numpy"
+    assert first(resnet_b1, 16) == "numpy"
 
 
 @pytest.mark.parametrize("algorithm", WINDOWED, **ids)

@@ -397,8 +397,10 @@ def test_pad_crops_before_it_reflects() -> None:
 def test_registered_operators_and_algorithms() -> None:
     assert REGISTRY.operators() == sorted(OP_NAMES)
     for op in OP_NAMES:
-        assert [a.desc.text for a in REGISTRY.algorithms(op)] == ["numpy"]
-        assert REGISTRY.algorithms(op)[0].attributes == AlgoAttribute.REPRODUCIBLE
+        expected = ["numpy", "parallel"] if op == "concat" else ["numpy"]
+        assert [a.desc.text for a in REGISTRY.algorithms(op)] == expected
+        for algorithm in REGISTRY.algorithms(op):
+            assert algorithm.attributes == AlgoAttribute.REPRODUCIBLE
 
 
 def test_random_inputs_are_valid_for_profiling() -> None:
@@ -431,3 +433,32 @@ def test_fastrun_call_through_a_session(strategy: str) -> None:
                                           np.pad(x, ((0, 0), (0, 0), (1, 1))))
             np.testing.assert_array_equal(
                 fastrun.call("gather", x, np.array([2, 0]), axis=-1), x[..., [2, 0]])
+
+
+def test_concat_goes_parallel_on_large_outputs_and_several_threads(monkeypatch):
+    concat = REGISTRY.operator("concat")
+    fire = concat.problem([(8, 64, 55, 55), (8, 64, 55, 55)], ["float32"] * 2, axis=1)
+    small = concat.problem([(1, 16, 13, 13), (1, 16, 13, 13)], ["float32"] * 2, axis=1)
+    candidates = REGISTRY.algorithms("concat")
+
+    def first(problem, threads):
+        monkeypatch.setattr("numba.get_num_threads", lambda: threads)
+        return concat.heuristic_order(problem, candidates)[0].name
+
+    assert first(fire, 16) == "parallel"
+    assert first(fire, 1) == "numpy"
+    assert first(small, 16) == "numpy"
+
+
+def test_parallel_concat_copies_large_rows_in_chunks_on_every_axis():
+    """Rows wider than one chunk, several chunks per row, and every axis of a 4-D concat."""
+    concat = REGISTRY.operator("concat")
+    parallel = next(a for a in REGISTRY.algorithms("concat") if a.name == "parallel")
+    rng = np.random.default_rng(0)
+    for axis in range(4):
+        shapes = [(2, 3, 40, 300), (2, 3, 40, 300)]
+        shapes[1] = tuple(d * 2 if i == axis else d for i, d in enumerate(shapes[1]))
+        problem = concat.problem(shapes, ["float32"] * 2, axis=axis)
+        inputs = [rng.standard_normal(shape).astype(np.float32) for shape in shapes]
+        np.testing.assert_array_equal(parallel.run(problem, inputs, None),
+                                      np.concatenate(inputs, axis=axis))

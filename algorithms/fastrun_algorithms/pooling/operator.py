@@ -4,9 +4,11 @@ semantics (MaxPool, AveragePool, GlobalMaxPool, GlobalAveragePool, LRN; opsets 1
 from __future__ import annotations
 
 import itertools
+import math
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
+import numba
 import numpy as np
 
 from fastrun.operator import Operator, Problem, Shape
@@ -163,13 +165,24 @@ class _GlobalPoolOperator(Operator):
 
     def heuristic_order(self, problem: Problem,
                         candidates: Sequence[Algorithm]) -> list[Algorithm]:
-        """The CPU algorithms as registered (there is one); the OpenCL configurations by
+        """On the CPU ``parallel`` first from
+        :data:`~fastrun_algorithms.activation.operator.PARALLEL_MIN_BYTES` of input on more
+        than one numba thread, ``numpy`` first below; the OpenCL configurations by
         :func:`~fastrun_algorithms.pooling.opencl.algorithms.global_pool_rank`: a work-item
         or a work-group per plane depending on the plane's size."""
+        from fastrun_algorithms.activation.operator import PARALLEL_MIN_BYTES
         from fastrun_algorithms.pooling.opencl.algorithms import global_pool_rank
 
-        return sorted(candidates, key=lambda a: global_pool_rank(problem, a)
-                      if a.device_kind == "opencl" else (0, 0))
+        size = math.prod(problem.shapes[0]) * np.dtype(problem.dtypes[0]).itemsize
+        big = size >= PARALLEL_MIN_BYTES and numba.get_num_threads() > 1
+        first = "parallel" if big else "numpy"
+
+        def rank(algorithm: Algorithm) -> tuple[int, ...]:
+            if algorithm.device_kind == "opencl":
+                return global_pool_rank(problem, algorithm)
+            return (0, 0) if algorithm.desc.name == first else (0, 1)
+
+        return sorted(candidates, key=rank)
 
 
 class GlobalMaxPoolOperator(_GlobalPoolOperator):

@@ -60,6 +60,10 @@ def register(registry: Registry) -> None:
                                 (GatherOperator(), NumpyGather())):
         registry.register_operator(operator)
         registry.register_algorithm(algorithm)
+    from fastrun_algorithms.tensor import parallel
+
+    for algorithm in parallel.algorithms():
+        registry.register_algorithm(algorithm)
     # Checked without importing pyopencl (slow, and it may fail on machines without OpenCL);
     # the OpenCL algorithms are candidates only on an OpenCL device, so CPU searches and the
     # CPU cache category are unchanged by them.

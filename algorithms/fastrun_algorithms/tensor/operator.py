@@ -20,6 +20,7 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+import numba
 import numpy as np
 
 from fastrun.operator import Problem, Shape
@@ -203,6 +204,18 @@ class ConcatOperator(TensorOperator):
                                      f"{shape}) differs from input 0 (shape {first}) in "
                                      f"dimension {dim}")
         return {"axis": axis}
+
+    def heuristic_order(self, problem, candidates):
+        """``parallel`` first from :data:`PARALLEL_MIN_BYTES` of output on more than one
+        numba thread (a copy is as memory-bound as relu, whose crossover that is), ``numpy``
+        first below; others (OpenCL) keep their order after these."""
+        from fastrun_algorithms.activation.operator import PARALLEL_MIN_BYTES
+
+        size = math.prod(self.output_shape(problem)) * np.dtype(problem.dtypes[0]).itemsize
+        big = size >= PARALLEL_MIN_BYTES and numba.get_num_threads() > 1
+        order = ("parallel", "numpy") if big else ("numpy", "parallel")
+        return sorted(candidates, key=lambda a: order.index(a.desc.name)
+                      if a.desc.name in order else len(order))
 
     def output_shape(self, problem):
         axis = problem.param("axis")
