@@ -11,6 +11,7 @@ With --oracle, every candidate is also re-measured many times and the pick is co
 best (target: within 5% per layer).
 
     python -m benchmarks.bench_conv_layers --suite resnet18 --batch 1 [--oracle] [--quick]
+    python -m benchmarks.bench_conv_layers --no-ort --oracle    # on many cores (see --no-ort)
 """
 
 from __future__ import annotations
@@ -98,10 +99,15 @@ def measure_layer(session, layer, args, threads: int, rng) -> list:
                               **layer.params())
     decision = session.decide(problem)
     bound = session.chooser.prepare(problem, inputs)
-    ort_run = ort_session(x, w, b, z, layer.params(), threads)
-    np.testing.assert_allclose(bound(*inputs), ort_run()[0], rtol=2e-3, atol=2e-3)
-    medians = interleaved_medians({"fastrun": lambda: bound(*inputs), "ort": ort_run},
-                                  args.rounds, 1, settle_s=0.05)
+    if args.no_ort:
+        medians = interleaved_medians({"fastrun": lambda: bound(*inputs)}, args.rounds, 1,
+                                      settle_s=0.05)
+        medians["ort"] = float("nan")
+    else:
+        ort_run = ort_session(x, w, b, z, layer.params(), threads)
+        np.testing.assert_allclose(bound(*inputs), ort_run()[0], rtol=2e-3, atol=2e-3)
+        medians = interleaved_medians({"fastrun": lambda: bound(*inputs), "ort": ort_run},
+                                      args.rounds, 1, settle_s=0.05)
     ranking = ", ".join(f"{e.algorithm} {e.time_s * 1e3:.3f}" for e in decision.entries)
     row = [layer, decision.algorithm.desc.text, medians["fastrun"], medians["ort"], ranking]
     if args.oracle:
@@ -119,6 +125,10 @@ def main() -> None:
     parser.add_argument("--budget", type=float, default=0.2, help="fast-run budget per candidate")
     parser.add_argument("--oracle", action="store_true", help="also compare pick vs oracle")
     parser.add_argument("--quick", action="store_true", help="first 4 layers only")
+    parser.add_argument("--no-ort", action="store_true",
+                        help="leave onnxruntime out (with --oracle: the selection check alone). "
+                             "Needed on many cores: onnxruntime's workers spin after each run "
+                             "and, in the same process, slow fastrun's timings several-fold")
     parser.add_argument("--cache", help="cache file to search into (default: in memory)")
     args = parser.parse_args()
     threads = len(os.sched_getaffinity(0))
