@@ -142,5 +142,7 @@ def test_the_heuristic_puts_it_where_it_was_measured_to_win(monkeypatch):
     one_by_one = [(1, 256, 14, 14), (64, 256, 1, 1)]
     assert _first(one_by_one, 16, monkeypatch) == "blocked_direct"
     assert _first(one_by_one, 2, monkeypatch) == "conv1x1"
+    shallow = [(1, 16, 112, 112), (96, 16, 1, 1)]  # MobileNetV2's first expansion
+    assert _first(shallow, 16, monkeypatch) == "pointwise"
     rgb = [(1, 3, 224, 224), (64, 3, 7, 7)]
     assert _first(rgb, 16, monkeypatch, strides=[2, 2], pads=[3] * 4) == "implicit_gemm"

@@ -24,7 +24,15 @@ from fastrun_algorithms.conv.geometry import ConvGeometry
 
 def matmul_problem(a_shape: Sequence[int], b_shape: Sequence[int], dtype: str) -> Problem:
     """The matmul sub-problem ``A @ B`` for operands of exactly these shapes."""
-    return Problem.create("matmul", (tuple(a_shape), tuple(b_shape)), (dtype, dtype))
+    return _matmul_problem(tuple(a_shape), tuple(b_shape), str(dtype))
+
+
+@functools.lru_cache(maxsize=4096)
+def _matmul_problem(a_shape: tuple[int, ...], b_shape: tuple[int, ...], dtype: str) -> Problem:
+    """Built once per shape: every call of a GEMM-based conv asks for its sub-problem, and
+    building one (its canonical key text) costs microseconds that a small layer on many cores
+    cannot spare."""
+    return Problem.create("matmul", (a_shape, b_shape), (dtype, dtype))
 
 
 def operands(geo: ConvGeometry,

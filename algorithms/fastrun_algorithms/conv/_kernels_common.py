@@ -57,6 +57,7 @@ allowed, so the summation order stays as written.
 from __future__ import annotations
 
 import functools
+import math
 
 import numba
 import numpy as np
@@ -152,7 +153,7 @@ def aligned_empty(shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:
     """``np.empty(shape)`` whose data starts on an :data:`ALIGN`-byte boundary (a view of a
     slightly larger buffer: :func:`aligned_nbytes` bytes)."""
     dtype = np.dtype(dtype)
-    count = int(np.prod(shape))
+    count = math.prod(shape)  # not np.prod: a few microseconds a call, on every call
     raw = np.empty(count + ALIGN // dtype.itemsize, dtype=dtype)
     skip = (-raw.ctypes.data % ALIGN) // dtype.itemsize
     return raw[skip:skip + count].reshape(shape)
@@ -161,7 +162,7 @@ def aligned_empty(shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:
 def aligned_nbytes(shape: tuple[int, ...], dtype: np.dtype) -> int:
     """Bytes :func:`aligned_empty` allocates for ``shape``."""
     dtype = np.dtype(dtype)
-    return (int(np.prod(shape)) + ALIGN // dtype.itemsize) * dtype.itemsize
+    return (math.prod(shape) + ALIGN // dtype.itemsize) * dtype.itemsize
 
 
 def block_rows(geo: ConvGeometry, ob: int) -> int:

@@ -33,6 +33,7 @@ contraction only, whatever the thread count.
 from __future__ import annotations
 
 import functools
+import math
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -267,9 +268,9 @@ class BlockedDirectConv(Algorithm):
         that is not C-contiguous (never one a runtime or the profiler passes) would be copied
         besides."""
         plan = _plan(problem)
-        size = 4 * int(np.prod(plan.staged_shape)) if plan.staged else 0
+        size = 4 * math.prod(plan.staged_shape) if plan.staged else 0
         if not problem.weight_preprocess:
-            size += 4 * int(np.prod(plan.packed_shape))
+            size += 4 * math.prod(plan.packed_shape)
         return size
 
     def preprocess(self, problem: Problem, inputs: Sequence[Any]) -> np.ndarray:

@@ -48,6 +48,12 @@ POINTWISE_MIN_THREADS = 8
 #: 7x7 layer: F(2x2) 0.425 against 0.538 ms), and on both machines F(4x4) won at 56x56.
 BLOCKED_MIN_THREADS = 8
 BLOCKED_MAX_WINOGRAD_PIXELS = 1024
+#: ... but before ``pointwise`` only from this many input channels: with a shallow sum, storing
+#: its tile (a transpose into NCHW) outweighs the multiply-adds.  MobileNetV2's 1x1 layers on
+#: 2 threads, hot / cold cache (us): 16->96 at 112x112 blocked_direct 352 / 597 against
+#: pointwise 254 / 351, 24->144 at 56x56 165 / 292 against 134 / 219; from 96 input channels on
+#: blocked_direct won (96->576 at 14x14: 79 / 168 against 121 / 180).
+BLOCKED_MIN_DEPTH_1X1 = 64
 #: ``blocked_direct`` wastes the lanes of a 16-channel block past a group's output channels.
 BLOCKED_MIN_CHANNELS = 16
 
@@ -81,7 +87,7 @@ def _rank(geo: ConvGeometry, algorithm: Algorithm) -> tuple[float, ...]:
         if few_channels:
             return (1, 2.5)
         if numba.get_num_threads() >= BLOCKED_MIN_THREADS:
-            if (geo.r, geo.s) == (1, 1) and geo.n == 1:
+            if (geo.r, geo.s) == (1, 1) and geo.n == 1 and geo.cg >= BLOCKED_MIN_DEPTH_1X1:
                 return (0, 0.5)
             if geo.n * geo.oh * geo.ow < BLOCKED_MAX_WINOGRAD_PIXELS:
                 return (1, -1)

@@ -621,6 +621,12 @@ class _Plan:
 
 
 def _plan(problem: Problem, m: int) -> _Plan:
+    """The plan for the current numba thread count (its worker counts follow it)."""
+    return _cached_plan(problem, m, numba.get_num_threads())
+
+
+@functools.lru_cache(maxsize=1024)
+def _cached_plan(problem: Problem, m: int, threads: int) -> _Plan:
     return _Plan(geometry(problem), m)
 
 

@@ -13,6 +13,7 @@ an equally memory-bound pass).
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from typing import Any
 
@@ -46,7 +47,7 @@ class NumpyGlobalPool(Algorithm):
         else:
             # a sum then one division: np.mean gives float32 a hidden buffer on large inputs
             np.add.reduce(x, axis=axes, keepdims=True, out=out)
-            out /= int(np.prod(shape[2:]))
+            out /= math.prod(shape[2:])
         return out
 
 
