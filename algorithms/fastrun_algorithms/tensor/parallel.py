@@ -27,6 +27,7 @@ from numba import prange
 from fastrun.algorithm import Algorithm, RunContext
 from fastrun.attribute import AlgoAttribute
 from fastrun.operator import Problem
+from fastrun_algorithms._common import U
 
 #: Bytes one task copies: large enough that a task outweighs taking it, small enough that a
 #: (1, 128, 56, 56) float32 input (1.6 MB) makes 24 tasks.
@@ -35,7 +36,11 @@ CHUNK = 64 * 1024
 
 @numba.njit(parallel=True, cache=True)
 def _copy_rows(src, out, offset):
-    """``out[r, offset:offset + src.shape[1]] = src[r]`` for every row r, in byte chunks."""
+    """``out[r, offset:offset + src.shape[1]] = src[r]`` for every row r, in byte chunks.
+
+    The indices are unsigned (:data:`~fastrun_algorithms._common.U`): with signed ones numba
+    checks each for wraparound and LLVM does not vectorise the loop, which then copied 10x
+    slower than numpy (2.5 ms against 0.24 for SqueezeNet's largest concat on 2 threads)."""
     rows, width = src.shape
     chunks = (width + CHUNK - 1) // CHUNK
     for task in prange(rows * chunks):
@@ -43,7 +48,7 @@ def _copy_rows(src, out, offset):
         start = (task - r * chunks) * CHUNK
         stop = min(start + CHUNK, width)
         for b in range(start, stop):
-            out[r, offset + b] = src[r, b]
+            out[r, U(offset + b)] = src[r, U(b)]
 
 
 class ParallelConcat(Algorithm):
