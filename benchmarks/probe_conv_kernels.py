@@ -1,0 +1,156 @@
+"""One conv algorithm against onnxruntime's Conv, layer by layer, each engine in its own process.
+
+For ResNet's 3x3 and first layers (batch 1, bias + Relu, constant weights: onnxruntime prepacks
+them, fastrun runs with weight preprocessing), a steady loop of ``--calls`` calls per layer,
+first in a fastrun process, then in an onnxruntime process, alternating ``--pairs`` times.
+Printed: GFLOP/s of each and the ratio of times (fastrun / onnxruntime; below 1 fastrun is
+faster).  Separate processes because onnxruntime's workers spin after each run and would slow
+fastrun's kernels in the same process on many cores.  The kernel alone, not a model: no
+neighbouring layers, warm caches.
+
+    python -m benchmarks.probe_conv_kernels [--algorithm blocked_direct] [--threads 16]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+
+import numpy as np
+
+from benchmarks._common import header
+
+#: (input channels, image size, output channels, kernel, stride, pad)
+LAYERS = ((64, 56, 64, 3, 1, 1), (128, 28, 128, 3, 1, 1), (256, 14, 256, 3, 1, 1),
+          (512, 7, 512, 3, 1, 1), (64, 56, 128, 3, 2, 1), (256, 14, 512, 3, 2, 1),
+          (3, 224, 64, 7, 2, 3))
+
+
+def _inputs(layer):
+    c, size, k, kernel, _, _ = layer
+    rng = np.random.default_rng(0)
+    return (rng.standard_normal((1, c, size, size), np.float32),
+            rng.standard_normal((k, c, kernel, kernel), np.float32) * 0.1,
+            rng.standard_normal(k).astype(np.float32))
+
+
+def _median_call(function, calls: int) -> float:
+    for _ in range(max(5, calls // 10)):
+        function()
+    times = []
+    for _ in range(calls):
+        start = time.perf_counter()
+        function()
+        times.append(time.perf_counter() - start)
+    return float(np.median(times))
+
+
+def _fastrun_times(algorithm_name: str, threads: int, calls: int) -> list[float | None]:
+    import fastrun
+
+    session = fastrun.session(strategy="heuristic", progress=False)  # sets the vector width
+    import numba
+
+    numba.set_num_threads(threads)
+    from fastrun._memory import keep_freed_pages
+
+    keep_freed_pages()  # as a loaded model has it
+    algorithm = next(a for a in session.registry.algorithms("conv")
+                     if a.desc.text == algorithm_name)
+    times: list[float | None] = []
+    for layer in LAYERS:
+        x, w, b = _inputs(layer)
+        _, _, _, _, stride, pad = layer
+        problem = session.problem("conv", [x.shape, w.shape, b.shape], ["float32"] * 3,
+                                  pads=[pad] * 4, strides=[stride] * 2, activation="relu",
+                                  weight_preprocess=True)
+        if not algorithm.usable(problem):
+            times.append(None)
+            continue
+        for sub in algorithm.sub_problems(problem):
+            session.decide(sub)
+        prepared = algorithm.preprocess(problem, [x, w, b])
+        inputs = [x, w, b]
+        times.append(_median_call(
+            lambda p=problem, i=inputs, r=prepared: algorithm.run(p, i, session.chooser, r),
+            calls))
+    return times
+
+
+def _onnxruntime_times(threads: int, calls: int) -> list[float]:
+    import onnxruntime as ort
+    from onnx import TensorProto, helper, numpy_helper
+
+    times = []
+    for layer in LAYERS:
+        x, w, b = _inputs(layer)
+        _, _, _, _, stride, pad = layer
+        graph = helper.make_graph(
+            [helper.make_node("Conv", ["x", "w", "b"], ["c"], pads=[pad] * 4,
+                              strides=[stride] * 2),
+             helper.make_node("Relu", ["c"], ["y"])], "conv",
+            [helper.make_tensor_value_info("x", TensorProto.FLOAT, list(x.shape))],
+            [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+            [numpy_helper.from_array(w, "w"), numpy_helper.from_array(b, "b")])
+        model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+        model.ir_version = 8
+        options = ort.SessionOptions()
+        options.intra_op_num_threads = threads
+        options.inter_op_num_threads = 1
+        options.log_severity_level = 3
+        session = ort.InferenceSession(model.SerializeToString(), options,
+                                       providers=["CPUExecutionProvider"])
+        times.append(_median_call(lambda s=session, x=x: s.run(None, {"x": x}), calls))
+    return times
+
+
+def _spawn(engine: str, args) -> list[float | None]:
+    result = subprocess.run(
+        [sys.executable, "-m", "benchmarks.probe_conv_kernels", "--child", engine,
+         "--algorithm", args.algorithm, "--threads", str(args.threads),
+         "--calls", str(args.calls)], capture_output=True, text=True, check=True)
+    return json.loads(result.stdout.strip().splitlines()[-1])
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--algorithm", default="blocked_direct",
+                        help="the conv algorithm, as a cache names it (e.g. 'direct(kb=32)')")
+    parser.add_argument("--threads", type=int, default=len(os.sched_getaffinity(0)))
+    parser.add_argument("--calls", type=int, default=200)
+    parser.add_argument("--pairs", type=int, default=2)
+    parser.add_argument("--child", choices=["fastrun", "onnxruntime"], help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.child == "fastrun":
+        print(json.dumps(_fastrun_times(args.algorithm, args.threads, args.calls)))
+        return
+    if args.child == "onnxruntime":
+        print(json.dumps(_onnxruntime_times(args.threads, args.calls)))
+        return
+    print(header(f"conv kernels: {args.algorithm} against onnxruntime's Conv, "
+                 f"{args.threads} threads, {args.pairs} process pairs"))
+    runs: dict[str, list[list[float | None]]] = {"fastrun": [], "onnxruntime": []}
+    for _ in range(args.pairs):
+        for engine in runs:
+            runs[engine].append(_spawn(engine, args))
+    print(f"{'layer':<24} {'fastrun GFLOP/s':>16} {'onnxruntime GFLOP/s':>20} {'time ratio':>10}")
+    for index, (c, size, k, kernel, stride, pad) in enumerate(LAYERS):
+        out = (size + 2 * pad - kernel) // stride + 1
+        flops = 2 * k * out * out * c * kernel * kernel
+        ours = [run[index] for run in runs["fastrun"] if run[index] is not None]
+        theirs = float(np.median([run[index] for run in runs["onnxruntime"]]))
+        name = f"{c}->{k} {kernel}x{kernel}/{stride} @{size}"
+        if not ours:
+            print(f"{name:<24} {'unusable':>16} {flops / theirs / 1e9:>20.0f}")
+            continue
+        mine = float(np.median(ours))
+        print(f"{name:<24} {flops / mine / 1e9:>16.0f} {flops / theirs / 1e9:>20.0f} "
+              f"{mine / theirs:>10.2f}")
+
+
+if __name__ == "__main__":
+    main()
