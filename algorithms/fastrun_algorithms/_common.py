@@ -25,6 +25,23 @@ FASTMATH = {"contract"}
 U = numba.uint64
 
 
+def parallel_pays(nbytes: int, threshold: int, min_threads: int = 2) -> bool:
+    """The heuristics' rule for a memory-bound pass: a parallel kernel goes first from
+    ``threshold`` bytes on, with at least ``min_threads`` numba threads (below, waking the
+    workers costs more than the pass).  Each operator measured its own threshold."""
+    return nbytes >= threshold and numba.get_num_threads() >= min_threads
+
+
+def ranked_by_name(candidates: Sequence[Any], order: Sequence[str]) -> list[Any]:
+    """``candidates`` sorted by the position of their name in ``order``; names not in it go
+    last, in their registration order."""
+    def rank(algorithm: Any) -> int:
+        name = algorithm.desc.name
+        return order.index(name) if name in order else len(order)
+
+    return sorted(candidates, key=rank)
+
+
 @intrinsic
 def stack_buffer(typingctx, count, dtype):
     """``stack_buffer(COUNT, dtype)`` in a numba kernel: a pointer to COUNT (a literal) elements

@@ -16,11 +16,15 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-import numba
 import numpy as np
 
 from fastrun.operator import Problem, Shape
-from fastrun_algorithms._common import CanonicalOperator, error_with_special_values
+from fastrun_algorithms._common import (
+    CanonicalOperator,
+    error_with_special_values,
+    parallel_pays,
+    ranked_by_name,
+)
 
 if TYPE_CHECKING:
     from fastrun.algorithm import Algorithm
@@ -115,15 +119,9 @@ class ActivationOperator(CanonicalOperator):
         """``numpy`` first below :data:`PARALLEL_MIN_BYTES` of input (or with fewer numba
         threads than :attr:`parallel_min_threads`), ``parallel`` first from there on; unknown
         algorithms last."""
-        big = (self.output_bytes(problem) >= PARALLEL_MIN_BYTES
-               and numba.get_num_threads() >= self.parallel_min_threads)
-        order = ("parallel", "numpy") if big else ("numpy", "parallel")
-
-        def rank(algorithm: Algorithm) -> int:
-            name = algorithm.desc.name
-            return order.index(name) if name in order else len(order)
-
-        return sorted(candidates, key=rank)
+        big = parallel_pays(self.output_bytes(problem), PARALLEL_MIN_BYTES,
+                            self.parallel_min_threads)
+        return ranked_by_name(candidates, ("parallel", "numpy") if big else ("numpy", "parallel"))
 
 
 # -- unary activations ---------------------------------------------------------------------------

@@ -22,11 +22,10 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-import numba
 import numpy as np
 
 from fastrun.operator import Operator, Problem, Shape
-from fastrun_algorithms._common import error_with_special_values
+from fastrun_algorithms._common import error_with_special_values, parallel_pays, ranked_by_name
 from fastrun_algorithms.elementwise._layout import BroadcastLayout, broadcast_layout
 
 if TYPE_CHECKING:
@@ -196,12 +195,6 @@ class ElementwiseOperator(Operator):
 
         Algorithms the rule does not know go after these.
         """
-        big = (self.output_bytes(problem) >= PARALLEL_MIN_BYTES
-               and numba.get_num_threads() > 1)
-        order = ("parallel", "numpy", "serial") if big else ("numpy", "serial", "parallel")
-
-        def rank(algorithm: Algorithm) -> int:
-            name = algorithm.desc.name
-            return order.index(name) if name in order else len(order)
-
-        return sorted(candidates, key=rank)
+        big = parallel_pays(self.output_bytes(problem), PARALLEL_MIN_BYTES)
+        return ranked_by_name(candidates, ("parallel", "numpy", "serial") if big
+                              else ("numpy", "serial", "parallel"))

@@ -8,10 +8,10 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-import numba
 import numpy as np
 
 from fastrun.operator import Operator, Problem, Shape
+from fastrun_algorithms._common import parallel_pays
 from fastrun_algorithms.pooling.geometry import (
     canonical_pool_params,
     check_dtypes,
@@ -174,8 +174,7 @@ class _GlobalPoolOperator(Operator):
         from fastrun_algorithms.pooling.opencl.algorithms import global_pool_rank
 
         size = math.prod(problem.shapes[0]) * np.dtype(problem.dtypes[0]).itemsize
-        big = size >= PARALLEL_MIN_BYTES and numba.get_num_threads() > 1
-        first = "parallel" if big else "numpy"
+        first = "parallel" if parallel_pays(size, PARALLEL_MIN_BYTES) else "numpy"
 
         def rank(algorithm: Algorithm) -> tuple[int, ...]:
             if algorithm.device_kind == "opencl":

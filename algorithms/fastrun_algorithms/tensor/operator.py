@@ -20,11 +20,10 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-import numba
 import numpy as np
 
 from fastrun.operator import Problem, Shape
-from fastrun_algorithms._common import CanonicalOperator
+from fastrun_algorithms._common import CanonicalOperator, parallel_pays, ranked_by_name
 
 SUPPORTED_DTYPES = ("bool", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32",
                     "uint64", "float16", "float32", "float64")
@@ -212,10 +211,8 @@ class ConcatOperator(TensorOperator):
         from fastrun_algorithms.activation.operator import PARALLEL_MIN_BYTES
 
         size = math.prod(self.output_shape(problem)) * np.dtype(problem.dtypes[0]).itemsize
-        big = size >= PARALLEL_MIN_BYTES and numba.get_num_threads() > 1
-        order = ("parallel", "numpy") if big else ("numpy", "parallel")
-        return sorted(candidates, key=lambda a: order.index(a.desc.name)
-                      if a.desc.name in order else len(order))
+        big = parallel_pays(size, PARALLEL_MIN_BYTES)
+        return ranked_by_name(candidates, ("parallel", "numpy") if big else ("numpy", "parallel"))
 
     def output_shape(self, problem):
         axis = problem.param("axis")
