@@ -82,3 +82,43 @@ def cpu_registry(*packages: Any) -> Registry:
             if algorithm.device_kind == "cpu":
                 registry.register_algorithm(algorithm)
     return registry
+
+
+class NoSubProblems:
+    """The run context of an algorithm that declares no sub-problem: calling one fails."""
+
+    def call(self, problem: Problem, *inputs: Any) -> Any:
+        raise AssertionError(f"an algorithm that declared no sub-problem called {problem}")
+
+
+def one_by_one_case(draw: Any, operator: Operator, dtypes: Sequence[str],
+                    max_side: int) -> tuple[Problem, list[np.ndarray]]:
+    """A random 1x1 conv problem and its inputs, for hypothesis's ``st.composite``: 1 to 3
+    images, 1 to 40 channels in and out, 1-D (up to ``max_side**2 // 2`` pixels) or 2-D (up
+    to ``max_side`` a side), every activation, optional bias and residual, and X sometimes a
+    strided view, as a slice of a larger tensor would be."""
+    from hypothesis import strategies as st
+
+    dtype = draw(st.sampled_from(list(dtypes)))
+    n, c, k = draw(st.integers(1, 3)), draw(st.integers(1, 40)), draw(st.integers(1, 40))
+    spatial = [draw(st.integers(1, max_side * max_side // 2))] if draw(st.booleans()) else [
+        draw(st.integers(1, max_side)), draw(st.integers(1, max_side))]
+    params: dict[str, Any] = {}
+    activation = draw(st.sampled_from(["none", "relu", "clip"]))
+    if activation != "none":
+        params["activation"] = activation
+    if activation == "clip":
+        params["clip_min"], params["clip_max"] = -0.5, 0.25
+    shapes = [(n, c, *spatial), (k, c, *[1] * len(spatial))]
+    if draw(st.booleans()):
+        shapes.append((k,))
+    if draw(st.booleans()):
+        shapes.append((n, k, *spatial))
+        params["residual"] = True
+    problem = operator.problem(shapes, [dtype] * len(shapes), **params)
+    inputs = operator.random_inputs(problem, np.random.default_rng(draw(st.integers(0, 2**31))))
+    if draw(st.booleans()):
+        wide = np.zeros((*inputs[0].shape[:-1], 2 * inputs[0].shape[-1]), dtype=dtype)
+        wide[..., ::2] = inputs[0]
+        inputs[0] = wide[..., ::2]
+    return problem, inputs

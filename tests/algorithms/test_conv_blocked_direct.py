@@ -14,15 +14,10 @@ from hypothesis import strategies as st
 
 from fastrun_algorithms.conv import blocked_direct
 from fastrun_algorithms.conv.operator import ConvOperator
-from tests.algorithms._helpers import assert_matches_reference, numba_threads
+from tests.algorithms._helpers import NoSubProblems, assert_matches_reference, numba_threads
 
 OPERATOR = ConvOperator()
 BLOCKED = blocked_direct.BlockedDirectConv()
-
-
-class NoSubProblems:
-    def call(self, problem, *inputs):
-        raise AssertionError(f"blocked_direct declared no sub-problem, yet called {problem}")
 
 
 @st.composite
@@ -140,9 +135,9 @@ def test_the_heuristic_puts_it_where_it_was_measured_to_win(monkeypatch):
     wide = [(1, 64, 56, 56), (64, 64, 3, 3)]
     assert _first(wide, 16, monkeypatch, pads=[1] * 4) == "winograd_f4x3"
     one_by_one = [(1, 256, 14, 14), (64, 256, 1, 1)]
-    assert _first(one_by_one, 16, monkeypatch) == "blocked_direct"
-    assert _first(one_by_one, 2, monkeypatch) == "conv1x1"
-    shallow = [(1, 16, 112, 112), (96, 16, 1, 1)]  # MobileNetV2's first expansion
-    assert _first(shallow, 16, monkeypatch) == "pointwise"
+    for threads in (2, 16):  # tiled_1x1 first on 1x1 stride-1 layers, however many threads
+        assert _first(one_by_one, threads, monkeypatch) == "tiled_1x1"
+    downsample = [(1, 256, 14, 14), (512, 256, 1, 1)]
+    assert _first(downsample, 16, monkeypatch, strides=[2, 2]) == "blocked_direct"
     rgb = [(1, 3, 224, 224), (64, 3, 7, 7)]
     assert _first(rgb, 16, monkeypatch, strides=[2, 2], pads=[3] * 4) == "implicit_gemm"

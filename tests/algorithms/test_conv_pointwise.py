@@ -17,43 +17,20 @@ from numba import prange
 from fastrun_algorithms._common import next_task
 from fastrun_algorithms.conv import pointwise
 from fastrun_algorithms.conv.operator import ConvOperator
-from tests.algorithms._helpers import assert_matches_reference, numba_threads
+from tests.algorithms._helpers import (
+    NoSubProblems,
+    assert_matches_reference,
+    numba_threads,
+    one_by_one_case,
+)
 
 OPERATOR = ConvOperator()
 POINTWISE = pointwise.PointwiseConv()
 
 
-class NoSubProblems:
-    def call(self, problem, *inputs):
-        raise AssertionError(f"pointwise declared no sub-problem, yet called {problem}")
-
-
 @st.composite
 def cases(draw: st.DrawFn) -> tuple[Any, list[np.ndarray]]:
-    dtype = draw(st.sampled_from(["float32", "float64"]))
-    n, c, k = draw(st.integers(1, 3)), draw(st.integers(1, 40)), draw(st.integers(1, 40))
-    spatial = [draw(st.integers(1, 23))] if draw(st.booleans()) else [
-        draw(st.integers(1, 23)), draw(st.integers(1, 23))]
-    x_shape, w_shape = (n, c, *spatial), (k, c, *[1] * len(spatial))
-    params: dict[str, Any] = {}
-    activation = draw(st.sampled_from(["none", "relu", "clip"]))
-    if activation != "none":
-        params["activation"] = activation
-    if activation == "clip":
-        params["clip_min"], params["clip_max"] = -0.5, 0.25
-    shapes = [x_shape, w_shape]
-    if draw(st.booleans()):
-        shapes.append((k,))
-    if draw(st.booleans()):
-        shapes.append((n, k, *spatial))
-        params["residual"] = True
-    problem = OPERATOR.problem(shapes, [dtype] * len(shapes), **params)
-    inputs = OPERATOR.random_inputs(problem, np.random.default_rng(draw(st.integers(0, 2**31))))
-    if draw(st.booleans()):  # X as a strided view, as a slice of a larger tensor would be
-        wide = np.zeros((*inputs[0].shape[:-1], 2 * inputs[0].shape[-1]), dtype=dtype)
-        wide[..., ::2] = inputs[0]
-        inputs[0] = wide[..., ::2]
-    return problem, inputs
+    return one_by_one_case(draw, OPERATOR, ["float32", "float64"], 23)
 
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])

@@ -19,12 +19,13 @@ def register(registry) -> None:
         implicit_gemm,
         naive,
         pointwise,
+        tiled_1x1,
         winograd,
     )
 
     registry.register_operator(ConvOperator())
     for module in (direct, blocked_direct, depthwise, im2col, implicit_gemm, conv1x1,
-                   pointwise, winograd, naive):
+                   pointwise, tiled_1x1, winograd, naive):
         for algorithm in module.algorithms():
             registry.register_algorithm(algorithm)
     # Checked without importing pyopencl (slow, and it may fail on machines without OpenCL);

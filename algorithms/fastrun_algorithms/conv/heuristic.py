@@ -69,6 +69,12 @@ def _rank(geo: ConvGeometry, algorithm: Algorithm) -> tuple[float, ...]:
         return (9, 0)
     if name == "depthwise":
         return (0, 0)
+    if name == "tiled_1x1":
+        # First wherever usable (1x1, stride 1, float32): on MobileNetV2's 1x1 layers on 2
+        # cores it took 0.51-0.82 of the best other algorithm's time (tied with blocked_direct
+        # on 576->96 at 14x14).  Not yet measured on many cores, where fast-run times it
+        # against pointwise and blocked_direct.
+        return (0, 0.2)
     if name == "pointwise":
         many = geo.n == 1 and numba.get_num_threads() >= POINTWISE_MIN_THREADS
         return (0, 1) if many else (0, 3)

@@ -1,0 +1,163 @@
+"""1x1 convolution as register tiles of 8 output channels x 32 pixels, read in place.
+
+Why it exists.  A 1x1 convolution is the product (K, C) @ (C, H*W) per image, but MobileNet's
+are awkward products for a BLAS: few input channels (16 to 192) make the sum too short to pay
+for packing the operands, and the bias and activation then take a pass of their own.  Here no
+operand is packed or copied: for every input channel a job broadcasts 8 weights, loads 32
+consecutive pixels of that channel (two AVX-512 vectors of float32) and does 16 vector
+multiply-adds into a tile held in registers (a stack buffer,
+:func:`fastrun_algorithms._common.stack_buffer`); the epilogue (bias, residual, activation) is
+applied as the tile is stored with whole-vector stores into the NCHW output.  Sixteen
+accumulators keep both multiply-add units of a core busy through their latency with 10 loads
+per 16 multiply-adds (a 6-channel tile measured the same or up to 20% slower).
+
+On MobileNetV2's 1x1 layers on 2 cores (AMD Zen 5) it took 0.51-0.82 of the time of the best
+other algorithm (16->96 at 112x112: 179 against ``pointwise``'s 255 us; 32->16 at 112x112:
+51 against 87 us; 576->96 at 14x14 tied with ``blocked_direct``).
+
+Edges.  The last pixel tile is shifted back to end at the last pixel, overlapping the one before
+it (computed twice, identically); planes of fewer than 32 pixels take a plain loop.  Output
+channels past a multiple of 8 repeat the last channel and are not stored.
+
+Float32 only (a tile of float64 would not fit the registers).  REPRODUCIBLE: every output is
+summed in channel order by one job, with FMA contraction only, whatever the thread count.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numba
+import numpy as np
+from numba import prange, types
+
+from fastrun.algorithm import Algorithm, RunContext
+from fastrun.attribute import AlgoAttribute
+from fastrun.operator import Problem
+from fastrun_algorithms._common import FASTMATH, U, stack_buffer, tile_fma8, tile_rows8
+from fastrun_algorithms.conv._gemm_common import buffer, item_type, no_bias, operands, readonly
+from fastrun_algorithms.conv.epilogue import (
+    activation_code,
+    epilogue_residual,
+    epilogue_value,
+    residual_operand,
+)
+from fastrun_algorithms.conv.geometry import geometry
+
+#: Output channels and pixels of one job's tile.
+MR, NR = 8, 32
+#: Elements of the tile: a global, so that numba sees the literal the stack buffer needs.
+TILE = MR * NR
+
+
+def _tiled_kernel(x: np.ndarray, w: np.ndarray, bias: np.ndarray, has_bias: bool, code: int,
+                  low: float, high: float, z: np.ndarray, has_residual: bool,
+                  out: np.ndarray) -> None:
+    """``out[n] = act(w @ x[n] + bias [+ z[n]])`` with X (N, C, P), W (K, C), out (N, K, P).
+
+    Jobs are numbered (image, pixel tile, channel tile), so that one worker's consecutive jobs
+    reuse the same 32 pixels of every channel from its L1 cache.
+    """
+    batch, channels, pixels = x.shape
+    k_total = w.shape[0]
+    low_v, high_v = out.dtype.type(low), out.dtype.type(high)
+    k_tiles = (k_total + MR - 1) // MR
+    p_tiles = (pixels + NR - 1) // NR
+    per_image = k_tiles * p_tiles
+    for job in prange(batch * per_image):
+        n = job // per_image
+        rest = job - n * per_image
+        tile = rest // k_tiles
+        k0 = (rest - tile * k_tiles) * MR
+        acc = numba.carray(stack_buffer(TILE, out.dtype), (MR, NR))
+        for i in range(MR):
+            for t in range(NR):
+                acc[i, t] = 0
+        r0, r1, r2, r3, r4, r5, r6, r7 = tile_rows8(k0, k_total - 1)
+        if pixels >= NR:
+            p0 = U(min(tile * NR, pixels - NR))  # the last tile overlaps the one before it
+            width = NR
+            for c in range(channels):
+                w0, w1, w2, w3 = w[r0, c], w[r1, c], w[r2, c], w[r3, c]
+                w4, w5, w6, w7 = w[r4, c], w[r5, c], w[r6, c], w[r7, c]
+                for t in range(NR):
+                    tile_fma8(acc, t, x[n, c, p0 + U(t)], w0, w1, w2, w3, w4, w5, w6, w7)
+        else:  # a plane smaller than one tile
+            p0 = U(0)
+            width = pixels
+            for c in range(channels):
+                w0, w1, w2, w3 = w[r0, c], w[r1, c], w[r2, c], w[r3, c]
+                w4, w5, w6, w7 = w[r4, c], w[r5, c], w[r6, c], w[r7, c]
+                for t in range(pixels):
+                    tile_fma8(acc, t, x[n, c, U(t)], w0, w1, w2, w3, w4, w5, w6, w7)
+        for i in range(min(MR, k_total - k0)):
+            k = k0 + i
+            b = bias[k] if has_bias else bias[0] * 0
+            if has_residual:
+                for t in range(width):
+                    out[n, k, p0 + U(t)] = epilogue_residual(acc[i, t], b, z[n, k, p0 + U(t)],
+                                                             code, low_v, high_v)
+            else:
+                for t in range(width):
+                    out[n, k, p0 + U(t)] = epilogue_value(acc[i, t], b, code, low_v, high_v)
+
+
+@functools.cache
+def _compiled() -> Callable[..., None]:
+    """The float32 kernel, compiled (or loaded from numba's cache) on first use; X, W and Z
+    C-contiguous, so that LLVM knows their strides."""
+    f32 = np.dtype(np.float32)
+    c_in = functools.partial(types.Array, item_type(f32), layout="C", readonly=True)
+    signature = types.void(c_in(ndim=3), c_in(ndim=2), readonly(f32, 1), types.boolean,
+                           types.intp, types.float64, types.float64, c_in(ndim=3),
+                           types.boolean, buffer(f32, 3))
+    return numba.njit(signature, parallel=True, cache=True, fastmath=FASTMATH)(_tiled_kernel)
+
+
+class Tiled1x1Conv(Algorithm):
+    """1x1 convolution in 8 x 32 register tiles (see the module docstring): float32, stride 1,
+    no padding, one group."""
+
+    operator = "conv"
+    name = "tiled_1x1"
+    attributes = AlgoAttribute.REPRODUCIBLE
+
+    def unusable_reason(self, problem: Problem) -> str | None:
+        geo = geometry(problem)
+        problems = []
+        if (geo.r, geo.s) != (1, 1):
+            problems.append(f"a 1x1 kernel (got {geo.r}x{geo.s})")
+        if (geo.stride_h, geo.stride_w) != (1, 1) or any(
+                (geo.pad_top, geo.pad_left, geo.pad_bottom, geo.pad_right)):
+            problems.append("stride 1 and no padding")
+        if geo.group != 1:
+            problems.append(f"one group (got {geo.group})")
+        if geo.dtype != "float32":
+            problems.append(f"float32 (got {geo.dtype}: a float64 tile would not fit the "
+                            f"vector registers)")
+        return f"tiled_1x1 needs {', '.join(problems)}" if problems else None
+
+    def workspace_bytes(self, problem: Problem) -> int:
+        """None: X, W and the residual are read where they lie (a runtime and the profiler
+        pass them C-contiguous; only a strided one would be copied first)."""
+        return 0
+
+    def run(self, problem: Problem, inputs: Sequence[Any], ctx: RunContext,
+            prepared: Any = None) -> np.ndarray:
+        geo = geometry(problem)
+        x, w, bias = operands(geo, inputs)
+        pixels = geo.h * geo.w
+        x3 = np.ascontiguousarray(x).reshape(geo.n, geo.c, pixels)
+        w2 = np.ascontiguousarray(w).reshape(geo.k, geo.c)
+        z = residual_operand(geo, inputs)
+        out = np.empty((geo.n, geo.k, pixels), dtype=np.float32)
+        _compiled()(x3, w2, no_bias(out.dtype) if bias is None else bias, bias is not None,
+                    activation_code(geo), float(geo.clip_min), float(geo.clip_max),
+                    z.reshape(z.shape[0], z.shape[1], -1), geo.has_residual, out)
+        return geo.output_view(out.reshape(geo.n, geo.k, geo.oh, geo.ow))
+
+
+def algorithms() -> list[Algorithm]:
+    return [Tiled1x1Conv()]
