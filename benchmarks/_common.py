@@ -38,6 +38,17 @@ def time_calls(function: Callable[[], object], number: int) -> float:
             gc.enable()
 
 
+def call_times(function: Callable[[], object], calls: int) -> list[float]:
+    """Seconds of each of ``calls`` back-to-back calls: a steady loop as a user runs it,
+    timed call by call so that medians and tails can be read from it (warm up first)."""
+    times = []
+    for _ in range(calls):
+        start = time.perf_counter()
+        function()
+        times.append(time.perf_counter() - start)
+    return times
+
+
 def interleaved_samples(functions: dict[str, Callable[[], object]], rounds: int,
                         number: int, settle_s: float = 0.0) -> dict[str, list[float]]:
     """Seconds per call of each function, one sample per round, measured in alternating

@@ -34,7 +34,7 @@ import tempfile
 import time
 from dataclasses import dataclass, field
 
-from benchmarks._common import header
+from benchmarks._common import call_times, header
 
 MODELS = "resnet18,resnet50,mobilenet_v2,squeezenet"
 
@@ -65,11 +65,7 @@ def _steady_loop(run, iters: int, warmup: int) -> dict:
     for _ in range(warmup):
         run()
     faults = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
-    times = []
-    for _ in range(iters):
-        started = time.perf_counter()
-        run()
-        times.append(time.perf_counter() - started)
+    times = call_times(run, iters)
     faults = resource.getrusage(resource.RUSAGE_SELF).ru_minflt - faults
     times_ms = sorted(t * 1e3 for t in times)
     return {"median_ms": statistics.median(times_ms),

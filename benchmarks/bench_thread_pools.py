@@ -42,10 +42,11 @@ CONFIGS = {
 }
 
 MODEL_CHILD = r"""
-import json, sys, time
+import json, sys
 import fastrun
 import numpy as np
 import onnxruntime as ort
+from benchmarks._common import call_times
 from fastrun.api import Session
 from fastrun.runtime import load, zoo
 
@@ -63,12 +64,7 @@ peer = ort.InferenceSession(zoo.build("resnet18").SerializeToString(), options,
 def median_ms(run):
     for _ in range(3):
         run()
-    times = []
-    for _ in range(iterations):
-        start = time.perf_counter()
-        run()
-        times.append(time.perf_counter() - start)
-    return float(np.median(times) * 1e3)
+    return float(np.median(call_times(run, iterations)) * 1e3)
 
 fastrun_ms = median_ms(lambda: model.run(feeds))
 ort_ms = median_ms(lambda: peer.run(None, feeds))

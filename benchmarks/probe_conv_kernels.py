@@ -18,11 +18,10 @@ import json
 import os
 import subprocess
 import sys
-import time
 
 import numpy as np
 
-from benchmarks._common import header
+from benchmarks._common import call_times, header
 
 #: (input channels, image size, output channels, kernel, stride, pad)
 LAYERS = ((64, 56, 64, 3, 1, 1), (128, 28, 128, 3, 1, 1), (256, 14, 256, 3, 1, 1),
@@ -41,12 +40,7 @@ def _inputs(layer):
 def _median_call(function, calls: int) -> float:
     for _ in range(max(5, calls // 10)):
         function()
-    times = []
-    for _ in range(calls):
-        start = time.perf_counter()
-        function()
-        times.append(time.perf_counter() - start)
-    return float(np.median(times))
+    return float(np.median(call_times(function, calls)))
 
 
 def _fastrun_times(algorithm_name: str, threads: int, calls: int) -> list[float | None]:
