@@ -12,7 +12,15 @@ def register(registry) -> None:
     from fastrun import vectors
 
     vectors.configure_numba()
-    from fastrun_algorithms import activation, conv, elementwise, matmul, pooling, tensor
+    from fastrun_algorithms import (
+        activation,
+        conv,
+        elementwise,
+        layout,
+        matmul,
+        pooling,
+        tensor,
+    )
 
     matmul.register(registry)
     conv.register(registry)
@@ -20,3 +28,4 @@ def register(registry) -> None:
     activation.register(registry)
     pooling.register(registry)
     tensor.register(registry)
+    layout.register(registry)

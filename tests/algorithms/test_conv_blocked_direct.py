@@ -1,5 +1,5 @@
-"""The blocked direct conv (16-channel weight blocks, 2 x 8 register tiles): the reference over
-random problems (channel counts that are not a multiple of the block, planes of fewer than 8
+"""The blocked direct conv (16-channel weight blocks, 2 x 6 register tiles): the reference over
+random problems (channel counts that are not a multiple of the block, planes of fewer than 6
 pixels, strides, dilations, padding, groups, 1-D, strided inputs, every epilogue, a residual),
 with and without preprocessed weights, every thread count, and its refusal of float64."""
 

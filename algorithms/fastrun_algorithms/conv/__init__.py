@@ -11,6 +11,7 @@ def register(registry) -> None:
     """Add the conv operator and every conv algorithm: the CPU ones (naive last), then the
     OpenCL ones where pyopencl is installed."""
     from fastrun_algorithms.conv import (
+        blocked_depthwise,
         blocked_direct,
         conv1x1,
         depthwise,
@@ -20,12 +21,13 @@ def register(registry) -> None:
         naive,
         pointwise,
         tiled_1x1,
+        via_nchw,
         winograd,
     )
 
     registry.register_operator(ConvOperator())
-    for module in (direct, blocked_direct, depthwise, im2col, implicit_gemm, conv1x1,
-                   pointwise, tiled_1x1, winograd, naive):
+    for module in (direct, blocked_direct, depthwise, blocked_depthwise, im2col, implicit_gemm,
+                   conv1x1, pointwise, tiled_1x1, winograd, via_nchw, naive):
         for algorithm in module.algorithms():
             registry.register_algorithm(algorithm)
     # Checked without importing pyopencl (slow, and it may fail on machines without OpenCL);

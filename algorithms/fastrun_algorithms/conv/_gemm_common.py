@@ -84,7 +84,7 @@ def _epilogue_kernel(out: np.ndarray, bias: np.ndarray, has_bias: bool, code: in
     for plane in prange(images * channels):
         n = plane // channels
         k = plane - n * channels
-        b = bias[k] if has_bias else bias[0] * 0
+        b = bias[k] if has_bias else bias[0] - bias[0]
         if has_residual:
             for f in range(out.shape[2]):
                 out[n, k, U(f)] = epilogue_residual(out[n, k, U(f)], b, z[n, k, U(f)], code,

@@ -20,6 +20,7 @@ from fastrun.algorithm import Algorithm, RunContext
 from fastrun.attribute import AlgoAttribute
 from fastrun.operator import Problem
 from fastrun_algorithms.conv._gemm_common import epilogue_in_place, matmul_problem, operands
+from fastrun_algorithms.conv.base import ConvAlgorithm
 from fastrun_algorithms.conv.epilogue import residual_operand
 from fastrun_algorithms.conv.geometry import ConvGeometry, geometry
 
@@ -73,7 +74,7 @@ def _gather(x: np.ndarray, geo: ConvGeometry) -> np.ndarray:
     return gathered
 
 
-class Conv1x1(Algorithm):
+class Conv1x1(ConvAlgorithm):
     """1x1 kernels as one matmul sub-problem over all images and groups.
 
     With stride 1 and no padding it allocates nothing but what the product returns, which is
@@ -87,7 +88,7 @@ class Conv1x1(Algorithm):
     name = "conv1x1"
     attributes = AlgoAttribute.REPRODUCIBLE
 
-    def unusable_reason(self, problem: Problem) -> str | None:
+    def conv_unusable_reason(self, problem: Problem) -> str | None:
         geo = geometry(problem)
         if geo.r != 1 or geo.s != 1:
             return f"conv1x1 needs a 1x1 kernel, got {geo.r}x{geo.s}"

@@ -55,6 +55,7 @@ from fastrun_algorithms.conv._kernels_common import (
     tap_after_pass,
     tap_offset,
 )
+from fastrun_algorithms.conv.base import ConvAlgorithm
 from fastrun_algorithms.conv.epilogue import epilogue_value
 from fastrun_algorithms.conv.geometry import ConvGeometry, geometry
 
@@ -201,7 +202,7 @@ def _compiled(dtype: np.dtype, array_layout: str) -> Callable[..., None]:
                       fastmath=FASTMATH)(_depthwise_kernel)
 
 
-class DepthwiseConv(Algorithm):
+class DepthwiseConv(ConvAlgorithm):
     """Parallel depthwise convolution: group == C with any channel multiplier K/C, any
     kernel, stride, dilation and padding."""
 
@@ -209,7 +210,7 @@ class DepthwiseConv(Algorithm):
     name = "depthwise"
     attributes = AlgoAttribute.REPRODUCIBLE
 
-    def unusable_reason(self, problem: Problem) -> str | None:
+    def conv_unusable_reason(self, problem: Problem) -> str | None:
         geo = geometry(problem)
         if not geo.is_depthwise:
             return (f"depthwise needs one input channel per group (group == C), got group="

@@ -51,6 +51,7 @@ from fastrun_algorithms.conv._kernels_common import (
     tap_after_pass,
     tap_offset,
 )
+from fastrun_algorithms.conv.base import ConvAlgorithm
 from fastrun_algorithms.conv.geometry import ConvGeometry, geometry
 
 #: Output-channel block sizes of the registered configurations, in order of preference (the
@@ -160,7 +161,7 @@ def _compiled(dtype: np.dtype, array_layout: str) -> Callable[..., None]:
     return numba.njit(signature, parallel=True, cache=True, fastmath=FASTMATH)(_direct_kernel)
 
 
-class DirectConv(Algorithm):
+class DirectConv(ConvAlgorithm):
     """Parallel direct convolution with ``param = {"kb": output channels per task}``.
 
     A larger block shares each staged input block among more output channels and makes fewer

@@ -29,9 +29,11 @@ def activation_code(geo: ConvGeometry) -> int:
 
 @numba.njit(inline="always")
 def activate(value, code, low, high):
-    """The activation of one value."""
+    """The activation of one value.  ``value - value`` is the zero of value's own type (and NaN
+    for NaN): ``value * 0`` multiplied by an integer, which numba types as float64, so every
+    float32 epilogue ran in float64 with a conversion each way."""
     if code == RELU:
-        return value if value > 0 else value * 0
+        return value if value > 0 else value - value
     if code == CLIP:
         return min(max(value, low), high)
     return value

@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 
 from fastrun.operator import Problem
+from fastrun_algorithms.layout.blocking import BLOCKED, LANES, LAYOUTS, NCHW, blocks
 
 AUTO_PADS = ("NOTSET", "SAME_UPPER", "SAME_LOWER", "VALID")
 ACTIVATIONS = ("none", "relu", "clip")
@@ -40,15 +41,18 @@ def canonical_params(shapes: Sequence[Sequence[int]], params: Mapping[str, Any])
     """Resolve ONNX Conv attributes (and fastrun's epilogue options) to one explicit form.
 
     Result keys: strides, dilations, pads (top, left, bottom, right), group, and only when not
-    at their defaults: residual, activation (+ clip_min, clip_max), weight_preprocess.  1-D
+    at their defaults: residual, activation (+ clip_min, clip_max), weight_preprocess, layout.  1-D
     convolutions are expressed as 2-D ones with a height of 1.
+
+    ``layout``: ``nchw`` (the default) or ``nchw16c``, where X, Z and Y are channel-blocked
+    (N, ceil(C/16), H, W, 16) tensors (2-D only; W and B keep their shapes).
 
     ``residual``: the last input Z, of the output's shape, is added before the activation,
     ``Y = act(conv(X, W) + B + Z)``: a ResNet block's shortcut fused into the conv that ends
     the block, so the sum costs no pass over memory of its own.
     """
     known = {"strides", "dilations", "pads", "auto_pad", "group", "kernel_shape", "activation",
-             "clip_min", "clip_max", "weight_preprocess", "residual"}
+             "clip_min", "clip_max", "weight_preprocess", "residual", "layout"}
     unknown = sorted(set(params) - known)
     if unknown:
         raise ValueError(f"conv has no parameter(s) {', '.join(unknown)}; "
@@ -59,6 +63,14 @@ def canonical_params(shapes: Sequence[Sequence[int]], params: Mapping[str, Any])
         raise ValueError(f"conv takes {2 + residual} or {3 + residual} inputs ({expected}), "
                          f"got {len(shapes)}")
     x_shape, w_shape = tuple(shapes[0]), tuple(shapes[1])
+    layout = str(params.get("layout", NCHW) or NCHW).lower()
+    if layout not in LAYOUTS:
+        raise ValueError(f"conv layout must be one of {', '.join(LAYOUTS)}, got {layout!r}")
+    if layout == BLOCKED:
+        if len(x_shape) != 5 or len(w_shape) != 4:
+            raise ValueError(f"conv in layout {BLOCKED} is 2-D: X must be (N, C/{LANES}, H, W, "
+                             f"{LANES}) and W (K, C/group, R, S); got X {x_shape}, W {w_shape}")
+        x_shape = x_shape[:4]  # (N, blocks, H, W): the spatial dimensions are what matter here
     if len(x_shape) not in (3, 4):
         raise ValueError(f"conv supports 1-D and 2-D convolutions: X must be (N, C, W) or "
                          f"(N, C, H, W), got shape {x_shape}")
@@ -127,6 +139,8 @@ def canonical_params(shapes: Sequence[Sequence[int]], params: Mapping[str, Any])
         result["weight_preprocess"] = True
     if residual:
         result["residual"] = True
+    if layout != NCHW:
+        result["layout"] = layout
     return result
 
 
@@ -160,6 +174,12 @@ class ConvGeometry:
     clip_max: float
     one_d: bool
     dtype: str
+    #: ``nchw``, or ``nchw16c``: X, Z and Y channel-blocked (see fastrun_algorithms.layout)
+    layout: str = NCHW
+
+    @property
+    def blocked(self) -> bool:
+        return self.layout == BLOCKED
 
     @property
     def cg(self) -> int:
@@ -177,6 +197,8 @@ class ConvGeometry:
 
     @property
     def out_shape(self) -> tuple[int, ...]:
+        if self.blocked:
+            return (self.n, blocks(self.k), self.oh, self.ow, LANES)
         if self.one_d:
             return (self.n, self.k, self.ow)
         return (self.n, self.k, self.oh, self.ow)
@@ -209,6 +231,9 @@ class ConvGeometry:
 def geometry(problem: Problem) -> ConvGeometry:
     """The geometry of a canonical conv problem (see :func:`canonical_params`)."""
     x_shape, w_shape = problem.shapes[0], problem.shapes[1]
+    layout = problem.param("layout", NCHW)
+    if layout == BLOCKED:  # C is not in X's shape: the weights give it
+        x_shape = (x_shape[0], w_shape[1] * problem.param("group"), *x_shape[2:4])
     one_d = len(x_shape) == 3
     if one_d:
         x_shape = (x_shape[0], x_shape[1], 1, x_shape[2])
@@ -229,5 +254,5 @@ def geometry(problem: Problem) -> ConvGeometry:
         has_bias=len(problem.shapes) - residual == 3, has_residual=residual,
         activation=problem.param("activation", "none"),
         clip_min=problem.param("clip_min", 0.0), clip_max=problem.param("clip_max", 6.0),
-        one_d=one_d, dtype=problem.dtypes[0],
+        one_d=one_d, dtype=problem.dtypes[0], layout=layout,
     )

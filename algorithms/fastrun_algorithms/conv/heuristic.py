@@ -67,13 +67,15 @@ def _rank(geo: ConvGeometry, algorithm: Algorithm) -> tuple[float, ...]:
     name = algorithm.desc.name
     if name == "naive":
         return (9, 0)
-    if name == "depthwise":
+    if name in ("depthwise", "blocked_depthwise"):
         return (0, 0)
+    if name == "via_nchw":  # reorders around the NCHW conv: never faster than that conv
+        return (8, 0)
     if name == "tiled_1x1":
         # First wherever usable (1x1, stride 1, float32): on MobileNetV2's 1x1 layers on 2
         # cores it took 0.51-0.82 of the best other algorithm's time (tied with blocked_direct
-        # on 576->96 at 14x14).  Not yet measured on many cores, where fast-run times it
-        # against pointwise and blocked_direct.
+        # on 576->96 at 14x14).  On the 16-core host fast-run picked it for 14 of MobileNetV2's
+        # 19 distinct 1x1 layers, blocked_direct for the other 5 (the deepest sums).
         return (0, 0.2)
     if name == "pointwise":
         many = geo.n == 1 and numba.get_num_threads() >= POINTWISE_MIN_THREADS

@@ -32,6 +32,7 @@ from fastrun_algorithms.conv._gemm_common import (
     worker_count,
 )
 from fastrun_algorithms.conv._kernels_common import stage_row
+from fastrun_algorithms.conv.base import ConvAlgorithm
 from fastrun_algorithms.conv.epilogue import residual_operand
 from fastrun_algorithms.conv.geometry import ConvGeometry, geometry
 
@@ -122,7 +123,7 @@ def _product(problem: Problem) -> Problem:
     return matmul_problem(a_shape, b_shape, geo.dtype)
 
 
-class Im2colConv(Algorithm):
+class Im2colConv(ConvAlgorithm):
     """Unfold + one matmul sub-problem per image; usable for every parameter set.
 
     The unfold buffer is reused by all images.  With one image the product *is* the output (its

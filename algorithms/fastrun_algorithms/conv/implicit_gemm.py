@@ -42,6 +42,7 @@ from fastrun.operator import Problem
 from fastrun_algorithms._common import FASTMATH, U, stack_buffer, tile_fma8, tile_rows8
 from fastrun_algorithms.conv._gemm_common import buffer, item_type, no_bias, operands, readonly
 from fastrun_algorithms.conv._kernels_common import stage_row
+from fastrun_algorithms.conv.base import ConvAlgorithm
 from fastrun_algorithms.conv.epilogue import (
     activation_code,
     epilogue_residual,
@@ -112,7 +113,7 @@ def _compute_kernel(w: np.ndarray, staged: np.ndarray, taps: np.ndarray, bias: n
                     tile_fma8(acc, t, staged[base + U(t)], w0, w1, w2, w3, w4, w5, w6, w7)
         columns = min(NR, out_w)
         for a in range(min(MR, k_total - i0)):
-            b = bias[i0 + a] if has_bias else bias[0] * 0
+            b = bias[i0 + a] if has_bias else bias[0] - bias[0]
             if has_residual:
                 for t in range(columns):
                     out[n, i0 + a, y, U(x0 + t)] = epilogue_residual(
@@ -167,7 +168,7 @@ def _plan(problem: Problem) -> _Plan:
     return _Plan(geometry(problem))
 
 
-class ImplicitGemmConv(Algorithm):
+class ImplicitGemmConv(ConvAlgorithm):
     """Register-tiled implicit GEMM from a staged copy of the input; group 1, any stride,
     dilation and padding."""
 
@@ -175,7 +176,7 @@ class ImplicitGemmConv(Algorithm):
     name = "implicit_gemm"
     attributes = AlgoAttribute.REPRODUCIBLE
 
-    def unusable_reason(self, problem: Problem) -> str | None:
+    def conv_unusable_reason(self, problem: Problem) -> str | None:
         geo = geometry(problem)
         if geo.group != 1:
             return f"implicit_gemm needs group 1 (got {geo.group})"

@@ -18,6 +18,7 @@ from fastrun.algorithm import Algorithm, RunContext
 from fastrun.attribute import AlgoAttribute
 from fastrun.operator import Problem
 from fastrun_algorithms.conv._kernels_common import kernel_signature, operands, scalar_args
+from fastrun_algorithms.conv.base import ConvAlgorithm
 from fastrun_algorithms.conv.epilogue import epilogue_residual, epilogue_value
 from fastrun_algorithms.conv.geometry import geometry
 
@@ -65,7 +66,7 @@ def _compiled(dtype: np.dtype) -> Callable[..., None]:
     return numba.njit(kernel_signature(dtype, "A"), cache=True)(_naive_kernel)
 
 
-class NaiveConv(Algorithm):
+class NaiveConv(ConvAlgorithm):
     """Direct nested loops, single-threaded: slow, usable for every conv problem, and the
     baseline that the fast algorithms' numbers and results are easiest to check against."""
 

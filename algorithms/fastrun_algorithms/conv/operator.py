@@ -9,6 +9,7 @@ import numpy as np
 
 from fastrun.operator import Operator, Problem, Shape
 from fastrun_algorithms.conv.geometry import SUPPORTED_DTYPES, canonical_params, geometry
+from fastrun_algorithms.layout.blocking import check_blocked, to_blocked, to_nchw
 
 if TYPE_CHECKING:
     from fastrun.algorithm import Algorithm
@@ -31,8 +32,10 @@ class ConvOperator(Operator):
     #: ``register_tiled`` (matmul version 2); entries measured before would rank them too low.
     #: 3: ``implicit_gemm`` added.  4: the matmul sub-problems gained ``blas_split`` and OpenBLAS
     #: runs on one thread (fastrun/_threads.py), which changes the GEMM-based algorithms' times.
-    #: 5: the GEMM-based algorithms' epilogue runs in parallel.
-    version = 5
+    #: 5: the GEMM-based algorithms' epilogue runs in parallel.  6: the ``nchw16c`` layout
+    #: (``blocked_depthwise``, ``via_nchw``), and float32 epilogues no longer round-trip through
+    #: float64, which changes several kernels' times.
+    version = 6
 
     def problem(self, shapes: Sequence[Sequence[int]], dtypes: Sequence[Any],
                 **params: Any) -> Problem:
@@ -51,6 +54,8 @@ class ConvOperator(Operator):
                              f"{', '.join(problem.dtypes)}")
         geo = geometry(problem)
         x_shape, w_shape = problem.shapes[0], problem.shapes[1]
+        if geo.blocked:
+            check_blocked(x_shape, geo.c, "conv X")
         if geo.c % geo.group:
             raise ValueError(f"conv input channels C={geo.c} are not divisible by group="
                              f"{geo.group} (X shape {x_shape})")
@@ -83,7 +88,10 @@ class ConvOperator(Operator):
         """Float64 conv by summing one shifted input slice per kernel offset: few lines, no
         tricks, the result every algorithm is checked against."""
         geo = geometry(problem)
-        x, w = geo.as_4d(np.asarray(inputs[0], np.float64), np.asarray(inputs[1], np.float64))
+        x = np.asarray(inputs[0], np.float64)
+        if geo.blocked:
+            x = to_nchw(x, geo.c)
+        x, w = geo.as_4d(x, np.asarray(inputs[1], np.float64))
         padded = np.pad(x, ((0, 0), (0, 0), (geo.pad_top, geo.pad_bottom),
                             (geo.pad_left, geo.pad_right)))
         out = np.zeros((geo.n, geo.k, geo.oh, geo.ow))
@@ -100,11 +108,14 @@ class ConvOperator(Operator):
         if geo.has_bias:
             out += np.asarray(inputs[2], np.float64).reshape(1, -1, 1, 1)
         if geo.has_residual:
-            out += geo.as_4d_output(np.asarray(inputs[-1], np.float64))
+            z = np.asarray(inputs[-1], np.float64)
+            out += to_nchw(z, geo.k) if geo.blocked else geo.as_4d_output(z)
         if geo.activation == "relu":
             out = np.maximum(out, 0)
         elif geo.activation == "clip":
             out = np.clip(out, geo.clip_min, geo.clip_max)
+        if geo.blocked:
+            return to_blocked(out)
         return geo.output_view(out)
 
     def tolerance(self, problem: Problem) -> float:

@@ -45,6 +45,7 @@ from fastrun_algorithms.conv._gemm_common import (
     readonly,
     worker_count,
 )
+from fastrun_algorithms.conv.base import ConvAlgorithm
 from fastrun_algorithms.conv.conv1x1 import reads_input_in_place
 from fastrun_algorithms.conv.epilogue import (
     activation_code,
@@ -112,7 +113,7 @@ def _pointwise_kernel(gemm: Callable[..., None]) -> Callable[..., None]:
                 if not finish:
                     continue
                 for k in range(k0, k0 + rows):
-                    b = bias[k] if has_bias else bias[0] * 0
+                    b = bias[k] if has_bias else bias[0] - bias[0]
                     if has_residual:
                         for f in range(p0, p0 + cols):
                             out[n, k, U(f)] = epilogue_residual(out[n, k, U(f)], b,
@@ -137,7 +138,7 @@ def _compiled(dtype: str) -> Callable[..., None]:
     return numba.njit(signature, parallel=True, fastmath=FASTMATH)(kernel)
 
 
-class PointwiseConv(Algorithm):
+class PointwiseConv(ConvAlgorithm):
     """1x1 stride-1 unpadded single-group conv as epilogue-finished gemm blocks on numba's
     workers (see the module docstring)."""
 
@@ -145,7 +146,7 @@ class PointwiseConv(Algorithm):
     name = "pointwise"
     attributes = AlgoAttribute.REPRODUCIBLE
 
-    def unusable_reason(self, problem: Problem) -> str | None:
+    def conv_unusable_reason(self, problem: Problem) -> str | None:
         geo = geometry(problem)
         if geo.r != 1 or geo.s != 1:
             return f"pointwise needs a 1x1 kernel, got {geo.r}x{geo.s}"

@@ -38,6 +38,7 @@ from fastrun.attribute import AlgoAttribute
 from fastrun.operator import Problem
 from fastrun_algorithms._common import FASTMATH, U, stack_buffer, tile_fma8, tile_rows8
 from fastrun_algorithms.conv._gemm_common import buffer, item_type, no_bias, operands, readonly
+from fastrun_algorithms.conv.base import ConvAlgorithm
 from fastrun_algorithms.conv.epilogue import (
     activation_code,
     epilogue_residual,
@@ -94,7 +95,7 @@ def _tiled_kernel(x: np.ndarray, w: np.ndarray, bias: np.ndarray, has_bias: bool
                     tile_fma8(acc, t, x[n, c, U(t)], w0, w1, w2, w3, w4, w5, w6, w7)
         for i in range(min(MR, k_total - k0)):
             k = k0 + i
-            b = bias[k] if has_bias else bias[0] * 0
+            b = bias[k] if has_bias else bias[0] - bias[0]
             if has_residual:
                 for t in range(width):
                     out[n, k, p0 + U(t)] = epilogue_residual(acc[i, t], b, z[n, k, p0 + U(t)],
@@ -116,7 +117,7 @@ def _compiled() -> Callable[..., None]:
     return numba.njit(signature, parallel=True, cache=True, fastmath=FASTMATH)(_tiled_kernel)
 
 
-class Tiled1x1Conv(Algorithm):
+class Tiled1x1Conv(ConvAlgorithm):
     """1x1 convolution in 8 x 32 register tiles (see the module docstring): float32, stride 1,
     no padding, one group."""
 
@@ -124,7 +125,7 @@ class Tiled1x1Conv(Algorithm):
     name = "tiled_1x1"
     attributes = AlgoAttribute.REPRODUCIBLE
 
-    def unusable_reason(self, problem: Problem) -> str | None:
+    def conv_unusable_reason(self, problem: Problem) -> str | None:
         geo = geometry(problem)
         problems = []
         if (geo.r, geo.s) != (1, 1):

@@ -63,6 +63,7 @@ from fastrun_algorithms.conv._gemm_common import (
     readonly,
     worker_count,
 )
+from fastrun_algorithms.conv.base import ConvAlgorithm
 from fastrun_algorithms.conv.epilogue import (
     activate,
     activation_code,
@@ -522,7 +523,7 @@ def _output_kernel(mm: np.ndarray, m: int, bias: np.ndarray, has_bias: bool, cod
             while g < f + count:  # the bias of each plane's tiles
                 k = g // tiles // n_images
                 stop = min(f + count, (g // tiles + 1) * tiles)
-                bias_k = bias[k] if has_bias else bias[0] * 0
+                bias_k = bias[k] if has_bias else bias[0] - bias[0]
                 for u in range(g - f, stop - f):
                     bias_row[U(u)] = bias_k
                 g = stop
@@ -630,7 +631,7 @@ def _cached_plan(problem: Problem, m: int, threads: int) -> _Plan:
     return _Plan(geometry(problem), m)
 
 
-class _Winograd(Algorithm):
+class _Winograd(ConvAlgorithm):
     """Winograd F(m x m, 3 x 3) with the elementwise products as one batched matmul
     sub-problem.  Subclasses set the tile size ``m``.
 
@@ -644,7 +645,7 @@ class _Winograd(Algorithm):
     attributes = AlgoAttribute.REPRODUCIBLE
     m = 0
 
-    def unusable_reason(self, problem: Problem) -> str | None:
+    def conv_unusable_reason(self, problem: Problem) -> str | None:
         geo = geometry(problem)
         problems = []
         if (geo.r, geo.s) != (3, 3):

@@ -31,6 +31,7 @@ from fastrun.operator import Problem
 from fastrun_algorithms import _opencl_common as common
 from fastrun_algorithms._common import ceil_div, round_up
 from fastrun_algorithms.conv._gemm_common import matmul_problem
+from fastrun_algorithms.conv.base import ConvAlgorithm
 from fastrun_algorithms.conv.epilogue import activation_code
 from fastrun_algorithms.conv.geometry import ConvGeometry, geometry
 from fastrun_algorithms.conv.opencl import _kernels, space
@@ -73,7 +74,7 @@ def _has_epilogue(geo: ConvGeometry) -> bool:
     return geo.has_bias or geo.activation != "none"
 
 
-class OpenCLConv(Algorithm):
+class OpenCLConv(ConvAlgorithm):
     """What every OpenCL conv algorithm shares: device checks, build options and kernels.
 
     REPRODUCIBLE: every kernel sums in a fixed order without atomics; the GEMM-based ones are
@@ -89,7 +90,7 @@ class OpenCLConv(Algorithm):
         """Work-items per work-group this configuration launches (0: driver's choice)."""
         return 0
 
-    def unusable_reason(self, problem: Problem) -> str | None:
+    def conv_unusable_reason(self, problem: Problem) -> str | None:
         if geometry(problem).has_residual:
             return f"{self.name} does not add a residual input (the runtime fuses none here)"
         return self.config_unusable_reason(problem)
