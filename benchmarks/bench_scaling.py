@@ -151,14 +151,17 @@ def measure(model: str, batch: int, threads: int, variants: list[Variant],
             args: argparse.Namespace, cache_dir: str) -> dict:
     row: dict = {"model": model, "batch": batch, "threads": threads, "variants": {}}
     caches = {}
-    for variant in variants:
+    for index, variant in enumerate(variants):
         cache = None
         search = None
-        if not args.heuristic:
+        if not args.heuristic and args.shared_search and index > 0:
+            cache = caches[variants[0].name]  # the first variant's search serves them all
+        elif not args.heuristic:
             cache = os.path.join(cache_dir, f"{model}-b{batch}-t{threads}-{variant.name}.bin")
             search = _spawn("search", model, batch, threads, args, cache, variant.env)
         caches[variant.name] = cache
-        row["variants"][variant.name] = {"search": search, "runs": []}
+        row["variants"][variant.name] = {"search": search, "shared": cache is not None and
+                                         search is None, "runs": []}
     row["ort"] = []
     for _ in range(args.pairs):
         for variant in variants:
@@ -186,8 +189,8 @@ def _print_row(row: dict, variants: list[Variant]) -> None:
         faults = statistics.median(r["faults_per_iter"] for r in data["runs"])
         search = data["search"]
         searched = (f"{search['search_s']:6.1f} s ({search['profiled']})" if search
-                    else "heuristic")
-        misses = max(r["cache_misses"] for r in data["runs"]) if search else 0
+                    else "shared" if data["shared"] else "heuristic")
+        misses = max(r["cache_misses"] for r in data["runs"]) if search or data["shared"] else 0
         print(f"| {row['model']} | {row['batch']} | {row['threads']} | {variant.name} | "
               f"{searched} | {mine} | {ort} | **{data['ratio']:.2f}** | {data['spread']:.2f} | "
               f"{row['ort_spread']:.2f} | {faults:.0f} | {misses} |", flush=True)
@@ -208,6 +211,10 @@ def main() -> None:
                         help="no search: fastrun runs heuristic-only (a quick diagnostic)")
     parser.add_argument("--variant", action="append", default=[], metavar="NAME:KEY=VALUE,...",
                         help="a fastrun setup (environment) to compare; repeatable")
+    parser.add_argument("--shared-search", action="store_true",
+                        help="search once, with the first variant's setup, and run every "
+                        "variant from that cache (for variants that differ only in how a "
+                        "searched model runs, e.g. FASTRUN_BLOCKED_LAYOUT=0)")
     parser.add_argument("--cache-dir", help="where the searched caches go (default: temporary)")
     parser.add_argument("--json", help="write every measurement to this file")
     # worker mode (one process per measurement)

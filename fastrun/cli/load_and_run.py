@@ -46,6 +46,10 @@ def build_parser() -> argparse.ArgumentParser:
     add_strategy_arguments(parser)
     parser.add_argument("--weight-preprocess", action="store_true",
                         help="transform constant weights once at load (e.g. winograd filters)")
+    parser.add_argument("--no-blocked-layout", action="store_true",
+                        help="keep every step in NCHW (by default a search may run "
+                        "convolutions in the channel-blocked layout where that is measured "
+                        "to pay)")
     parser.add_argument("--device", default="cpu", help="cpu (default), cpu:THREADS, "
                         "opencl[:PLATFORM:DEVICE]")
     parser.add_argument("--iter", type=int, default=10, help="timed iterations (default 10)")
@@ -163,7 +167,8 @@ def run(args: argparse.Namespace) -> int:
     started = time.perf_counter()
     model = load(args.model, session,
                  input_shapes={name: a.shape for name, a in given.items()},
-                 batch=args.batch, weight_preprocess=args.weight_preprocess)
+                 batch=args.batch, weight_preprocess=args.weight_preprocess,
+                 blocked_layout=False if args.no_blocked_layout else None)
     load_seconds = time.perf_counter() - started
     feeds = {**model.random_inputs(args.seed), **given}
     started = time.perf_counter()
@@ -191,6 +196,8 @@ def run(args: argparse.Namespace) -> int:
         "cache_hits": stats.cache_hits,
         "heuristic": stats.heuristic,
         "single_choice": stats.single,
+        "blocked_steps": model.layout_plan.blocked_steps if model.layout_plan else 0,
+        "layout_conversions": model.layout_plan.reorders if model.layout_plan else 0,
         "iterations": len(totals),
         "iter_ms_median": float(np.median(totals) * 1e3),
         "iter_ms_min": float(np.min(totals) * 1e3),
@@ -203,6 +210,9 @@ def run(args: argparse.Namespace) -> int:
     print(f"search     {search_wall:.2f} s: {stats.profiled} problem(s) profiled, "
           f"{stats.cache_hits} cache hit(s), {stats.heuristic} heuristic, {stats.single} with "
           "a single algorithm")
+    if model.layout_plan is not None and model.layout_plan.blocked_steps:
+        print(f"layout     {model.layout_plan.blocked_steps} step(s) in nchw16c, "
+              f"{model.layout_plan.reorders} conversion(s)")
     print(f"run        {len(totals)} iteration(s): median {summary['iter_ms_median']:.3f} ms, "
           f"min {summary['iter_ms_min']:.3f} ms")
     if args.algo_policy and decided and stats.cache_hits < MISMATCH_SHARE * decided \

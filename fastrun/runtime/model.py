@@ -32,7 +32,7 @@ from fastrun.cache import InMemoryCache
 from fastrun.chooser import AlgoChooser, Decision, NoUsableAlgorithmError, PreparedCall
 from fastrun.device import CPUDevice
 from fastrun.operator import Problem
-from fastrun.runtime import fusion
+from fastrun.runtime import fusion, layout
 from fastrun.runtime.errors import DeviceUnsupportedError, ModelError
 from fastrun.runtime.graph import Graph, from_onnx
 from fastrun.runtime.lowering import Step, Value, lower
@@ -67,7 +67,7 @@ class Model:
     def __init__(self, graph: Graph, session: Session,
                  input_shapes: Mapping[str, Sequence[int]] | None = None,
                  batch: int | None = None, weight_preprocess: bool = False,
-                 fuse: bool = True):
+                 fuse: bool = True, blocked_layout: bool | None = None):
         self.graph = graph
         self.session = session
         self.weight_preprocess = weight_preprocess
@@ -87,6 +87,11 @@ class Model:
         if weight_preprocess:
             _enable_weight_preprocess(steps, session)
         self.steps = steps
+        #: whether the search may run convolutions in the channel-blocked layout where that
+        #: is measured to pay (``fastrun/runtime/layout.py``); on a CPU device only
+        self.blocked_layout = config.blocked_layout(blocked_layout) and layout.supported(session)
+        #: what the layout choice decided (None before the search, or when not considered)
+        self.layout_plan: layout.LayoutPlan | None = None
         self.reports: list[StepReport] | None = None
         self._program: list[tuple[Any, tuple[int, ...], int, tuple[int, ...]]] = []
         self._template: list[Any] = []
@@ -111,6 +116,8 @@ class Model:
             self._check_device_kind()
         chooser = self.session.chooser
         progress = chooser.profiler.progress
+        if self.blocked_layout and self.layout_plan is None:
+            self._choose_layouts()
         in_context = chooser.options.strategy.profiles
         total = sum(1 for step in self.steps if step.problem is not None)
         runner = _StepRunner(self) if in_context else None
@@ -143,6 +150,28 @@ class Model:
         self._compile(calls)
         self.reports = reports
         return reports
+
+    def _choose_layouts(self) -> None:
+        """Decide which steps compute in the blocked layout (each conv decided in both
+        layouts, each possible conversion too) and rewrite the steps accordingly."""
+        chooser = self.session.chooser
+        progress = chooser.profiler.progress
+
+        def time_of(problem: Problem) -> float | None:
+            try:
+                return chooser.decide(problem).policy.time_s
+            except NoUsableAlgorithmError:
+                return None
+
+        if progress is not None:
+            progress.context = "[layouts]"
+        try:
+            self.layout_plan = layout.choose_layouts(self.steps, self.outputs, self.session,
+                                                     time_of)
+        finally:
+            if progress is not None:
+                progress.context = ""
+        self.steps = self.layout_plan.steps
 
     def _check_device_kind(self) -> None:
         """Every operator step needs an algorithm of the device's kind: report all the nodes
@@ -448,11 +477,15 @@ def _enable_weight_preprocess(steps: list[Step], session: Session) -> None:
 
 def load(model: Any, session: Session | None = None, *,
          input_shapes: Mapping[str, Sequence[int]] | None = None, batch: int | None = None,
-         weight_preprocess: bool = False, fuse: bool = True, check: bool = True) -> Model:
+         weight_preprocess: bool = False, fuse: bool = True, check: bool = True,
+         blocked_layout: bool | None = None) -> Model:
     """Load an ONNX model (path, bytes, ``zoo:NAME`` or ModelProto) for ``session`` (default:
-    the current one).  Searching happens on :meth:`Model.search` or the first run."""
+    the current one).  Searching happens on :meth:`Model.search` or the first run.
+
+    ``blocked_layout``: whether the search may run convolutions in the channel-blocked layout
+    where measured to pay (default: ``FASTRUN_BLOCKED_LAYOUT``, on)."""
     from fastrun.api import current_session
 
     graph = from_onnx(model, check=check)
     return Model(graph, session or current_session(), input_shapes, batch, weight_preprocess,
-                 fuse)
+                 fuse, blocked_layout)

@@ -88,3 +88,28 @@ def residual_block(channels: int = 8, size: int = 8) -> onnx.ModelProto:
     s = w.node("Add", [c2, "x"], "sum")
     w.node("Relu", [s], "y")
     return w.model((1, channels, size, size), "y")
+
+
+def layout_mix(size: int = 9) -> onnx.ModelProto:
+    """What the blocked-layout choice meets: convs of channel counts that are not a multiple
+    of 16 (3 -> 20), a depthwise conv, a residual Add+Relu, a Sigmoid, a concat along the
+    channels (16 + 20), a MaxPool (which stays NCHW), a Mul by a scalar, and a global pool,
+    flatten and Gemm at the end."""
+    w = GraphWriter(3)
+    c0 = w.node("Conv", ["x", w.weight("w0", (20, 3, 3, 3)), w.weight("b0", (20,))], "c0",
+                pads=[1, 1, 1, 1])
+    r0 = w.node("Relu", [c0], "r0")
+    dw = w.node("Conv", [r0, w.weight("wd", (20, 1, 3, 3)), w.weight("bd", (20,))], "dw",
+                pads=[1, 1, 1, 1], group=20)
+    c1 = w.node("Conv", [dw, w.weight("w1", (20, 20, 1, 1))], "c1")
+    r1 = w.node("Relu", [w.node("Add", [c1, r0], "sum")], "r1")
+    s1 = w.node("Sigmoid", [r1], "s1")
+    c2 = w.node("Conv", [s1, w.weight("w2", (16, 20, 3, 3))], "c2", pads=[1, 1, 1, 1])
+    cat = w.node("Concat", [c2, r1], "cat", axis=1)
+    pool = w.node("MaxPool", [cat], "pool", kernel_shape=[2, 2], strides=[2, 2])
+    c3 = w.node("Conv", [pool, w.weight("w3", (24, 36, 3, 3))], "c3", pads=[1, 1, 1, 1])
+    scaled = w.node("Mul", [c3, w.const("half", np.array(0.5, np.float32))], "scaled")
+    gap = w.node("GlobalAveragePool", [scaled], "gap")
+    flat = w.node("Flatten", [gap], "flat")
+    w.node("Gemm", [flat, w.weight("fc", (5, 24)), w.weight("fcb", (5,))], "y", transB=1)
+    return w.model((1, 3, size, size), "y", output_rank=2)

@@ -1,0 +1,354 @@
+"""Choosing, per layer, whether a CPU model computes in NCHW or in the channel-blocked layout.
+
+Why.  Kernels that put their vector over 16 channels (the compute library's ``nchw16c``
+layout: (N, ceil(C/16), H, W, 16)) store a tile as whole vectors and read a depthwise tap as
+one vector, where NCHW makes them scatter and gather.  Whether that pays depends on the layer
+and the machine, and converting a tensor costs a pass over it.  So the decision is measured,
+like every other one: each convolution is decided in both layouts, each conversion it would
+need is decided too, and the layouts that make the model's summed time smallest are kept.
+
+What may run blocked.  A 2-D float32 convolution (the conv operator's ``layout`` parameter);
+steps that do not care about the channel order: the elementwise activations and binary
+operations whose non-constant inputs all have the output's shape, and a concat along the
+channels where every input but the last fills whole blocks.  Everything else (pools, reshapes,
+matmuls, the graph's inputs and outputs) stays NCHW, and ``reorder`` steps are inserted only
+where a value's producer and a reader disagree, once per value and layout.
+
+How the choice is made (:func:`choose_layouts`).  Conversions are only saved by keeping
+neighbours together, so the choice starts from groups: the capable steps connected through the
+values they pass form regions, and each region goes blocked as a whole when that lowers the
+summed time.  Then each capable step is flipped on its own while that lowers it further (a
+region where one layer is faster in NCHW keeps that layer in NCHW when the two conversions
+cost less than the difference).  Layout-transparent steps count as free in both layouts.
+
+Times come from the session's decisions: under a profiling strategy problems are searched (and
+cached), from a cache they are read back, so a run with the cache makes the search's layout
+choice without timing anything.  A problem without a time (heuristic-only, or a cache that
+lacks it) keeps its step in NCHW: nothing is converted on a guess.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+
+from fastrun.api import Session
+from fastrun.operator import Problem
+from fastrun.runtime.lowering import Step, Value
+
+log = logging.getLogger(__name__)
+
+NCHW = "nchw"
+BLOCKED = "nchw16c"
+LANES = 16
+
+#: Operators computed value by value, whatever the order of the channels.
+TRANSPARENT = frozenset({"relu", "clip", "sigmoid", "tanh", "leaky_relu", "add", "add_relu",
+                         "sub", "mul"})
+
+
+#: The share of the changed steps' NCHW time a layout change must gain to be kept.
+MARGIN = 0.03
+
+
+def _stake(nodes: Iterable[_Node]) -> float:
+    """The NCHW time of ``nodes``' convolutions: what a layout change puts at stake."""
+    return sum(n.nchw_s or 0.0 for n in nodes if n.step.operator == "conv")
+
+
+def blocked_shape(shape: Sequence[int]) -> tuple[int, ...]:
+    n, c, *spatial = shape
+    return (n, -(-c // LANES), *spatial, LANES)
+
+
+@dataclass(eq=False)
+class _Node:
+    """A step that may run blocked, with what the choice needs to know about it."""
+
+    step: Step
+    #: seconds in each layout (None: unknown, the step stays NCHW); transparent steps: 0, 0
+    nchw_s: float | None
+    blocked_s: float | None
+    #: the blocked form of a conv's problem
+    blocked_problem: Problem | None = None
+    layout: str = NCHW
+    region: int = -1
+
+    @property
+    def cost(self) -> float:
+        time = self.blocked_s if self.layout == BLOCKED else self.nchw_s
+        return math.inf if time is None else time
+
+
+@dataclass
+class LayoutPlan:
+    """What :func:`choose_layouts` decided: the steps to run, and figures for reports."""
+
+    steps: list[Step]
+    blocked_steps: int = 0
+    reorders: int = 0
+    #: the summed estimated seconds of the capable steps and conversions, all NCHW and chosen
+    nchw_s: float = 0.0
+    chosen_s: float = 0.0
+    notes: list[str] = field(default_factory=list)
+
+
+def supported(session: Session) -> bool:
+    """Whether the session can run blocked steps at all: a CPU device (host memory) and a
+    registry with the ``reorder`` operator and a conv algorithm that reads blocked tensors."""
+    if not session.device.host_memory or session.device.kind != "cpu":
+        return False
+    registry = session.registry
+    return "reorder" in registry.operators() and "conv" in registry.operators()
+
+
+class _Planner:
+    def __init__(self, steps: list[Step], outputs: Iterable[Value], session: Session,
+                 decide: Callable[[Problem], float | None]):
+        self.steps = steps
+        self.outputs = {id(v) for v in outputs}
+        self.session = session
+        self.decide = decide
+        self.conv = session.registry.operator("conv")
+        self.reorder = session.registry.operator("reorder")
+        self.nodes: dict[int, _Node] = {}  # id(step) -> node
+        self.producer: dict[int, Step] = {}
+        self.readers: dict[int, list[Step]] = {}
+        self._reorder_s: dict[tuple[int, str], float | None] = {}
+        for step in steps:
+            self.producer[id(step.output)] = step
+            for value in step.inputs:
+                self.readers.setdefault(id(value), []).append(step)
+
+    # -- which steps may run blocked, and their times --------------------------------------------
+    def collect(self) -> None:
+        for step in self.steps:
+            node = self._conv_node(step) if step.operator == "conv" else self._transparent(step)
+            if node is not None:
+                self.nodes[id(step)] = node
+
+    def _conv_node(self, step: Step) -> _Node | None:
+        x = step.inputs[0]
+        if len(x.shape) != 4 or x.dtype.name != "float32" or len(step.output.shape) != 4:
+            return None
+        params = {**step.params, "layout": BLOCKED}
+        if step.problem.weight_preprocess:
+            params["weight_preprocess"] = True
+        shapes = [blocked_shape(x.shape), *[v.shape for v in step.inputs[1:]]]
+        if step.problem.param("residual"):
+            shapes[-1] = blocked_shape(step.inputs[-1].shape)
+        try:
+            blocked = self.conv.problem(shapes, [v.dtype for v in step.inputs], **params)
+        except ValueError as error:  # a library whose conv takes no layout
+            log.debug("%s stays NCHW: %s", step.node, error)
+            return None
+        return _Node(step, self.decide(step.problem), self.decide(blocked), blocked)
+
+    def _transparent(self, step: Step) -> _Node | None:
+        if step.problem is None or len(step.output.shape) != 4 \
+                or step.output.dtype.name != "float32":
+            return None
+        if step.operator == "concat":
+            axis = step.problem.param("axis")
+            heads = [v.shape[1] for v in step.inputs[:-1]]
+            if axis != 1 or any(v.is_const or len(v.shape) != 4 for v in step.inputs) \
+                    or any(c % LANES for c in heads):
+                return None
+            return _Node(step, 0.0, 0.0)
+        if step.operator not in TRANSPARENT:
+            return None
+        for value in step.inputs:
+            if value.is_const and math.prod(value.shape) == 1:
+                continue  # a scalar broadcasts the same in any layout
+            if value.is_const or value.shape != step.output.shape:
+                return None
+        return _Node(step, 0.0, 0.0)
+
+    def reorder_s(self, value: Value, to: str) -> float | None:
+        key = (id(value), to)
+        if key not in self._reorder_s:
+            if to == BLOCKED:
+                problem = self.reorder.problem([value.shape], [value.dtype], to=BLOCKED)
+            else:
+                problem = self.reorder.problem([blocked_shape(value.shape)], [value.dtype],
+                                               to=NCHW, channels=value.shape[1])
+            self._reorder_s[key] = self.decide(problem)
+        return self._reorder_s[key]
+
+    # -- the summed time of an assignment ------------------------------------------------------
+    def layout_of(self, value: Value) -> str:
+        producer = self.producer.get(id(value))
+        node = self.nodes.get(id(producer)) if producer is not None else None
+        return node.layout if node is not None else NCHW
+
+    def wanted(self, step: Step, value: Value) -> str:
+        """The layout ``step`` reads ``value`` in."""
+        node = self.nodes.get(id(step))
+        if node is None or node.layout == NCHW:
+            return NCHW
+        if step.operator == "conv" and value is not step.inputs[0] \
+                and not (step.problem.param("residual") and value is step.inputs[-1]):
+            return NCHW  # weights and bias keep their shapes
+        if value.is_const:
+            return NCHW  # a scalar
+        return BLOCKED
+
+    def conversions(self, value: Value) -> set[str]:
+        """The layouts ``value`` must be converted to (its readers', the graph output's)."""
+        have = self.layout_of(value)
+        needed = {self.wanted(reader, value) for reader in self.readers.get(id(value), ())}
+        if id(value) in self.outputs:
+            needed.add(NCHW)
+        needed.discard(have)
+        return needed
+
+    def total(self) -> float:
+        total = sum(node.cost for node in self.nodes.values())
+        for value in self._values():
+            for to in self.conversions(value):
+                time = self.reorder_s(value, to)
+                total += math.inf if time is None else time
+        return total
+
+    def _values(self) -> list[Value]:
+        """Values whose layout can differ from a reader's: those around capable steps."""
+        values: dict[int, Value] = {}
+        for node in self.nodes.values():
+            values[id(node.step.output)] = node.step.output
+            for value in node.step.inputs:
+                if not value.is_const:
+                    values[id(value)] = value
+        return list(values.values())
+
+    # -- choosing ------------------------------------------------------------------------------
+    def regions(self) -> list[list[_Node]]:
+        parent = {id(n): id(n) for n in self.nodes.values()}
+
+        def find(key: int) -> int:
+            while parent[key] != key:
+                parent[key] = parent[parent[key]]
+                key = parent[key]
+            return key
+
+        for node in self.nodes.values():
+            for value in node.step.inputs:
+                producer = self.producer.get(id(value))
+                other = self.nodes.get(id(producer)) if producer is not None else None
+                if other is not None:
+                    parent[find(id(node))] = find(id(other))
+        groups: dict[int, list[_Node]] = {}
+        for node in self.nodes.values():
+            groups.setdefault(find(id(node)), []).append(node)
+        return list(groups.values())
+
+    def choose(self) -> None:
+        """Regions first, then single flips; a change is kept only when it gains more than
+        :data:`MARGIN` of the changed steps' time, so timing noise does not flip layers back
+        and forth between searches."""
+        best = self.total()
+        for region in self.regions():
+            if not any(n.step.operator == "conv" for n in region):
+                continue
+            for node in region:
+                node.layout = BLOCKED
+            trial = self.total()
+            if trial < best - MARGIN * _stake(region):
+                best = trial
+            else:
+                for node in region:
+                    node.layout = NCHW
+        for _ in range(4):  # single flips until none helps (a few passes suffice)
+            improved = False
+            for node in self.nodes.values():
+                node.layout = BLOCKED if node.layout == NCHW else NCHW
+                trial = self.total()
+                if trial < best - MARGIN * _stake([node]) - 1e-12:
+                    best, improved = trial, True
+                else:
+                    node.layout = BLOCKED if node.layout == NCHW else NCHW
+            if not improved:
+                break
+
+    # -- rewriting the steps -------------------------------------------------------------------
+    def rewrite(self, outputs: list[Value]) -> tuple[list[Step], int]:
+        """The steps with blocked ones rewritten and conversions inserted, and how many
+        conversions; a graph output computed blocked is replaced in ``outputs`` by its
+        conversion."""
+        converted: dict[tuple[int, str], Value] = {}
+        result: list[Step] = []
+        reorders = 0
+        blocked_values: dict[int, Value] = {}  # id(nchw value) -> its blocked Value
+
+        def read(value: Value, layout: str) -> Value:
+            nonlocal reorders
+            have = BLOCKED if id(value) in blocked_values else NCHW
+            current = blocked_values.get(id(value), value)
+            if have == layout:
+                return current
+            key = (id(value), layout)
+            if key not in converted:
+                if layout == BLOCKED:
+                    problem = self.reorder.problem([value.shape], [value.dtype], to=BLOCKED)
+                    out = Value(value.name + "@" + BLOCKED, blocked_shape(value.shape),
+                                value.dtype)
+                    params = {"to": BLOCKED}
+                else:
+                    problem = self.reorder.problem([current.shape], [value.dtype], to=NCHW,
+                                                   channels=value.shape[1])
+                    out = Value(value.name, value.shape, value.dtype)
+                    params = {"to": NCHW, "channels": value.shape[1]}
+                result.append(Step(value.name, "Reorder", [current], out, problem=problem,
+                                   params=params,
+                                   notes=[f"layout conversion to {layout}"]))
+                converted[key] = out
+                reorders += 1
+            return converted[key]
+
+        for step in self.steps:
+            node = self.nodes.get(id(step))
+            step.inputs = [v if v.is_const else read(v, self.wanted(step, v))
+                           for v in step.inputs]
+            if node is not None and node.layout == BLOCKED:
+                original = step.output
+                blocked = Value(original.name + "@" + BLOCKED, blocked_shape(original.shape),
+                                original.dtype)
+                if step.operator == "conv":
+                    step.params["layout"] = BLOCKED
+                    step.problem = node.blocked_problem
+                else:
+                    operator = self.session.registry.operator(step.operator)
+                    step.problem = operator.problem([v.shape for v in step.inputs],
+                                                    [v.dtype for v in step.inputs],
+                                                    **step.params)
+                step.output = blocked  # later readers find it through blocked_values
+                blocked_values[id(original)] = blocked
+            result.append(step)
+        for index, value in enumerate(outputs):  # the graph's outputs are NCHW
+            if id(value) in blocked_values:
+                outputs[index] = read(value, NCHW)
+        return result, reorders
+
+
+def choose_layouts(steps: list[Step], outputs: list[Value], session: Session,
+                   decide: Callable[[Problem], float | None]) -> LayoutPlan:
+    """The steps with the layouts that minimise the model's estimated time (see the module
+    docstring); ``outputs`` (the graph's output values) is updated in place where an output
+    is now produced by a conversion.  ``decide`` gives a problem's time in seconds, or None."""
+    planner = _Planner(steps, outputs, session, decide)
+    planner.collect()
+    if not any(n.step.operator == "conv" and n.blocked_s is not None
+               for n in planner.nodes.values()):
+        return LayoutPlan(steps)
+    all_nchw = planner.total()
+    planner.choose()
+    chosen = planner.total()
+    blocked = sum(1 for n in planner.nodes.values() if n.layout == BLOCKED)
+    if blocked == 0:
+        return LayoutPlan(steps, nchw_s=all_nchw, chosen_s=chosen)
+    new_steps, reorders = planner.rewrite(outputs)
+    log.info("layouts: %d steps in %s, %d conversions; estimated %.3f ms against %.3f ms in "
+             "NCHW", blocked, BLOCKED, reorders, chosen * 1e3, all_nchw * 1e3)
+    return LayoutPlan(new_steps, blocked_steps=blocked, reorders=reorders, nchw_s=all_nchw,
+                      chosen_s=chosen)

@@ -1,0 +1,141 @@
+"""The runtime's choice of the channel-blocked layout (``fastrun/runtime/layout.py``): the steps
+it rewrites and the conversions it inserts, results equal to NCHW's and onnxruntime's, the
+choice following the measured times (all blocked, none, one layer left out of a region), no
+guessing without times, and a cached choice replayed without a search."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import fastrun
+from fastrun.cache import FileCache, InMemoryCache
+from fastrun.runtime import layout, load
+from tests.runtime import _models
+from tests.runtime.test_runtime import FAST, assert_matches_onnxruntime, heuristic_session
+
+
+def _times(blocked: float = 1e-4, nchw: float = 1e-3, reorder: float = 1e-5, special=None):
+    """A ``decide`` for :func:`layout.choose_layouts`: fixed seconds per kind of problem;
+    ``special(problem)`` may override (returns None to fall through)."""
+    def decide(problem):
+        if special is not None and (time := special(problem)) is not None:
+            return time
+        if problem.operator == "reorder":
+            return reorder
+        return blocked if problem.param("layout") else nchw
+    return decide
+
+
+def _planned(decide, proto=None):
+    proto = proto or _models.layout_mix()
+    session = heuristic_session()
+    model = load(proto, session, weight_preprocess=True, blocked_layout=False)
+    plan = layout.choose_layouts(model.steps, model.outputs, session, decide)
+    model.steps, model.layout_plan = plan.steps, plan
+    return proto, model, plan
+
+
+def _layouts(model) -> dict[str, str]:
+    """Each conv's layout, by its first ONNX node's name (fused steps join names with '+')."""
+    return {step.node.split("+")[0]: step.problem.param("layout", "nchw")
+            for step in model.steps if step.operator == "conv"}
+
+
+def _reorders(model) -> list[tuple[tuple[int, ...], tuple[int, ...]]]:
+    return [(step.inputs[0].shape, step.output.shape) for step in model.steps
+            if step.operator == "reorder"]
+
+
+def test_everything_blocked_when_it_pays_with_conversions_only_at_the_edges():
+    proto, model, plan = _planned(_times())
+    assert set(_layouts(model).values()) == {"nchw16c"}
+    # in: the image; out: before the MaxPool (NCHW only) and before the global pool
+    assert _reorders(model) == [((1, 3, 9, 9), (1, 1, 9, 9, 16)),
+                                ((1, 3, 9, 9, 16), (1, 36, 9, 9)),
+                                ((1, 36, 4, 4), (1, 3, 4, 4, 16)),
+                                ((1, 2, 4, 4, 16), (1, 24, 4, 4))]
+    assert plan.reorders == 4 and plan.chosen_s < plan.nchw_s
+    transparent = {step.operator for step in model.steps
+                   if step.output.shape[-1:] == (16,) and step.operator != "conv"}
+    assert transparent >= {"sigmoid", "concat", "mul", "reorder"}
+    feeds = model.random_inputs()
+    reference = load(proto, heuristic_session(), weight_preprocess=True, blocked_layout=False)
+    np.testing.assert_allclose(model.run(feeds)["y"], reference.run(feeds)["y"], rtol=1e-5,
+                               atol=1e-6)
+    assert_matches_onnxruntime(proto, model, feeds)
+
+
+def test_nothing_changes_when_nchw_is_faster():
+    _proto, model, plan = _planned(_times(blocked=2e-3))
+    assert plan.blocked_steps == 0 and plan.steps is model.steps
+    assert set(_layouts(model).values()) == {"nchw"} and not _reorders(model)
+
+
+def test_a_layer_faster_in_nchw_than_its_two_conversions_stays_nchw():
+    def slow_1x1(problem):  # c1 (the 1x1) is much faster in NCHW
+        if problem.operator == "conv" and problem.shapes[1][2:] == (1, 1):
+            return 5e-3 if problem.param("layout") else 1e-4
+        return None
+
+    _, model, _ = _planned(_times(special=slow_1x1))
+    layouts = _layouts(model)
+    assert layouts.pop("c1") == "nchw" and set(layouts.values()) == {"nchw16c"}
+    # and the other way round: a gain smaller than two conversions is not taken alone
+    _, model, plan = _planned(_times(blocked=1e-3 - 1e-6, reorder=1e-3))
+    assert plan.blocked_steps == 0
+
+
+def test_unknown_times_keep_nchw():
+    _, model, plan = _planned(lambda problem: None)
+    assert plan.blocked_steps == 0 and not _reorders(model)
+    # a heuristic-only search has no times: the model is searched as before, all NCHW
+    model = load(_models.layout_mix(), heuristic_session(), weight_preprocess=True)
+    model.search()
+    assert set(_layouts(model).values()) == {"nchw"}
+
+
+def test_switched_off_or_without_a_cpu_device():
+    model = load(_models.layout_mix(), heuristic_session(), blocked_layout=False)
+    assert not model.blocked_layout
+    model.search()
+    assert model.layout_plan is None
+
+
+def test_a_searched_choice_is_replayed_from_the_cache(tmp_path):
+    """The search times both layouts and stores them; a later process with the cache alone
+    (heuristic strategy, nothing timed) makes the same choice, whatever it is."""
+    path = tmp_path / "cache.bin"
+    proto = _models.layout_mix(size=12)
+    searched = load(proto, fastrun.session(cache=FileCache(path), strategy="fast-run", **FAST),
+                    weight_preprocess=True)
+    searched.search()
+    assert searched.layout_plan is not None and searched.layout_plan.nchw_s > 0
+    session = fastrun.session(cache=FileCache(path), strategy="heuristic", progress=False)
+    replayed = load(proto, session, weight_preprocess=True)
+    replayed.search()
+    assert session.chooser.stats.profiled == 0
+    assert [(s.operator, s.problem.key if s.problem else None) for s in replayed.steps] == \
+        [(s.operator, s.problem.key if s.problem else None) for s in searched.steps]
+    assert_matches_onnxruntime(proto, replayed, replayed.random_inputs())
+
+
+@pytest.mark.parametrize("name", ["resnet18", "mobilenet_v2", "squeezenet"])
+def test_zoo_models_all_blocked_match_nchw(name):
+    """Every conv of the built-in CNNs computed blocked (forced by the times given) gives the
+    NCHW model's result."""
+    proto, model, plan = _planned(_times(), f"zoo:{name}")
+    assert plan.blocked_steps > 0
+    feeds = model.random_inputs()
+    reference = load(proto, heuristic_session(), weight_preprocess=True, blocked_layout=False)
+    expected = reference.run(feeds)
+    for output, value in model.run(feeds).items():
+        scale = float(np.max(np.abs(expected[output])))
+        assert float(np.max(np.abs(value - expected[output]))) <= 1e-5 * scale
+
+
+def test_in_memory_cache_search_runs(tmp_path):
+    model = load(_models.layout_mix(), fastrun.session(cache=InMemoryCache(),
+                                                       strategy="fast-run", **FAST))
+    feeds = model.random_inputs()
+    assert_matches_onnxruntime(_models.layout_mix(), model, feeds)
