@@ -43,8 +43,8 @@ class NumpyReorder(_Reorder):
 
 
 class ParallelReorder(_Reorder):
-    """One pass by numba's workers, in tasks of 1024 pixels of one channel block, so a
-    batch-1 tensor has work for every thread."""
+    """One pass by numba's workers, in tasks of a few hundred pixels of one channel block, so
+    a batch-1 tensor has work for every thread."""
 
     name = "parallel"
     blocking = staticmethod(to_blocked_parallel)

@@ -74,48 +74,62 @@ def to_nchw(x: np.ndarray, channels: int) -> np.ndarray:
     return np.ascontiguousarray(moved[:, :channels])
 
 
-#: Pixels one task of the parallel conversions moves: with 16 channels, 64 KiB of float32.
-CHUNK = 1024
+#: Pixels one task of the parallel conversions moves: 256 pixels of a 16-channel block, 16 KiB
+#: of float32, into the blocked layout; 64 out of it (each pixel's lanes go to 16 planes,
+#: so fewer pixels keep a task's 16 output rows in cache).
+BLOCK_CHUNK = 256
+UNBLOCK_CHUNK = 64
 
 
 @numba.njit(parallel=True, cache=True)
 def _block_kernel(x, out):
     """``out[n, b, p, t] = x[n, b*16 + t, p]`` (zero past C); x (N, C, P), out (N, B, P, 16).
-    Tasks are (image, block, chunk of pixels), enough for every thread at batch 1."""
+    Tasks are (image, block, chunk of pixels), enough for every thread at batch 1; each pixel's
+    16 lanes are written together (one vector store; the reads gather 16 planes).  Written
+    lane by lane per plane instead, the conversion was 2.1-2.3x slower on 2 threads."""
     n_img, channels, pixels = x.shape
     nb = out.shape[1]
-    chunks = (pixels + CHUNK - 1) // CHUNK
+    chunks = (pixels + BLOCK_CHUNK - 1) // BLOCK_CHUNK
     for task in prange(n_img * nb * chunks):
         n = task // (nb * chunks)
         rest = task - n * nb * chunks
         b = rest // chunks
-        start = (rest - b * chunks) * CHUNK
-        stop = min(start + CHUNK, pixels)
-        for t in range(LANES):
-            c = b * LANES + t
-            if c < channels:
-                for p in range(start, stop):
-                    out[n, b, U(p), t] = x[n, c, U(p)]
-            else:
-                for p in range(start, stop):
-                    out[n, b, U(p), t] = 0
+        start = (rest - b * chunks) * BLOCK_CHUNK
+        stop = min(start + BLOCK_CHUNK, pixels)
+        full = min(LANES, channels - b * LANES)
+        if full == LANES:
+            for p in range(start, stop):
+                for t in range(LANES):
+                    out[n, b, U(p), t] = x[n, b * LANES + t, U(p)]
+        else:
+            for p in range(start, stop):
+                for t in range(LANES):
+                    out[n, b, U(p), t] = x[n, b * LANES + t, U(p)] if t < full else 0
 
 
 @numba.njit(parallel=True, cache=True)
 def _unblock_kernel(x, out):
-    """``out[n, c, p] = x[n, c // 16, p, c % 16]``; x (N, B, P, 16), out (N, C, P)."""
+    """``out[n, c, p] = x[n, c // 16, p, c % 16]``; x (N, B, P, 16), out (N, C, P); tasks of
+    (image, block, chunk of pixels), each pixel's 16 lanes read together (1.2-1.6x faster on 2
+    threads than a pass per channel)."""
     n_img, channels, pixels = out.shape
-    chunks = (pixels + CHUNK - 1) // CHUNK
-    for task in prange(n_img * channels * chunks):
-        n = task // (channels * chunks)
-        rest = task - n * channels * chunks
-        c = rest // chunks
-        start = (rest - c * chunks) * CHUNK
-        stop = min(start + CHUNK, pixels)
-        b = c // LANES
-        t = c - b * LANES
-        for p in range(start, stop):
-            out[n, c, U(p)] = x[n, b, U(p), t]
+    nb = x.shape[1]
+    chunks = (pixels + UNBLOCK_CHUNK - 1) // UNBLOCK_CHUNK
+    for task in prange(n_img * nb * chunks):
+        n = task // (nb * chunks)
+        rest = task - n * nb * chunks
+        b = rest // chunks
+        start = (rest - b * chunks) * UNBLOCK_CHUNK
+        stop = min(start + UNBLOCK_CHUNK, pixels)
+        full = min(LANES, channels - b * LANES)
+        if full == LANES:
+            for p in range(start, stop):
+                for t in range(LANES):
+                    out[n, b * LANES + t, U(p)] = x[n, b, U(p), t]
+        else:
+            for p in range(start, stop):
+                for t in range(full):
+                    out[n, b * LANES + t, U(p)] = x[n, b, U(p), t]
 
 
 def to_blocked_parallel(x: np.ndarray) -> np.ndarray:
