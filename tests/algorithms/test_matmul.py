@@ -43,6 +43,7 @@ STRASSEN = BY_TEXT["strassen"]
 BLOCKED = [a for a in ALGORITHMS if a.desc.name == "blocked"]
 TILED = BY_TEXT["register_tiled"]
 SPLIT = BY_TEXT["blas_split"]
+GEMV = BY_TEXT["gemv"]
 #: blas_split needs the OpenBLAS numpy's wheels ship; with another numpy build it is unusable
 #: (and says why), and its tests are skipped with that reason.
 SPLIT_REASON = SPLIT.unusable_reason(OPERATOR.problem([(2, 2), (2, 2)], ["float32", "float32"]))
@@ -103,9 +104,11 @@ def _dim(even: bool) -> st.SearchStrategy[int]:
 
 
 @st.composite
-def matmul_cases(draw: st.DrawFn, even: bool = False,
-                 allow_1d: bool = True) -> tuple[Problem, list[np.ndarray]]:
+def matmul_cases(draw: st.DrawFn, even: bool = False, allow_1d: bool = True,
+                 one_row: bool = False) -> tuple[Problem, list[np.ndarray]]:
     m, k, n = draw(_dim(even)), draw(_dim(even)), draw(_dim(even))
+    if one_row:  # what gemv computes: n up to 200, to cross several 64-column chunks
+        m, n = 1, draw(st.one_of(st.integers(1, 70), st.integers(60, 200)))
     dtype = draw(st.sampled_from(["float32", "float64"]))
     kinds = ["2d", "batched", "batched"] + (["1d_a", "1d_b", "1d_both"] if allow_1d else [])
     kind = draw(st.sampled_from(kinds))
@@ -148,7 +151,8 @@ def _maybe_strided(x: np.ndarray, layout: str) -> np.ndarray:
 @given(data=st.data())
 def test_matches_reference(algorithm: Algorithm, data: st.DataObject) -> None:
     needs_even = algorithm is STRASSEN
-    problem, inputs = data.draw(matmul_cases(even=needs_even, allow_1d=not needs_even))
+    problem, inputs = data.draw(matmul_cases(even=needs_even, allow_1d=not needs_even,
+                                             one_row=algorithm is GEMV))
     assert algorithm.usable(problem), algorithm.unusable_reason(problem)
     check_against_reference(algorithm, problem, inputs)
 
@@ -168,6 +172,8 @@ def test_fixed_shapes(algorithm: Algorithm) -> None:
 @pytest.mark.parametrize("shapes", [((3, 0), (0, 4)), ((0, 5), (5, 4)), ((2, 0, 3, 4), (4, 5))])
 def test_empty_dimensions(algorithm: Algorithm, shapes: tuple) -> None:
     problem = OPERATOR.problem(shapes, ["float64", "float64"])
+    if not algorithm.usable(problem):
+        pytest.skip(algorithm.unusable_reason(problem))
     inputs = OPERATOR.random_inputs(problem, np.random.default_rng(0))
     output = algorithm.run(problem, inputs, CheckingContext())
     np.testing.assert_array_equal(output, np.matmul(*inputs))
@@ -178,11 +184,12 @@ def test_reproducible(algorithm: Algorithm) -> None:
     """REPRODUCIBLE means bit-identical; the numba kernels also claim independence of the
     thread count, which is checked for them."""
     assert AlgoAttribute.REPRODUCIBLE in algorithm.attributes
-    problem = OPERATOR.problem([(3, 96, 130), (130, 72)], ["float32", "float32"])
+    shapes = [(3, 1, 130), (130, 200)] if algorithm is GEMV else [(3, 96, 130), (130, 72)]
+    problem = OPERATOR.problem(shapes, ["float32", "float32"])
     inputs = OPERATOR.random_inputs(problem, np.random.default_rng(2))
     first = CheckingContext().run(algorithm, problem, inputs)
     np.testing.assert_array_equal(CheckingContext().run(algorithm, problem, inputs), first)
-    if algorithm.desc.name in ("naive", "blocked", "register_tiled"):
+    if algorithm.desc.name in ("naive", "blocked", "register_tiled", "gemv"):
         with numba_threads(1):
             single = CheckingContext().run(algorithm, problem, inputs)
         np.testing.assert_array_equal(single, first)
@@ -415,12 +422,38 @@ def test_heuristic_puts_register_tiled_first_for_winograd_products() -> None:
     assert OPERATOR.heuristic_order(winograd, ALGORITHMS)[0] is TILED
     for shapes in ([(512, 2304), (2304, 49)],            # one product: BLAS
                    [(16, 512, 2048), (16, 2048, 16)],    # deep K: BLAS
-                   [(4, 1, 512), (4, 512, 1000)]):       # one row: BLAS
+                   [(8, 1, 128), (8, 128, 1000)]):       # one row, 512 KB of B: BLAS
         problem = OPERATOR.problem(shapes, ["float32", "float32"])
         for threads, first in ((1, [BLAS, TILED]), (2, [SPLIT, BLAS, TILED])):
             with numba_threads(threads):
                 order = OPERATOR.heuristic_order(problem, ALGORITHMS)
             assert order[:len(first)] == first, (shapes, threads)
+
+
+def test_heuristic_puts_gemv_first_for_a_classifier_on_several_threads() -> None:
+    classifier = OPERATOR.problem([(1, 1280), (1280, 1000)], ["float32", "float32"])
+    with numba_threads(2):
+        assert OPERATOR.heuristic_order(classifier, ALGORITHMS)[0] is GEMV
+    with numba_threads(1):
+        assert OPERATOR.heuristic_order(classifier, ALGORITHMS)[0] is BLAS
+    assert "M == 1" in GEMV.unusable_reason(OPERATOR.problem([(2, 8), (8, 4)],
+                                                              ["float32", "float32"]))
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+@pytest.mark.parametrize("n", [1, 63, 64, 65, 130, 1000])
+@pytest.mark.parametrize("threads", [1, 2])
+def test_gemv_edges(dtype: str, n: int, threads: int) -> None:
+    """Fewer columns than a chunk, the last chunk shifted back to overlap its neighbour, a
+    1-D A, and a batch of rows against one shared B; the same bits on any thread count."""
+    rng = np.random.default_rng(n)
+    for shapes in ([(1, 37), (37, n)], [(37,), (37, n)], [(3, 1, 37), (37, n)]):
+        problem = OPERATOR.problem(shapes, [dtype, dtype])
+        inputs = OPERATOR.random_inputs(problem, rng)
+        with numba_threads(min(threads, numba.config.NUMBA_NUM_THREADS)):
+            output = check_against_reference(GEMV, problem, inputs)
+        with numba_threads(1):
+            np.testing.assert_array_equal(CheckingContext().run(GEMV, problem, inputs), output)
 
 
 def test_heuristic_large_problem() -> None:
@@ -437,9 +470,10 @@ def test_heuristic_large_problem() -> None:
 
 def test_heuristic_small_odd_problem() -> None:
     problem = OPERATOR.problem([(64, 32, 31), (31, 31)], ["float64", "float64"])
+    candidates = [a for a in ALGORITHMS if a is not GEMV]  # M = 32: gemv is not usable
     with numba_threads(1):
-        order = OPERATOR.heuristic_order(problem, list(reversed(ALGORITHMS)))
-    assert len(order) == len(ALGORITHMS)
+        order = OPERATOR.heuristic_order(problem, list(reversed(candidates)))
+    assert len(order) == len(candidates)
     names = [a.desc.name for a in order]
     assert names[0] == "blas" and names[-1] == "naive"
     assert names.index("strassen") > max(i for i, n in enumerate(names) if n == "blocked")

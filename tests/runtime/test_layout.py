@@ -112,16 +112,20 @@ def test_unknown_times_keep_nchw():
     _, model, plan = _planned(lambda problem: None)
     assert plan.blocked_steps == 0 and not _reorders(model)
     # a heuristic-only search has no times: the model is searched as before, all NCHW
-    model = load(_models.layout_mix(), heuristic_session(), weight_preprocess=True)
+    model = load(_models.layout_mix(), heuristic_session(), weight_preprocess=True,
+                 blocked_layout=True)
     model.search()
     assert set(_layouts(model).values()) == {"nchw"}
 
 
-def test_switched_off_or_without_a_cpu_device():
-    model = load(_models.layout_mix(), heuristic_session(), blocked_layout=False)
+def test_off_by_default_and_switched_on_by_the_environment(monkeypatch):
+    model = load(_models.layout_mix(), heuristic_session())
     assert not model.blocked_layout
     model.search()
     assert model.layout_plan is None
+    monkeypatch.setenv("FASTRUN_BLOCKED_LAYOUT", "1")
+    assert load(_models.layout_mix(), heuristic_session()).blocked_layout
+    assert not load(_models.layout_mix(), heuristic_session(), blocked_layout=False).blocked_layout
 
 
 def test_a_searched_choice_is_replayed_from_the_cache(tmp_path):
@@ -130,11 +134,11 @@ def test_a_searched_choice_is_replayed_from_the_cache(tmp_path):
     path = tmp_path / "cache.bin"
     proto = _models.layout_mix(size=12)
     searched = load(proto, fastrun.session(cache=FileCache(path), strategy="fast-run", **FAST),
-                    weight_preprocess=True)
+                    weight_preprocess=True, blocked_layout=True)
     searched.search()
     assert searched.layout_plan is not None and searched.layout_plan.nchw_s > 0
     session = fastrun.session(cache=FileCache(path), strategy="heuristic", progress=False)
-    replayed = load(proto, session, weight_preprocess=True)
+    replayed = load(proto, session, weight_preprocess=True, blocked_layout=True)
     replayed.search()
     assert session.chooser.stats.profiled == 0
     assert [(s.operator, s.problem.key if s.problem else None) for s in replayed.steps] == \
@@ -156,8 +160,9 @@ def test_zoo_models_all_blocked_match_nchw(name):
         assert float(np.max(np.abs(value - expected[output]))) <= 1e-5 * scale
 
 
-def test_in_memory_cache_search_runs(tmp_path):
+def test_a_search_with_blocked_layouts_gives_onnxruntimes_result():
     model = load(_models.layout_mix(), fastrun.session(cache=InMemoryCache(),
-                                                       strategy="fast-run", **FAST))
+                                                       strategy="fast-run", **FAST),
+                 blocked_layout=True)
     feeds = model.random_inputs()
     assert_matches_onnxruntime(_models.layout_mix(), model, feeds)

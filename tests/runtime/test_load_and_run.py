@@ -47,6 +47,23 @@ def test_search_then_cached_run(tmp_path, cnn, capsys):
     assert "problem(s) profiled" in text and "median" in text
 
 
+def test_blocked_layout_flag(tmp_path, capsys):
+    """--blocked-layout: the search weighs both layouts, and the summary says what it chose
+    (which depends on this machine's timings); a cached run makes the same choice."""
+    path = tmp_path / "mix.onnx"
+    onnx.save(_models.layout_mix(size=12), path)
+    cache = str(tmp_path / "cache.bin")
+    first = summary(tmp_path, str(path), "--fast-run", "--algo-policy", cache,
+                    "--blocked-layout", "--check", *FAST)
+    assert first["check"] == "ok" and first["blocked_steps"] >= 0
+    again = summary(tmp_path, str(path), "--algo-policy", cache, "--blocked-layout", *FAST)
+    assert again["profiled"] == 0
+    assert (again["blocked_steps"], again["layout_conversions"]) == \
+        (first["blocked_steps"], first["layout_conversions"])
+    off = summary(tmp_path, str(path), "--algo-policy", cache, *FAST)
+    assert (off["blocked_steps"], off["layout_conversions"]) == (0, 0)
+
+
 def test_cache_made_for_another_model_is_reported(tmp_path, cnn, capsys):
     cache = str(tmp_path / "cache.bin")
     other = tmp_path / "other.onnx"

@@ -1,7 +1,7 @@
 """The matmul operator, its CPU algorithms and its OpenCL algorithms.
 
 ``register(registry)`` adds the operator and every algorithm: ``naive``, ``blas``,
-``blas_split``, ``register_tiled``, ``strassen`` and one ``blocked`` algorithm per tile
+``blas_split``, ``register_tiled``, ``gemv``, ``strassen`` and one ``blocked`` algorithm per tile
 configuration in :data:`BLOCKED_TILES`; and, where pyopencl is installed, the OpenCL
 configurations of :mod:`fastrun_algorithms.matmul.opencl`.
 """
@@ -15,6 +15,7 @@ from fastrun_algorithms.matmul._batch import MatmulLayout, layout_of, matmul_lay
 from fastrun_algorithms.matmul.blas import BlasMatmul
 from fastrun_algorithms.matmul.blas_split import SplitBlasMatmul
 from fastrun_algorithms.matmul.blocked import BlockedMatmul
+from fastrun_algorithms.matmul.gemv import GemvMatmul
 from fastrun_algorithms.matmul.naive import NaiveMatmul
 from fastrun_algorithms.matmul.operator import MatmulOperator
 from fastrun_algorithms.matmul.register_tiled import RegisterTiledMatmul
@@ -36,6 +37,7 @@ __all__ = [
     "BLOCKED_TILES",
     "BlasMatmul",
     "BlockedMatmul",
+    "GemvMatmul",
     "MatmulLayout",
     "MatmulOperator",
     "NaiveMatmul",
@@ -55,6 +57,7 @@ def register(registry: Registry) -> None:
     registry.register_algorithm(BlasMatmul())
     registry.register_algorithm(SplitBlasMatmul())
     registry.register_algorithm(RegisterTiledMatmul())
+    registry.register_algorithm(GemvMatmul())
     for mb, nb, kb in BLOCKED_TILES:
         registry.register_algorithm(BlockedMatmul({"mb": mb, "nb": nb, "kb": kb}))
     registry.register_algorithm(StrassenMatmul())

@@ -12,7 +12,9 @@ from __future__ import annotations
 
 import functools
 import math
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numba
 import numpy as np
@@ -152,6 +154,21 @@ def operand_3d(x: np.ndarray, shape3: Shape, layout: MatmulLayout) -> np.ndarray
         return x.reshape(shape3)
     return np.ascontiguousarray(np.broadcast_to(x, (*layout.batch_shape, *x.shape[-2:]))
                                 ).reshape(shape3)
+
+
+def run_3d(problem: Problem, inputs: Sequence[Any],
+           compiled: Callable[[np.dtype, str, str], Callable[..., None]]) -> np.ndarray:
+    """Run a numba kernel ``kernel(a, b, out)`` on the operands' 3-D forms (see
+    :func:`operand_3d`) into a new (batch, M, N) output, in numpy's output shape.
+    ``compiled(dtype, a_layout, b_layout)`` gives the kernel for C-contiguous ("C") or strided
+    ("A") operands: the contiguous variant is the fast one, since LLVM then knows the strides."""
+    layout = layout_of(problem)
+    a = operand_3d(np.asarray(inputs[0]), layout.a3_shape, layout)
+    b = operand_3d(np.asarray(inputs[1]), layout.b3_shape, layout)
+    out = np.empty(layout.out3_shape, dtype=a.dtype)
+    compiled(a.dtype, "C" if a.flags.c_contiguous else "A",
+             "C" if b.flags.c_contiguous else "A")(a, b, out)
+    return layout.from_3d(out)
 
 
 def materialised_bytes(problem: Problem) -> int:

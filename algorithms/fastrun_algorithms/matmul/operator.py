@@ -36,6 +36,13 @@ TILED_MIN_MACS = 1 << 21
 #: took 21 us split over two workers against 33 us on one.
 SPLIT_MIN_MACS = 1 << 19
 
+#: ``gemv`` goes first for products of one row of A from this many bytes of B (per product)
+#: on, when numba has more than one thread.  On 2 threads (AMD EPYC, B hot in cache): 1 x 512 @
+#: 512 x 512 (1 MiB) 7.6 us against OpenBLAS's 10.3, 1 x 256 @ 256 x 512 6.0 against 5.2;
+#: 1 x 1280 @ 1280 x 1000, MobileNetV2's classifier, 40 against 57.  On the 16-core host
+#: that classifier took 200-250 us in the model on OpenBLAS's one thread.
+GEMV_MIN_BYTES = 1 << 20
+
 
 class MatmulOperator(Operator):
     """``C = A @ B`` exactly as ``np.matmul`` defines it: 2-D products, batches with broadcast
@@ -50,7 +57,8 @@ class MatmulOperator(Operator):
 
     name = "matmul"
     #: 2: ``register_tiled`` added.  3: ``blas_split`` added (OpenBLAS now runs on one thread).
-    version = 3
+    #: 4: ``gemv`` added.
+    version = 4
 
     def validate(self, problem: Problem) -> None:
         if problem.operator != self.name:
@@ -92,6 +100,9 @@ class MatmulOperator(Operator):
                         candidates: Sequence[Algorithm]) -> list[Algorithm]:
         """Candidates best-first by rule of thumb (every candidate is returned):
 
+        0. ``gemv`` first for products of one row of A with at least ``GEMV_MIN_BYTES`` of B
+           on more than one thread (a classifier layer at batch 1: one thread streaming B
+           leaves the others idle); otherwise after the numba kernels.
         1. ``register_tiled`` first for batches of products where both operands have their
            own batch, with at least 8 rows, 16 columns, K <= ``TILED_MAX_K`` and
            ``TILED_MIN_MACS`` multiply-adds in all (Winograd's products): 15-40% less time than
@@ -129,6 +140,8 @@ class MatmulOperator(Operator):
                        and layout.m >= 8 and layout.n >= 16 and layout.k <= TILED_MAX_K
                        and macs >= TILED_MIN_MACS)
         split_first = threads > 1 and macs >= SPLIT_MIN_MACS
+        b_bytes = layout.k * layout.n * np.dtype(problem.dtypes[1]).itemsize
+        gemv_first = threads > 1 and layout.m == 1 and b_bytes >= GEMV_MIN_BYTES
 
         def rank(algorithm: Algorithm) -> tuple[float, ...]:
             if algorithm.device_kind == "opencl":
@@ -136,6 +149,8 @@ class MatmulOperator(Operator):
             name = algorithm.desc.name
             if name == "register_tiled":
                 return (-1,) if tiled_first else (1, 1)
+            if name == "gemv":
+                return (-2,) if gemv_first else (1, 3)
             if name == "blas_split":
                 return (0, -1) if split_first else (1, 2)
             if name == "blas":

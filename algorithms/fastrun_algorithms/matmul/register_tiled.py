@@ -43,10 +43,9 @@ from fastrun.attribute import AlgoAttribute
 from fastrun.operator import Problem
 from fastrun_algorithms._common import FASTMATH, U, stack_buffer, tile_fma8, tile_rows8
 from fastrun_algorithms.matmul._batch import (
-    layout_of,
     materialised_bytes,
     numba_dtype,
-    operand_3d,
+    run_3d,
 )
 
 #: Rows and columns of the output tile one job computes.  MR broadcasts and one NR-wide load
@@ -132,11 +131,4 @@ class RegisterTiledMatmul(Algorithm):
 
     def run(self, problem: Problem, inputs: Sequence[Any], ctx: RunContext,
             prepared: Any = None) -> np.ndarray:
-        layout = layout_of(problem)
-        a = operand_3d(np.asarray(inputs[0]), layout.a3_shape, layout)
-        b = operand_3d(np.asarray(inputs[1]), layout.b3_shape, layout)
-        out = np.empty(layout.out3_shape, dtype=a.dtype)
-        kernel = _compiled(a.dtype, "C" if a.flags.c_contiguous else "A",
-                           "C" if b.flags.c_contiguous else "A")
-        kernel(a, b, out)
-        return layout.from_3d(out)
+        return run_3d(problem, inputs, _compiled)
