@@ -29,8 +29,8 @@ VARIABLES: dict[str, str] = {
     "(default), 256, or auto (LLVM's choice for the processor)",
     "FASTRUN_KEEP_PAGES": "1 (default): a CPU model keeps freed memory mapped for the next "
     "inference (glibc); 0 returns large blocks to the system",
-    "FASTRUN_BLOCKED_LAYOUT": "1 (default): a CPU model's search may run convolutions in the "
-    "channel-blocked layout where that is measured to pay; 0 keeps every step NCHW",
+    "FASTRUN_BLOCKED_LAYOUT": "1: a CPU model's search may run convolutions in the "
+    "channel-blocked layout where that is measured to pay; 0 (default) keeps every step NCHW",
     "FASTRUN_OPENCL_DEVICE": "PLATFORM:DEVICE indices of the device 'opencl' selects, e.g. 0:1 "
     "(default: the first GPU, else the first device)",
 }
@@ -104,8 +104,10 @@ def keep_pages(explicit: bool | None = None) -> bool:
 
 
 def blocked_layout(explicit: bool | None = None) -> bool:
-    """Whether a CPU model may choose the channel-blocked layout (fastrun.runtime.layout)."""
-    return setting(explicit, "FASTRUN_BLOCKED_LAYOUT", True, _parse_switch)
+    """Whether a CPU model may choose the channel-blocked layout (fastrun.runtime.layout).
+    Off by default: on the 16-core host the models it was measured on ran no faster with it
+    (docs/performance.md)."""
+    return setting(explicit, "FASTRUN_BLOCKED_LAYOUT", False, _parse_switch)
 
 
 def _parse_switch(raw: str) -> bool:

@@ -46,10 +46,9 @@ def build_parser() -> argparse.ArgumentParser:
     add_strategy_arguments(parser)
     parser.add_argument("--weight-preprocess", action="store_true",
                         help="transform constant weights once at load (e.g. winograd filters)")
-    parser.add_argument("--no-blocked-layout", action="store_true",
-                        help="keep every step in NCHW (by default a search may run "
-                        "convolutions in the channel-blocked layout where that is measured "
-                        "to pay)")
+    parser.add_argument("--blocked-layout", action="store_true",
+                        help="let the search run convolutions in the channel-blocked layout "
+                        "where that is measured to pay (default: FASTRUN_BLOCKED_LAYOUT, off)")
     parser.add_argument("--device", default="cpu", help="cpu (default), cpu:THREADS, "
                         "opencl[:PLATFORM:DEVICE]")
     parser.add_argument("--iter", type=int, default=10, help="timed iterations (default 10)")
@@ -168,7 +167,7 @@ def run(args: argparse.Namespace) -> int:
     model = load(args.model, session,
                  input_shapes={name: a.shape for name, a in given.items()},
                  batch=args.batch, weight_preprocess=args.weight_preprocess,
-                 blocked_layout=False if args.no_blocked_layout else None)
+                 blocked_layout=True if args.blocked_layout else None)
     load_seconds = time.perf_counter() - started
     feeds = {**model.random_inputs(args.seed), **given}
     started = time.perf_counter()

@@ -483,7 +483,7 @@ def load(model: Any, session: Session | None = None, *,
     the current one).  Searching happens on :meth:`Model.search` or the first run.
 
     ``blocked_layout``: whether the search may run convolutions in the channel-blocked layout
-    where measured to pay (default: ``FASTRUN_BLOCKED_LAYOUT``, on)."""
+    where measured to pay (default: ``FASTRUN_BLOCKED_LAYOUT``, off)."""
     from fastrun.api import current_session
 
     graph = from_onnx(model, check=check)
