@@ -1,4 +1,15 @@
-"""One thread pool for the parallel work, kept awake between kernels; BLAS on the calling thread.
+"""One thread pool for the parallel work, TBB's where it loads; BLAS on the calling thread.
+
+numba's threading layer: TBB (the ``tbb`` package, a dependency) rather than OpenMP.  An OpenMP
+parallel region ends at a barrier every worker must reach, so a worker whose core is taken by
+another process (or by the hypervisor) holds up every region for a scheduler slice; TBB's
+scheduler lets the threads that run take all the tasks.  Measured on the 2-core development VM
+with a busy loop pinned to one core, resnet18 at 2 threads: OpenMP 53-54 ms, TBB 16.0-16.5 ms,
+onnxruntime 16.2-16.4; without the busy loop 8.4-8.7 (OpenMP) and 8.5-8.8 ms (TBB) against
+8.0-8.1.  On the 16-core host the same collapse was seen (fastrun 106-115 ms at 16 threads
+while onnxruntime slowed from 4.3 to 8.1 ms).  :func:`threading_layer` picks the layer (a
+``NUMBA_THREADING_LAYER`` the user set wins) and it is part of the CPU device's category.
+Where TBB does not load, OpenMP is kept, with the settings below.
 
 Fast Run rests on one premise: an algorithm's time does not depend on what ran before it.  Two
 thread pools could share the cores here, numba's (OpenMP layer) and OpenBLAS's, and on a
@@ -38,6 +49,8 @@ OpenBLAS's own call, under the same rule.  ``OPENBLAS_THREAD_TIMEOUT`` cannot be
 (see docs/performance.md).
 """
 
+import functools
+import importlib
 import os
 import sys
 
@@ -77,3 +90,29 @@ def blas_threads() -> int:
         if value.isdigit() and int(value) > 0:
             return int(value)
     return os.cpu_count() or 1
+
+
+@functools.cache
+def threading_layer() -> str:
+    """The threading layer numba's parallel kernels use in this process: ``tbb`` where TBB
+    loads, else ``omp``, else ``workqueue`` (numba's own order), or what the user set in
+    ``NUMBA_THREADING_LAYER`` (a layer, or a property such as ``forksafe`` for numba to
+    resolve).  Set in numba's configuration here, before its first parallel
+    kernel runs, so that the layer the CPU category names is the one that runs."""
+    import numba
+
+    chosen = os.environ.get("NUMBA_THREADING_LAYER", "default").strip().lower() or "default"
+    if chosen == "default":
+        chosen = next((layer for layer, module in (("tbb", "tbbpool"), ("omp", "omppool"))
+                       if _loads(f"numba.np.ufunc.{module}")), "workqueue")
+        numba.config.THREADING_LAYER = chosen
+    return chosen
+
+
+def _loads(module: str) -> bool:
+    """Whether a numba threading-layer module imports (its native library is found)."""
+    try:
+        importlib.import_module(module)
+    except Exception:  # ImportError, or OSError from the loader
+        return False
+    return True

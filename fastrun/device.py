@@ -17,7 +17,7 @@ from typing import Any, TypeVar
 import numpy as np
 
 from fastrun import config
-from fastrun._threads import blas_threads
+from fastrun._threads import blas_threads, threading_layer
 
 T = TypeVar("T")
 
@@ -139,6 +139,7 @@ def _cpu_category(threads: int, vectors: str) -> str:
         f"blas_threads={blas_threads()}",
         f"numba={_package_version('numba')}",
         f"vectors={vectors}",
+        f"layer={threading_layer()}",
     ]
     return ";".join(parts)
 

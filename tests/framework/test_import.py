@@ -136,3 +136,24 @@ def test_a_cpu_model_keeps_freed_pages_for_the_next_inference_unless_told_not_to
     assert max(_faults_of_reusing_a_48mb_block(model)) < pages // 100
     assert min(_faults_of_reusing_a_48mb_block(model, FASTRUN_KEEP_PAGES="0")) >= pages
     assert max(_faults_of_reusing_a_48mb_block("assert _memory.keep_freed_pages()")) < pages // 100
+
+
+def _layer_after_a_parallel_kernel(**given: str) -> tuple[str, str]:
+    """(the category's layer fact, numba's threading layer after a parallel kernel ran)."""
+    return tuple(_json_after_import(
+        "import numba, numpy as np; from fastrun.device import CPUDevice; "
+        "category = CPUDevice(2).category; "
+        "kernel = numba.njit(parallel=True)(lambda x: sum([x[i] for i in numba.prange(4)])); "
+        "kernel(np.ones(4)); "
+        "print(json.dumps([category.rsplit(';', 1)[1], numba.threading_layer()]))",
+        ("NUMBA_THREADING_LAYER",), **given))
+
+
+def test_numba_runs_on_the_threading_layer_the_category_names():
+    """TBB where it loads (its regions do not wait for a worker whose core is taken, see
+    fastrun/_threads.py); a layer the user chose is kept and named."""
+    import importlib.util
+
+    default = "tbb" if importlib.util.find_spec("tbb") is not None else "omp"
+    assert _layer_after_a_parallel_kernel() == (f"layer={default}", default)
+    assert _layer_after_a_parallel_kernel(NUMBA_THREADING_LAYER="omp") == ("layer=omp", "omp")
