@@ -27,7 +27,10 @@ class Registry:
     def __init__(self, load_plugins: bool = True):
         self._operators: dict[str, Operator] = {}
         self._algorithms: dict[str, dict[str, Algorithm]] = {}
+        #: set once every plugin has been loaded (never while loading: other threads wait)
         self._plugins_loaded = not load_plugins
+        #: set while the loading thread runs the plugins (their own lookups must not recurse)
+        self._loading = False
         self._lock = threading.RLock()
         #: plugin name -> error text, for plugins that failed to load
         self.plugin_errors: dict[str, str] = {}
@@ -42,6 +45,10 @@ class Registry:
         return operator
 
     def register_algorithm(self, algorithm: Algorithm) -> Algorithm:
+        """Add an algorithm of a registered operator.  An operator a plugin provides may be
+        named before any lookup: the plugins are loaded first."""
+        if algorithm.operator not in self._operators:
+            self._ensure_plugins()
         with self._lock:
             table = self._algorithms.get(algorithm.operator)
             if table is None:
@@ -73,20 +80,28 @@ class Registry:
 
     # -- plugins -----------------------------------------------------------------------------
     def _ensure_plugins(self) -> None:
+        """Load the plugins once.  Threads whose first lookup comes while another thread loads
+        them wait for it to finish (the flag is set only afterwards: set before, as it once
+        was, 7 of 8 threads making their first call together found no operator); a lookup a
+        plugin makes while it registers returns at once."""
         if self._plugins_loaded:
             return
         with self._lock:
-            if self._plugins_loaded:
+            if self._plugins_loaded or self._loading:
                 return
-            self._plugins_loaded = True
-            for entry in entry_points(group=PLUGIN_GROUP):
-                try:
-                    entry.load()(self)
-                    log.debug("loaded fastrun plugin %s (%s)", entry.name, entry.value)
-                except Exception as error:
-                    self.plugin_errors[entry.name] = f"{type(error).__name__}: {error}"
-                    log.warning("fastrun plugin %r (%s) failed to load: %s: %s",
-                                entry.name, entry.value, type(error).__name__, error)
+            self._loading = True
+            try:
+                for entry in entry_points(group=PLUGIN_GROUP):
+                    try:
+                        entry.load()(self)
+                        log.debug("loaded fastrun plugin %s (%s)", entry.name, entry.value)
+                    except Exception as error:
+                        self.plugin_errors[entry.name] = f"{type(error).__name__}: {error}"
+                        log.warning("fastrun plugin %r (%s) failed to load: %s: %s",
+                                    entry.name, entry.value, type(error).__name__, error)
+            finally:
+                self._loading = False
+                self._plugins_loaded = True
 
 
 _default: Registry | None = None
