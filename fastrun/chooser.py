@@ -434,6 +434,8 @@ class AlgoChooser:
             excluded[failure.algorithm] = failure.reason
         if result.entries:
             self.cache.put(category, problem.key, result.entries)
+        if result.interrupted:  # Ctrl-C: what was measured is saved; stop the search
+            raise KeyboardInterrupt
         picked = self._pick(problem, result.entries, timed, excluded, "profiled")
         if picked is None:
             raise NoUsableAlgorithmError(problem, self.options, excluded)

@@ -26,6 +26,8 @@ from __future__ import annotations
 
 import gc
 import logging
+import signal
+import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
@@ -66,6 +68,9 @@ class ProfileResult:
     #: Candidates whose timing stopped early because they were clearly slower than the best.
     early_stopped: list[str] = field(default_factory=list)
     seconds: float = 0.0
+    #: The user pressed Ctrl-C: the candidates after the one running then were not timed
+    #: (the caller saves what was measured, then stops).
+    interrupted: bool = False
 
 
 @dataclass
@@ -113,71 +118,75 @@ class Profiler:
         host_inputs = operator.random_inputs(problem, rng)
         reference = (operator.reference(problem, host_inputs) if self.options.check_numerics
                      else None)
-        # Copied to the device once per problem: every candidate reads the same arrays, and
-        # no transfer is timed.
-        inputs = [self.device.to_device(x) for x in host_inputs]
-        tolerance = operator.tolerance(problem)
+        check = _OutputCheck(problem, operator, reference, self.device)
         best_ns: float | None = None
 
         self.progress.begin(str(problem), len(candidates))
-        #: desc text -> (algorithm, its prepared weights), for the confirmation round
-        timed: dict[str, tuple[Algorithm, object]] = {}
-        for algorithm in candidates:
-            label = algorithm.desc.text
-            try:
-                prepared = (algorithm.preprocess(problem, inputs) if problem.weight_preprocess
-                            else None)
-                timing, output = self._time(algorithm, problem, inputs, ctx, best_ns, prelude,
-                                            prepared)
-            except Exception as error:  # an algorithm that raises is skipped, never fatal
-                reason = f"raised {type(error).__name__}: {error}"
-                log.warning("%s on %s %s", label, problem, reason)
-                result.failures.append(Failure(label, reason))
-                self.progress.step(label, reason)
-                continue
-
-            error_value = None
-            if reference is not None:
-                error_value = operator.error(problem, self.device.to_host(output), reference)
-                if not error_value <= tolerance:  # also catches NaN
-                    reason = f"numerical error {error_value:.3g} exceeds tolerance {tolerance:.3g}"
+        #: desc text -> (algorithm, its prepared weights, its inputs), for the confirmation
+        timed: dict[str, tuple[Algorithm, object, list[object]]] = {}
+        with _UserInterrupts() as interrupts:
+            for algorithm in candidates:
+                label = algorithm.desc.text
+                # Each candidate gets its own copy, on the device once and untimed: one that
+                # writes into its inputs must not spoil the next candidate's check.
+                inputs = [self.device.to_device(np.array(x)) for x in host_inputs]
+                try:
+                    prepared = (algorithm.preprocess(problem, inputs)
+                                if problem.weight_preprocess else None)
+                    timing, outputs = self._time(algorithm, problem, inputs, ctx, best_ns,
+                                                 prelude, prepared)
+                    # inputs first: a candidate that wrote into them also spoils its own output
+                    reason = check.inputs_unchanged(inputs, host_inputs)
+                    error_value = None
+                    if reason is None:
+                        reason, error_value = check.outputs(outputs)
+                except (KeyboardInterrupt, SystemExit) as error:
+                    if interrupts.by_user:  # Ctrl-C: stop here, keep what was measured
+                        log.warning("search of %s interrupted during %s", problem, label)
+                        result.interrupted = True
+                        break
+                    reason, error_value = f"raised {type(error).__name__}: {error}", None
+                except Exception as error:  # an algorithm that raises is skipped, never fatal
+                    reason, error_value = f"raised {type(error).__name__}: {error}", None
+                if reason is not None:
                     log.warning("%s on %s: %s; excluded", label, problem, reason)
                     result.failures.append(Failure(label, reason, error_value))
                     self.progress.step(label, reason)
                     continue
 
-            median_ns = timing.median_s * 1e9
-            if not timing.early_stopped and (best_ns is None or median_ns < best_ns):
-                best_ns = median_ns
-            if timing.early_stopped:
-                result.early_stopped.append(label)
-            else:
-                timed[label] = (algorithm, prepared)
-            result.entries.append(Entry(
-                algorithm=label,
-                attributes=algorithm.attributes,
-                time_s=timing.median_s,
-                spread_s=timing.spread_s,
-                workspace_bytes=workspace[label],
-                error=error_value,
-                repeats=len(timing.times_ns),
-                measured_at=time.time(),
-                version=__version__,
-            ))
-            stopped = " (stopped early: clearly slower)" if timing.early_stopped else ""
-            self.progress.step(label, f"{timing.median_s * 1e3:.4f} ms "
-                                      f"x{len(timing.times_ns)}{stopped}")
+                median_ns = timing.median_s * 1e9
+                if not timing.early_stopped and (best_ns is None or median_ns < best_ns):
+                    best_ns = median_ns
+                if timing.early_stopped:
+                    result.early_stopped.append(label)
+                else:
+                    timed[label] = (algorithm, prepared, inputs)
+                result.entries.append(Entry(
+                    algorithm=label,
+                    attributes=algorithm.attributes,
+                    time_s=timing.median_s,
+                    spread_s=timing.spread_s,
+                    workspace_bytes=workspace[label],
+                    error=error_value,
+                    repeats=len(timing.times_ns),
+                    measured_at=time.time(),
+                    version=__version__,
+                ))
+                stopped = " (stopped early: clearly slower)" if timing.early_stopped else ""
+                self.progress.step(label, f"{timing.median_s * 1e3:.4f} ms "
+                                          f"x{len(timing.times_ns)}{stopped}")
 
         result.entries.sort(key=lambda e: e.time_s)
         guess = candidates[0].desc.text if candidates else None
-        self._confirm(problem, result, timed, inputs, ctx, prelude, guess)
+        if not result.interrupted:
+            self._confirm(problem, result, timed, ctx, prelude, guess)
         result.seconds = time.perf_counter() - started
         winner = result.entries[0].algorithm if result.entries else "nothing usable"
         self.progress.end(f"{winner} ({result.seconds:.2f} s)")
         return result
 
     def _confirm(self, problem: Problem, result: ProfileResult,
-                 timed: Mapping[str, tuple[Algorithm, object]], inputs: list[object],
+                 timed: Mapping[str, tuple[Algorithm, object, list[object]]],
                  ctx: RunContext, prelude: Callable[[], object] | None,
                  guess: str | None) -> None:
         """Re-time the close candidates and the heuristic's pick (``guess``) in interleaved
@@ -196,9 +205,9 @@ class Profiler:
             return
         calls = []
         for entry in contenders:
-            algorithm, prepared = timed[entry.algorithm]
-            calls.append((entry.algorithm, lambda a=algorithm, w=prepared:
-                          a.run(problem, inputs, ctx, w)))
+            algorithm, prepared, inputs = timed[entry.algorithm]
+            calls.append((entry.algorithm, lambda a=algorithm, w=prepared, x=inputs:
+                          a.run(problem, x, ctx, w)))
         samples: dict[str, list[int]] = {label: [] for label, _ in calls}
         sync, measure = self.device.synchronize, self.device.measure
         gc_was_enabled = gc.isenabled()
@@ -238,7 +247,10 @@ class Profiler:
     def _time(self, algorithm: Algorithm, problem: Problem, inputs: list[object],
               ctx: RunContext, best_ns: float | None,
               prelude: Callable[[], object] | None,
-              prepared: object = None) -> tuple[_Timing, object]:
+              prepared: object = None) -> tuple[_Timing, dict[str, object]]:
+        """The candidate's timing, and its outputs by call: the warm-up, the first timed call
+        and the last one (all three are checked: an algorithm correct only on its first call,
+        or only once warm, is caught)."""
         options, clock, sync = self.options, self.clock, self.device.synchronize
         measure = self.device.measure
 
@@ -248,8 +260,8 @@ class Profiler:
         # Warm-up: numba compiles and OpenCL drivers build kernels (and specialise them for
         # their work-group size) on the first call, so its time is never a measurement.  One
         # algorithm is one kernel configuration, so this warms each configuration up before
-        # it is timed.  Its output is the one checked against the reference.
-        output = once()
+        # it is timed.
+        outputs = {"warm-up": once()}
         sync()
 
         times: list[int] = []
@@ -262,14 +274,16 @@ class Profiler:
                     prelude()
                     sync()
                 # The device's own clock: perf_counter_ns on the CPU, markers on OpenCL.
-                times.append(measure(once)[0])
+                elapsed_ns, value = measure(once)
+                times.append(elapsed_ns)
+                outputs["first timed" if len(times) == 1 else "last timed"] = value
                 # The budget is host time: what the search costs the user.
                 elapsed_s = (clock() - began) * 1e-9
                 # Clearly slower: its fastest run (of two, or of one that alone outlasted the
                 # budget) is early_stop_ratio times the best median so far.
                 if best_ns is not None and min(times) > options.early_stop_ratio * best_ns \
                         and (len(times) >= 2 or elapsed_s >= options.budget_s):
-                    return _Timing(times, early_stopped=True), output
+                    return _Timing(times, early_stopped=True), outputs
                 if len(times) >= options.max_repeats:
                     break
                 if elapsed_s >= options.budget_s and (
@@ -278,4 +292,70 @@ class Profiler:
         finally:
             if gc_was_enabled:
                 gc.enable()
-        return _Timing(times, early_stopped=False), output
+        return _Timing(times, early_stopped=False), outputs
+
+
+class _OutputCheck:
+    """What a candidate's results must be: the problem's dtype and shape, within tolerance of
+    the reference (when numerics are checked), and its inputs left as they were."""
+
+    def __init__(self, problem: Problem, operator: Operator, reference: np.ndarray | None,
+                 device: Device):
+        self.problem, self.operator, self.reference = problem, operator, reference
+        self.device = device
+        self.dtype = np.dtype(operator.output_dtype(problem))
+        try:
+            self.shape: tuple[int, ...] | None = tuple(operator.output_shape(problem))
+        except NotImplementedError:  # an operator that does not say: the reference's shape
+            self.shape = None if reference is None else tuple(np.shape(reference))
+        self.tolerance = operator.tolerance(problem)
+
+    def outputs(self, outputs: Mapping[str, object]) -> tuple[str | None, float | None]:
+        """(why the outputs are wrong or None, the largest numerical error)."""
+        worst: float | None = None
+        for call, value in outputs.items():
+            host = self.device.to_host(value)
+            shape = self.shape if self.shape is not None else tuple(host.shape)
+            if host.dtype != self.dtype or tuple(host.shape) != shape:
+                return (f"returned {host.dtype}{list(host.shape)} on its {call} call; the "
+                        f"problem's output is {self.dtype}{list(shape)}"), None
+            if self.reference is None:
+                continue
+            error = self.operator.error(self.problem, host, self.reference)
+            if not error <= self.tolerance:  # also catches NaN
+                return (f"numerical error {error:.3g} exceeds tolerance "
+                        f"{self.tolerance:.3g} on its {call} call"), error
+            worst = error if worst is None else max(worst, error)
+        return None, worst
+
+    def inputs_unchanged(self, inputs: Sequence[object],
+                         originals: Sequence[np.ndarray]) -> str | None:
+        for index, (value, original) in enumerate(zip(inputs, originals, strict=True)):
+            host = self.device.to_host(value)
+            if not np.array_equal(host, original, equal_nan=original.dtype.kind in "fc"):
+                return f"wrote into its input {index}"
+        return None
+
+
+class _UserInterrupts:
+    """Tells a Ctrl-C (SIGINT) apart from a KeyboardInterrupt a candidate raises itself: the
+    first stops the search, the second only that candidate.  Active in the main thread, where
+    Python's default handler is installed; elsewhere no signal can arrive."""
+
+    def __init__(self) -> None:
+        self.by_user = False
+        self._previous: object = None
+
+    def _handler(self, signum: int, frame: object) -> None:
+        self.by_user = True
+        raise KeyboardInterrupt
+
+    def __enter__(self) -> _UserInterrupts:
+        if threading.current_thread() is threading.main_thread() and \
+                signal.getsignal(signal.SIGINT) is signal.default_int_handler:
+            self._previous = signal.signal(signal.SIGINT, self._handler)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._previous is not None:
+            signal.signal(signal.SIGINT, self._previous)

@@ -249,6 +249,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (NoUsableAlgorithmError, RegistryError, ValueError, OSError) as error:
         print(f"load_and_run: error: {error}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:
+        where = (f"are in {args.algo_policy}" if args.algo_policy
+                 else "were not saved (no --algo-policy)")
+        print(f"load_and_run: interrupted; the measurements made so far {where}",
+              file=sys.stderr)
+        return 130
 
 
 if __name__ == "__main__":

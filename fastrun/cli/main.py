@@ -227,6 +227,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (NoUsableAlgorithmError, RegistryError, ValueError) as error:
         print(f"fastrun: error: {error}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:
+        print("fastrun: interrupted; measurements made so far are in the cache, if one was "
+              "given", file=sys.stderr)
+        return 130
 
 
 if __name__ == "__main__":

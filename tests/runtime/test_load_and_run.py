@@ -173,3 +173,25 @@ def test_a_killed_search_resumes_with_only_the_missing_problems(tmp_path):
     assert result["profiled"] == total - written
     assert 0 < result["cache_hits"] <= written
     assert len(FileCache(cache)) == total
+
+
+def test_ctrl_c_during_a_search_exits_cleanly_with_the_measurements_saved(tmp_path):
+    """SIGINT (what Ctrl-C sends) while candidates are timed: one line, exit status 130, no
+    traceback, and every problem measured so far is in the cache for the next run."""
+    model = tmp_path / "cnn.onnx"
+    onnx.save(_models.small_cnn(widths=(4, 8, 12, 16, 20, 24), size=16), model)
+    cache = tmp_path / "cache.bin"
+    searching = _run_cli(str(model), "--fast-run", "--budget", "0.05", "--iter", "1",
+                         "--algo-policy", str(cache))
+    deadline = time.monotonic() + 300
+    while time.monotonic() < deadline and searching.poll() is None:
+        if cache.exists() and len(FileCache(cache)) >= 2:
+            searching.send_signal(signal.SIGINT)
+            break
+        time.sleep(0.01)
+    _, stderr = searching.communicate(timeout=120)
+    text = stderr.decode()
+    assert searching.returncode == 130, text
+    assert "interrupted; the measurements made so far are in" in text
+    assert "Traceback" not in text
+    assert len(FileCache(cache)) >= 2

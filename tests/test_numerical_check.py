@@ -1,0 +1,145 @@
+"""A search's numerical check cannot be fooled (issue 14, item 5): each candidate gets its own
+inputs and must leave them as they were, its output is checked on the warm-up, the first and
+the last timed call, dtype and shape included, and a candidate that raises SystemExit or
+KeyboardInterrupt is excluded, while a real Ctrl-C stops the search with what was measured
+saved."""
+
+from __future__ import annotations
+
+import os
+import signal
+
+import numpy as np
+import pytest
+
+from fastrun.algorithm import Algorithm
+from fastrun.api import Session
+from fastrun.cache import InMemoryCache
+from fastrun.registry import Registry
+from fastrun_algorithms.matmul.operator import MatmulOperator
+
+OPERATOR = MatmulOperator()
+PROBLEM = OPERATOR.problem([(16, 24), (24, 8)], ["float32", "float32"])
+
+
+class Correct(Algorithm):
+    operator = "matmul"
+
+    def __init__(self, name: str):
+        self.name = name
+        super().__init__()
+
+    def run(self, problem, inputs, ctx, prepared=None):
+        return np.matmul(inputs[0], inputs[1])
+
+
+class WritesItsInput(Correct):
+    """Right result, then scribbles over A: the next candidate would read zeros."""
+
+    def run(self, problem, inputs, ctx, prepared=None):
+        out = np.matmul(inputs[0], inputs[1])
+        inputs[0][...] = 0
+        return out
+
+
+class RightOnlyOnce(Correct):
+    def __init__(self, name: str):
+        super().__init__(name)
+        self.calls = 0
+
+    def run(self, problem, inputs, ctx, prepared=None):
+        self.calls += 1
+        out = np.matmul(inputs[0], inputs[1])
+        return out if self.calls == 1 else out + 1
+
+
+class RightOnlyWarm(Correct):
+    def __init__(self, name: str):
+        super().__init__(name)
+        self.calls = 0
+
+    def run(self, problem, inputs, ctx, prepared=None):
+        self.calls += 1
+        out = np.matmul(inputs[0], inputs[1])
+        return out if self.calls > 1 else out * 0
+
+
+class WrongDtype(Correct):
+    def run(self, problem, inputs, ctx, prepared=None):
+        return np.matmul(inputs[0].astype(np.float64), inputs[1])
+
+
+class WrongShape(Correct):
+    def run(self, problem, inputs, ctx, prepared=None):
+        return np.matmul(inputs[0], inputs[1]).reshape(-1)
+
+
+class Raises(Correct):
+    def __init__(self, name: str, error: type[BaseException]):
+        super().__init__(name)
+        self.error = error
+
+    def run(self, problem, inputs, ctx, prepared=None):
+        raise self.error("from the candidate")
+
+
+class PressesCtrlC(Correct):
+    """Stands in for the user: SIGINT to this process while the candidate runs."""
+
+    def run(self, problem, inputs, ctx, prepared=None):
+        os.kill(os.getpid(), signal.SIGINT)
+        return np.matmul(inputs[0], inputs[1])
+
+
+def _session(*algorithms: Algorithm, cache=None) -> Session:
+    registry = Registry(load_plugins=False)
+    registry.register_operator(MatmulOperator())
+    for algorithm in algorithms:
+        registry.register_algorithm(algorithm)
+    return Session(registry=registry, cache=InMemoryCache() if cache is None else cache,
+                   strategy="fast-run", progress=False, budget_s=0.002)
+
+
+def _decide(*algorithms: Algorithm):
+    return _session(*algorithms).chooser.decide(PROBLEM)
+
+
+def test_a_candidate_that_writes_into_its_inputs_is_caught_and_spoils_nothing():
+    # first in registration order, and so timed before the correct ones
+    decision = _decide(WritesItsInput("scribbler"), Correct("first"), Correct("second"))
+    assert decision.excluded["scribbler"] == "wrote into its input 0"
+    assert {e.algorithm for e in decision.entries} == {"first", "second"}
+
+
+@pytest.mark.parametrize("rogue, call", [(RightOnlyOnce("once"), "first timed"),
+                                         (RightOnlyWarm("warm"), "warm-up")])
+def test_outputs_are_checked_beyond_the_warm_up(rogue, call):
+    decision = _decide(rogue, Correct("right"))
+    assert f"on its {call} call" in decision.excluded[rogue.name]
+    assert decision.algorithm.desc.name == "right"
+
+
+@pytest.mark.parametrize("rogue, text", [(WrongDtype("f64"), "returned float64[16, 8]"),
+                                         (WrongShape("flat"), "returned float32[128]")])
+def test_dtype_and_shape_are_checked(rogue, text):
+    decision = _decide(rogue, Correct("right"))
+    assert text in decision.excluded[rogue.name]
+    assert "output is float32[16, 8]" in decision.excluded[rogue.name]
+
+
+@pytest.mark.parametrize("error", [SystemExit, KeyboardInterrupt])
+def test_a_candidate_raising_systemexit_or_keyboardinterrupt_is_only_excluded(error):
+    decision = _decide(Raises("quitter", error), Correct("right"))
+    assert decision.excluded["quitter"].startswith(f"raised {error.__name__}")
+    assert decision.algorithm.desc.name == "right"
+
+
+def test_ctrl_c_stops_the_search_and_keeps_what_was_measured():
+    cache = InMemoryCache()
+    session = _session(Correct("measured"), PressesCtrlC("interrupted"), Correct("never"),
+                       cache=cache)
+    with pytest.raises(KeyboardInterrupt):
+        session.chooser.decide(PROBLEM)
+    saved = cache.get(session.chooser.category(OPERATOR), PROBLEM.key)
+    assert [e.algorithm for e in saved] == ["measured"]
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
