@@ -36,7 +36,7 @@ from __future__ import annotations
 import logging
 import math
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from fastrun.api import Session
 from fastrun.operator import Problem
@@ -78,7 +78,6 @@ class _Node:
     #: the blocked form of a conv's problem
     blocked_problem: Problem | None = None
     layout: str = NCHW
-    region: int = -1
 
     @property
     def cost(self) -> float:
@@ -96,7 +95,6 @@ class LayoutPlan:
     #: the summed estimated seconds of the capable steps and conversions, all NCHW and chosen
     nchw_s: float = 0.0
     chosen_s: float = 0.0
-    notes: list[str] = field(default_factory=list)
 
 
 def supported(session: Session) -> bool:
@@ -126,9 +124,12 @@ class _Planner:
             self.producer[id(step.output)] = step
             for value in step.inputs:
                 self.readers.setdefault(id(value), []).append(step)
+        self.collect()
 
     # -- which steps may run blocked, and their times --------------------------------------------
     def collect(self) -> None:
+        """The capable steps with their times (each problem decided here), the step floor,
+        and the values a conversion may sit on."""
         for step in self.steps:
             node = self._conv_node(step) if step.operator == "conv" else self._transparent(step)
             if node is not None:
@@ -136,14 +137,21 @@ class _Planner:
         #: what the cheapest convolution takes: the least a step of this model costs
         self.step_floor = min((n.nchw_s for n in self.nodes.values()
                                if n.step.operator == "conv" and n.nchw_s), default=0.0)
+        #: values whose layout can differ from a reader's: those around capable steps (fixed
+        #: once the nodes are known, read by every estimate the choice makes)
+        values: dict[int, Value] = {}
+        for node in self.nodes.values():
+            values[id(node.step.output)] = node.step.output
+            for value in node.step.inputs:
+                if not value.is_const:
+                    values[id(value)] = value
+        self.values = list(values.values())
 
     def _conv_node(self, step: Step) -> _Node | None:
         x = step.inputs[0]
         if len(x.shape) != 4 or x.dtype.name != "float32" or len(step.output.shape) != 4:
             return None
-        params = {**step.params, "layout": BLOCKED}
-        if step.problem.weight_preprocess:
-            params["weight_preprocess"] = True
+        params = {**step.params, "layout": BLOCKED}  # weight_preprocess included, if set
         shapes = [blocked_shape(x.shape), *[v.shape for v in step.inputs[1:]]]
         if step.problem.param("residual"):
             shapes[-1] = blocked_shape(step.inputs[-1].shape)
@@ -174,15 +182,20 @@ class _Planner:
                 return None
         return _Node(step, 0.0, 0.0)
 
+    def reorder_problem(self, value: Value, to: str) -> tuple[Problem, dict[str, object]]:
+        """The conversion of (NCHW) ``value`` into layout ``to``, and its parameters."""
+        if to == BLOCKED:
+            params: dict[str, object] = {"to": BLOCKED}
+            shape = value.shape
+        else:
+            params = {"to": NCHW, "channels": value.shape[1]}
+            shape = blocked_shape(value.shape)
+        return self.reorder.problem([shape], [value.dtype], **params), params
+
     def reorder_s(self, value: Value, to: str) -> float | None:
         key = (id(value), to)
         if key not in self._reorder_s:
-            if to == BLOCKED:
-                problem = self.reorder.problem([value.shape], [value.dtype], to=BLOCKED)
-            else:
-                problem = self.reorder.problem([blocked_shape(value.shape)], [value.dtype],
-                                               to=NCHW, channels=value.shape[1])
-            self._reorder_s[key] = self.decide(problem)
+            self._reorder_s[key] = self.decide(self.reorder_problem(value, to)[0])
         return self._reorder_s[key]
 
     # -- the summed time of an assignment ------------------------------------------------------
@@ -215,24 +228,14 @@ class _Planner:
     def total(self) -> float:
         """The estimated seconds of the capable steps and the conversions.  A conversion
         counts at least :attr:`step_floor`: in a model it is one more step, and on the 16-core
-        host a reorder of a 300 KB tensor measured 5-10 us alone and 23-30 us between two
-        other steps, as long as the cheapest convolutions."""
+        host a reorder of a 300 KB tensor measured 14-23 us in the search and 23-59 us between
+        two other steps, as long as the cheapest convolutions."""
         total = sum(node.cost for node in self.nodes.values())
-        for value in self._values():
+        for value in self.values:
             for to in self.conversions(value):
                 time = self.reorder_s(value, to)
                 total += math.inf if time is None else max(time, self.step_floor)
         return total
-
-    def _values(self) -> list[Value]:
-        """Values whose layout can differ from a reader's: those around capable steps."""
-        values: dict[int, Value] = {}
-        for node in self.nodes.values():
-            values[id(node.step.output)] = node.step.output
-            for value in node.step.inputs:
-                if not value.is_const:
-                    values[id(value)] = value
-        return list(values.values())
 
     # -- choosing ------------------------------------------------------------------------------
     def regions(self) -> list[list[_Node]]:
@@ -295,7 +298,7 @@ class _Planner:
                 break
 
     def conversion_count(self) -> int:
-        return sum(len(self.conversions(value)) for value in self._values())
+        return sum(len(self.conversions(value)) for value in self.values)
 
     # -- rewriting the steps -------------------------------------------------------------------
     def rewrite(self, outputs: list[Value]) -> tuple[list[Step], int]:
@@ -315,16 +318,12 @@ class _Planner:
                 return current
             key = (id(value), layout)
             if key not in converted:
+                problem, params = self.reorder_problem(value, layout)
                 if layout == BLOCKED:
-                    problem = self.reorder.problem([value.shape], [value.dtype], to=BLOCKED)
                     out = Value(value.name + "@" + BLOCKED, blocked_shape(value.shape),
                                 value.dtype)
-                    params = {"to": BLOCKED}
                 else:
-                    problem = self.reorder.problem([current.shape], [value.dtype], to=NCHW,
-                                                   channels=value.shape[1])
                     out = Value(value.name, value.shape, value.dtype)
-                    params = {"to": NCHW, "channels": value.shape[1]}
                 result.append(Step(value.name, "Reorder", [current], out, problem=problem,
                                    params=params,
                                    notes=[f"layout conversion to {layout}"]))
@@ -363,7 +362,6 @@ def choose_layouts(steps: list[Step], outputs: list[Value], session: Session,
     docstring); ``outputs`` (the graph's output values) is updated in place where an output
     is now produced by a conversion.  ``decide`` gives a problem's time in seconds, or None."""
     planner = _Planner(steps, outputs, session, decide)
-    planner.collect()
     if not any(n.step.operator == "conv" and n.blocked_s is not None
                for n in planner.nodes.values()):
         return LayoutPlan(steps)

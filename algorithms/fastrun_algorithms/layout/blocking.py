@@ -81,6 +81,17 @@ BLOCK_CHUNK = 256
 UNBLOCK_CHUNK = 64
 
 
+@numba.njit(inline="always")
+def _task(task, nb, chunks, chunk, pixels):
+    """(image, block, first pixel, end pixel) of task number ``task`` of a conversion, the
+    tasks numbered (image, block, chunk of ``chunk`` pixels)."""
+    n = task // (nb * chunks)
+    rest = task - n * nb * chunks
+    b = rest // chunks
+    start = (rest - b * chunks) * chunk
+    return n, b, start, min(start + chunk, pixels)
+
+
 @numba.njit(parallel=True, cache=True)
 def _block_kernel(x, out):
     """``out[n, b, p, t] = x[n, b*16 + t, p]`` (zero past C); x (N, C, P), out (N, B, P, 16).
@@ -91,11 +102,7 @@ def _block_kernel(x, out):
     nb = out.shape[1]
     chunks = (pixels + BLOCK_CHUNK - 1) // BLOCK_CHUNK
     for task in prange(n_img * nb * chunks):
-        n = task // (nb * chunks)
-        rest = task - n * nb * chunks
-        b = rest // chunks
-        start = (rest - b * chunks) * BLOCK_CHUNK
-        stop = min(start + BLOCK_CHUNK, pixels)
+        n, b, start, stop = _task(task, nb, chunks, BLOCK_CHUNK, pixels)
         full = min(LANES, channels - b * LANES)
         if full == LANES:
             for p in range(start, stop):
@@ -116,11 +123,7 @@ def _unblock_kernel(x, out):
     nb = x.shape[1]
     chunks = (pixels + UNBLOCK_CHUNK - 1) // UNBLOCK_CHUNK
     for task in prange(n_img * nb * chunks):
-        n = task // (nb * chunks)
-        rest = task - n * nb * chunks
-        b = rest // chunks
-        start = (rest - b * chunks) * UNBLOCK_CHUNK
-        stop = min(start + UNBLOCK_CHUNK, pixels)
+        n, b, start, stop = _task(task, nb, chunks, UNBLOCK_CHUNK, pixels)
         full = min(LANES, channels - b * LANES)
         if full == LANES:
             for p in range(start, stop):
