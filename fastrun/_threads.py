@@ -49,6 +49,7 @@ OpenBLAS's own call, under the same rule.  ``OPENBLAS_THREAD_TIMEOUT`` cannot be
 (see docs/performance.md).
 """
 
+import contextlib
 import functools
 import importlib
 import os
@@ -102,11 +103,34 @@ def threading_layer() -> str:
     import numba
 
     chosen = os.environ.get("NUMBA_THREADING_LAYER", "default").strip().lower() or "default"
+    if chosen in ("default", "tbb", "safe", "threadsafe"):
+        _preload_tbb()
     if chosen == "default":
         chosen = next((layer for layer, module in (("tbb", "tbbpool"), ("omp", "omppool"))
                        if _loads(f"numba.np.ufunc.{module}")), "workqueue")
         numba.config.THREADING_LAYER = chosen
     return chosen
+
+
+def _preload_tbb() -> None:
+    """Load the ``tbb`` wheel's ``libtbb.so.12`` by its full path, so that numba's TBB layer
+    finds it.  pip puts the library in ``<prefix>/lib``, which the dynamic loader does not
+    search unless ``ldconfig`` or ``LD_LIBRARY_PATH`` says so: without this, a plain ``pip
+    install`` silently ran OpenMP (numba's import of ``tbbpool`` fails on the soname).  Once a
+    library of that soname is loaded, the loader reuses it for numba's module."""
+    import ctypes
+    from importlib import metadata
+
+    try:
+        files = metadata.distribution("tbb").files or []
+    except metadata.PackageNotFoundError:
+        return
+    for name in files:
+        if os.path.basename(str(name)) == "libtbb.so.12":
+            with contextlib.suppress(OSError):  # numba's import then decides: OpenMP is kept
+                ctypes.CDLL(str(metadata.distribution("tbb").locate_file(name)),
+                            mode=ctypes.RTLD_GLOBAL)
+            return
 
 
 def _loads(module: str) -> bool:
