@@ -17,32 +17,20 @@ file, ``fastrun cache merge``), they are combined by :func:`merge_entries`:
 * the union is then pruned: an entry is dropped when another entry *with exactly the same
   attributes* is no slower and needs no more workspace.
 
-File format (:class:`FileCache`)
---------------------------------
-One msgpack document (``use_bin_type=True``)::
-
-    {"format": "fastrun-cache", "version": 1,
-     "categories": {category: {key: [raw_entry, ...]}}}
-
-    raw_entry = [algorithm, [attribute names], time_s, spread_s, workspace_bytes,
-                 error_or_None, repeats, measured_at, fastrun_version]
-
-Attributes are stored by name (not by flag value) so that adding an attribute to
-:class:`~fastrun.attribute.AlgoAttribute` does not change the meaning of old files. Entries are
-plain lists because a cache of 10,000 problems must load in a few milliseconds; they become
-:class:`Entry` objects only when they are asked for.
-
-Every write is read-merge-write under a file lock followed by an atomic ``os.replace``, so several
-processes can share one file without losing each other's results, and a writer killed at any
-moment leaves either the old or the new file, never a torn one. A file that cannot be read is
-never overwritten: it is moved aside to ``<path>.corrupt-<timestamp>`` with a
-:class:`CacheCorruptWarning`.
+The file
+--------
+:class:`FileCache` keeps a cache in a format-2 file (:mod:`fastrun.cachefile`, documented in
+``docs/cache-format.md``): a snapshot, then an append-only log of measurements written under a
+file lock, each record with its length and checksum, so that several processes share one file
+without losing each other's results, a writer killed at any moment leaves at worst a torn last
+record (detected and dropped), and a put costs O(its record).  Entries are kept as plain lists
+after loading (a cache of 10,000 problems must load in a few milliseconds) and become
+:class:`Entry` objects, checked field by field, only when asked for.
 """
 
 from __future__ import annotations
 
 import contextlib
-import gc
 import logging
 import os
 import threading
@@ -53,30 +41,27 @@ from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
 import filelock
-import msgpack
 
-from fastrun import config
+from fastrun import cachefile, config
 from fastrun._files import atomic_write
 from fastrun.attribute import AlgoAttribute
+from fastrun.cachefile import CacheFormatError
 
 logger = logging.getLogger(__name__)
 
-CACHE_FORMAT = "fastrun-cache"
-CACHE_FORMAT_VERSION = 1
-
-#: Number of fields of a raw (on-disk) entry.
-_RAW_ENTRY_FIELDS = 9
+#: The file format this fastrun writes (see :mod:`fastrun.cachefile`).
+CACHE_FORMAT_VERSION = cachefile.VERSION
 
 #: Raw cache contents: category -> key -> list of raw entries.
-_RawCategories = dict[str, dict[str, list[list[Any]]]]
+_RawCategories = cachefile.RawCategories
 
 
 class CacheCorruptWarning(UserWarning):
-    """A cache file could not be read and was moved aside (its contents are not used)."""
+    """A damaged cache file could not be read and was moved aside (its contents are not
+    used)."""
 
-
-class CacheFormatError(ValueError):
-    """Raised internally when a cache file's contents are not a valid fastrun cache."""
+__all__ = ["CacheCorruptWarning", "CacheFormatError", "Entry", "FileCache", "InMemoryCache",
+           "PersistentCache", "merge_entries", "prune", "read_cache_file"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -234,131 +219,128 @@ def _entry_to_raw(entry: Entry) -> list[Any]:
 
 
 def _entry_from_raw(raw: list[Any]) -> Entry:
-    """Build an Entry from its on-disk list; ValueError says what is wrong with it."""
-    try:
-        algorithm, names, time_s, spread_s, workspace, error, repeats, measured_at, version = raw
-        if not isinstance(algorithm, str) or not isinstance(version, str):
-            raise TypeError("algorithm and version must be strings")
-        return Entry(
-            algorithm=algorithm,
-            attributes=AlgoAttribute.from_names(names),
-            time_s=float(time_s),
-            spread_s=float(spread_s),
-            workspace_bytes=int(workspace),
-            error=None if error is None else float(error),
-            repeats=int(repeats),
-            measured_at=float(measured_at),
-            version=version,
-        )
-    except (TypeError, ValueError) as problem:
-        raise ValueError(f"malformed cache entry {raw!r}: {problem}") from None
+    """Build an Entry from its stored list; ValueError says what is wrong with it."""
+    problem = cachefile.check_raw(raw)
+    if problem is None:
+        try:
+            attributes = AlgoAttribute.from_names(raw[1])
+        except (TypeError, ValueError) as error:
+            problem = str(error)
+    if problem is not None:
+        raise ValueError(f"malformed cache entry {_short(raw)}: {problem}")
+    algorithm, _, time_s, spread_s, workspace, error, repeats, measured_at, version = raw
+    return Entry(algorithm=algorithm, attributes=attributes, time_s=float(time_s),
+                 spread_s=float(spread_s), workspace_bytes=workspace,
+                 error=None if error is None else float(error), repeats=repeats,
+                 measured_at=float(measured_at), version=version)
 
 
-def _entries_from_raw(category: str, key: str, raws: list[list[Any]]) -> list[Entry]:
-    """Convert one key's raw entries, skipping (and logging) any that cannot be read."""
+def _short(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 200 else text[:200] + "..."
+
+
+def _entries_from_raw(category: str, key: str, raws: list[list[Any]],
+                      skipped: list[tuple[str, str, str]] | None = None) -> list[Entry]:
+    """Convert one key's stored entries, skipping (and reporting) any that are not valid."""
     entries = []
-    for raw in raws:
+    for raw in raws if type(raws) is list else ():
         try:
             entries.append(_entry_from_raw(raw))
         except ValueError as problem:
-            logger.warning("cache %r key %r: skipping entry: %s", category, key, problem)
+            logger.warning("cache category %r key %r: skipping entry: %s", category, key, problem)
+            if skipped is not None:
+                skipped.append((category, key, str(problem)))
     return entries
 
 
-@contextlib.contextmanager
-def _gc_paused() -> Iterator[None]:
-    """Pause the cyclic garbage collector while unpacking.
+def check_entries(category: str, key: str, entries: Iterable[Entry]) -> list[Entry]:
+    """``entries`` as a list, or ValueError naming the problem when one would be refused on
+    reading (a NaN or negative time, say): nothing invalid is ever stored."""
+    result = list(entries)
+    for entry in result:
+        problem = cachefile.check_raw(_entry_to_raw(entry))
+        if problem is not None:
+            raise ValueError(f"cache category {category!r} key {key!r}: refusing entry "
+                             f"{entry.algorithm!r}: {problem}")
+    return result
 
-    Unpacking a large cache creates ~10^5 lists; each few hundred allocations trigger a collection
-    that walks them all again, which more than doubles the load time. The unpacked data has no
-    cycles, so nothing is lost by not collecting during it.
-    """
-    was_enabled = gc.isenabled()
-    gc.disable()
+
+class CacheUnwritableWarning(UserWarning):
+    """A cache file cannot be used or written: the run keeps its measurements in memory."""
+
+
+class CacheLockTimeout(OSError):
+    """Another process held a cache file's lock for longer than the lock timeout."""
+
+
+def _lock_holder(lock_path: str) -> int | None:
+    """The pid holding a lock on ``lock_path``, from /proc/locks (Linux), or None."""
     try:
-        yield
-    finally:
-        if was_enabled:
-            gc.enable()
+        status = os.stat(lock_path)
+        with open("/proc/locks") as locks:
+            lines = locks.read().splitlines()
+    except OSError:
+        return None
+    wanted = f":{status.st_ino}"
+    for line in lines:
+        fields = line.split()
+        # "1: FLOCK  ADVISORY  WRITE 1234 08:01:56789 0 EOF"; a waiter's line has "->"
+        if len(fields) >= 6 and "->" not in fields and fields[5].endswith(wanted):
+            major, minor = (int(part, 16) for part in fields[5].split(":")[:2])
+            if (major, minor) == (os.major(status.st_dev), os.minor(status.st_dev)):
+                return int(fields[4])
+    return None
 
 
-def _decode(data: bytes) -> _RawCategories:
-    """Unpack and check a cache file's bytes; CacheFormatError says what is wrong.
+#: What identifies the version of the file whose records are loaded: a compaction replaces
+#: the inode; appends grow the size (``FileCache._end``); mtime catches a rewrite in place.
+_FileSignature = tuple[int, int] | None
 
-    The check is structural only (maps of lists of 9-field lists): it is what a loader can verify
-    in a few milliseconds for tens of thousands of entries. Field values are checked when an entry
-    is converted.
-    """
-    try:
-        with _gc_paused():
-            document = msgpack.unpackb(data, raw=False)
-    except Exception as problem:  # msgpack raises several unrelated types for bad input
-        detail = f"{type(problem).__name__}: {problem}" if str(problem) else type(problem).__name__
-        raise CacheFormatError(f"not a msgpack document ({detail})") from None
-    if not isinstance(document, dict):
-        raise CacheFormatError(f"top level is a {type(document).__name__}, not a map")
-    if document.get("format") != CACHE_FORMAT:
-        raise CacheFormatError(
-            f"format is {document.get('format')!r}, expected {CACHE_FORMAT!r} (not a fastrun cache)"
-        )
-    if document.get("version") != CACHE_FORMAT_VERSION:
-        raise CacheFormatError(
-            f"format version {document.get('version')!r} is not the supported version "
-            f"{CACHE_FORMAT_VERSION} (written by another fastrun version?)"
-        )
-    categories = document.get("categories")
-    if not isinstance(categories, dict):
-        raise CacheFormatError("'categories' is missing or not a map")
-    for category, keys in categories.items():
-        if not isinstance(category, str) or not isinstance(keys, dict):
-            raise CacheFormatError(f"category {category!r} is not a string mapped to a map")
-        for key, raws in keys.items():
-            if not isinstance(key, str) or not isinstance(raws, list):
-                raise CacheFormatError(
-                    f"category {category!r}: key {key!r} is not mapped to a list"
-                )
-            for raw in raws:
-                if type(raw) is not list or len(raw) != _RAW_ENTRY_FIELDS:
-                    raise CacheFormatError(
-                        f"category {category!r} key {key!r}: entry {raw!r} is not a list of "
-                        f"{_RAW_ENTRY_FIELDS} fields"
-                    )
-    return categories
-
-
-def _encode(categories: _RawCategories) -> bytes:
-    document = {
-        "format": CACHE_FORMAT,
-        "version": CACHE_FORMAT_VERSION,
-        "categories": categories,
-    }
-    return msgpack.packb(document, use_bin_type=True)
-
-
-#: What identifies one version of the file on disk: a write replaces the inode, and
-#: (mtime, size) catch editors that rewrite in place. None = no file.
-_FileSignature = tuple[int, int, int] | None
-
-
-def _signature(stat: os.stat_result) -> tuple[int, int, int]:
-    return (stat.st_ino, stat.st_mtime_ns, stat.st_size)
+#: The log is folded into a new snapshot once it is larger than this and than the snapshot.
+COMPACT_AFTER_BYTES = 1 << 20
 
 
 class FileCache:
-    """A cache kept in one msgpack file, shared safely between threads and processes.
+    """A cache kept in one file, shared safely between threads and processes.
 
-    ``get`` is a dictionary lookup; on a miss it checks with ``os.stat`` whether another process
-    replaced the file and reloads it if so, so that problems profiled elsewhere are found. ``put``
-    re-reads the file under a lock, merges, and atomically replaces it (see the module docstring).
+    The file is format 2 (:mod:`fastrun.cachefile`): a snapshot followed by an append-only log
+    of measurements, so a ``put`` appends one record under the lock, O(its record), and a
+    lookup that misses reads only the records other processes appended since.  Reading merges
+    snapshot and log by the module's merge rule; once the log outgrows the snapshot it is
+    compacted into a new snapshot by atomic replace.  A format-1 file is read and converted on
+    its first write.
+
+    What a path holds decides what happens to it (:func:`fastrun.cachefile.probe`): a damaged
+    fastrun cache is moved aside (``<path>.corrupt-<time>``) with a
+    :class:`CacheCorruptWarning`; anything else that is no readable cache (a newer format, an
+    ONNX model, JSON, a directory, a FIFO, a device, a file over the size limit) is never
+    renamed or overwritten.  Then, and whenever the file cannot be written (read-only, full,
+    permission, a lock held too long), the run goes on in memory after one
+    :class:`CacheUnwritableWarning` naming the path and the reason; :attr:`unwritable` says
+    why, and :meth:`save_unsaved` writes what was measured elsewhere.  A symlinked path is
+    followed: writes go to its target.
     """
 
     def __init__(self, path: str | os.PathLike[str]) -> None:
         self.path = os.fspath(path)
+        #: where the bytes go: a symlink is followed, so a shared target is written, not forked
+        self.target = os.path.realpath(self.path)
         self._lock = threading.RLock()
         # Waiters poll; a short interval keeps many concurrent writers from idling.
-        self._file_lock = filelock.FileLock(self.path + ".lock", poll_interval=0.01)
+        self._file_lock = filelock.FileLock(self.target + ".lock", poll_interval=0.01)
         self._raw: _RawCategories = {}
         self._signature: _FileSignature = None
+        self._end = 0  # offset after the last record applied (0: no format-2 file loaded)
+        #: the file's status when last read or written: unchanged means nothing to read
+        self._seen: tuple[int, int, int, int] | None = None
+        self._snapshot_bytes = 0
+        self._needs_snapshot = True  # no format-2 file yet (missing, empty or format 1)
+        #: Why this cache keeps its measurements in memory (None: it writes its file).
+        self.unwritable: str | None = None
+        self._unsaved: list[tuple[str, str, list[Entry]]] = []
+        #: (category, key, why) of every stored entry or record that was skipped on reading.
+        self.skipped: list[tuple[str, str, str]] = []
         self.reload()
 
     # ---- reading
@@ -366,80 +348,144 @@ class FileCache:
     def reload(self) -> None:
         """Replace the in-memory state with the file's current contents."""
         with self._lock:
-            raw, signature, problem = self._read()
-            if problem is not None:
+            found = cachefile.probe(self.target)
+            if found.kind == cachefile.DAMAGED or self._load(found) is not None:
                 # Move aside only under the file lock, after reading again: the bad file may
                 # have been replaced by a writer meanwhile, and that file must not be moved.
                 try:
                     with self._locked_file():
-                        raw, signature = self._read_or_move_aside()
+                        self._load_or_move_aside()
                 except OSError as error:
-                    # E.g. a read-only directory. Reading can go on without the file; a put
-                    # will fail on the same error rather than overwrite it. The bad file's
-                    # signature is kept so that every get miss does not warn again.
-                    self._warn_corrupt(
-                        f"{problem}. It could not be moved aside ({error}) and is left as it is"
-                    )
-                    raw = {}
-            self._raw, self._signature = raw, signature
+                    # E.g. a read-only directory. Reading goes on without the file, which is
+                    # left as it is; the run keeps its results in memory.
+                    self._raw = {}
+                    self._set_unwritable(f"it is a damaged fastrun cache that could not be "
+                                         f"moved aside ({_reason(error)})", corrupt=True)
 
-    def _read(self) -> tuple[_RawCategories, _FileSignature, CacheFormatError | None]:
-        """Read and decode the file; a missing or empty file is an empty cache."""
+    def _load(self, found: cachefile.Probe) -> str | None:
+        """Load what ``found`` describes; returns why a fastrun cache is damaged, or None.
+        A path that is no usable cache leaves the state empty and the cache in memory."""
+        self._raw, self._signature, self._end, self._snapshot_bytes = {}, None, 0, 0
+        self._needs_snapshot = True
+        self._seen = _seen(_status(self.target))
+        if found.kind in (cachefile.MISSING, cachefile.EMPTY):
+            return None
+        if found.kind not in (cachefile.CURRENT, cachefile.FORMAT1, cachefile.DAMAGED):
+            self._set_unwritable(f"it {found.detail}; it is left untouched")
+            return None
         try:
-            with open(self.path, "rb") as file:
-                signature = _signature(os.fstat(file.fileno()))
-                data = file.read()
-        except FileNotFoundError:
-            return {}, None, None
-        if not data:
-            return {}, signature, None
+            with open(self.target, "rb") as file:
+                status = os.fstat(file.fileno())
+                data = file.read(cachefile.max_bytes() + 1)
+        except OSError as error:
+            self._set_unwritable(f"it cannot be read ({_reason(error)})")
+            return None
+        if found.kind == cachefile.DAMAGED:
+            return found.detail
         try:
-            return _decode(data), signature, None
-        except CacheFormatError as problem:
-            return {}, signature, problem
+            if found.kind == cachefile.FORMAT1:
+                self._raw = cachefile.read_format1(data)
+            else:
+                contents = cachefile.read(data)
+                self._raw = contents.snapshot or {}
+                self._snapshot_bytes = contents.snapshot_end
+                self._apply_contents(contents)
+                self._end = contents.end
+                self._needs_snapshot = False
+        except cachefile.CacheFormatError as problem:
+            self._raw = {}
+            return str(problem)
+        self._signature = (status.st_ino, status.st_dev)
+        self._seen = _seen(status)
+        return None
 
-    def _read_or_move_aside(self) -> tuple[_RawCategories, _FileSignature]:
-        """Read the file (the file lock must be held); a bad file is moved aside, not used."""
-        raw, signature, problem = self._read()
+    def _load_or_move_aside(self) -> None:
+        """Load the file (the file lock must be held); a damaged cache is moved aside."""
+        found = cachefile.probe(self.target)
+        problem = found.detail if found.kind == cachefile.DAMAGED else self._load(found)
         if problem is None:
-            return raw, signature
+            return
+        self._raw = {}
         moved_to = self._move_aside()
-        self._warn_corrupt(f"{problem}. It was moved to {moved_to}")
-        return {}, None
+        self._warn(f"fastrun cache file {self.path} cannot be read: {problem}. It was moved "
+                   f"to {moved_to}; an empty cache is used instead, so its results will be "
+                   "measured again.", CacheCorruptWarning)
+        self._signature, self._end, self._needs_snapshot = None, 0, True
+        self._seen = None
 
-    def _warn_corrupt(self, what: str) -> None:
-        message = (
-            f"fastrun cache file {self.path} cannot be read: {what}; an empty cache is used "
-            "instead, so its results will be measured again."
-        )
+    def _apply_contents(self, contents: cachefile.Contents) -> None:
+        for category, key, raws in contents.puts:
+            self._apply(category, key, _entries_from_raw(category, key, raws, self.skipped))
+        for problem in contents.skipped:
+            logger.warning("cache file %s: %s (category %r, key %r)", self.path, problem[2],
+                           problem[0], problem[1])
+        self.skipped.extend(contents.skipped)
+
+    def _apply(self, category: str, key: str, entries: list[Entry]) -> None:
+        """Merge entries into the in-memory state (the state is replaced key by key, so an
+        iteration in progress keeps a consistent snapshot of each key)."""
+        keys = self._raw.setdefault(category, {})
+        old = keys.get(key)
+        merged = merge_entries(_entries_from_raw(category, key, old) if old else (), entries)
+        keys[key] = [_entry_to_raw(entry) for entry in merged]
+
+    def _warn(self, message: str, category: type[Warning]) -> None:
         logger.warning("%s", message)
-        warnings.warn(message, CacheCorruptWarning, stacklevel=5)
+        warnings.warn(message, category, stacklevel=4)
+
+    def _set_unwritable(self, reason: str, corrupt: bool = False) -> None:
+        if self.unwritable is None:
+            self._warn(f"fastrun cache file {self.path} is not used: {reason}. This run keeps "
+                       "its measurements in memory.",
+                       CacheCorruptWarning if corrupt else CacheUnwritableWarning)
+        self.unwritable = reason
 
     def _move_aside(self) -> str:
         stamp = time.strftime("%Y%m%d-%H%M%S")
-        target = f"{self.path}.corrupt-{stamp}"
+        target = f"{self.target}.corrupt-{stamp}"
         counter = 0
         while os.path.exists(target):
             counter += 1
-            target = f"{self.path}.corrupt-{stamp}-{counter}"
-        os.rename(self.path, target)
+            target = f"{self.target}.corrupt-{stamp}-{counter}"
+        os.rename(self.target, target)
         return target
 
-    def _refresh_if_changed(self) -> None:
-        """Reload when the file on disk is not the version last loaded."""
+    def _catch_up(self) -> None:
+        """Apply what other processes wrote since the last read: the appended records alone
+        when the file only grew, else the whole file."""
+        status = _status(self.target)
+        if _seen(status) == self._seen:
+            return
+        if (status is not None and not self._needs_snapshot
+                and (status.st_ino, status.st_dev) == self._signature
+                and status.st_size > self._end and self._read_tail(status)):
+            return
+        logger.debug("cache file %s changed on disk; reloading", self.path)
+        self.reload()
+
+    def _read_tail(self, status: os.stat_result) -> bool:
+        """Read and apply the whole records appended after ``self._end`` (a record still
+        being written is left for later); False when the file is no longer the one loaded."""
         try:
-            current: _FileSignature = _signature(os.stat(self.path))
-        except FileNotFoundError:
-            current = None
-        if current != self._signature:
-            logger.debug("cache file %s changed on disk; reloading", self.path)
-            self.reload()
+            with open(self.target, "rb") as file:
+                current = os.fstat(file.fileno())
+                if (current.st_ino, current.st_dev) != self._signature:
+                    return False
+                file.seek(self._end)
+                data = file.read(max(0, min(current.st_size, cachefile.max_bytes()) - self._end))
+        except OSError:
+            return False
+        contents = cachefile.read_log(data)
+        self._apply_contents(contents)
+        self._end += contents.end
+        self._seen = _seen(current)
+        return True
 
     def get(self, category: str, key: str) -> list[Entry] | None:
         with self._lock:
             raws = self._raw.get(category, {}).get(key)
             if raws is None:
-                self._refresh_if_changed()
+                self._catch_up()
                 raws = self._raw.get(category, {}).get(key)
                 if raws is None:
                     return None
@@ -448,11 +494,10 @@ class FileCache:
     def __iter__(self) -> Iterator[tuple[str, str, list[Entry]]]:
         """Every stored problem, as of the last load or write (call ``reload`` for the latest)."""
         with self._lock:
-            # Loads and writes replace the whole state instead of changing it: a snapshot.
-            raw = self._raw
-        for category, keys in raw.items():
-            for key, raws in keys.items():
-                yield category, key, _entries_from_raw(category, key, raws)
+            snapshot = [(category, key, raws) for category, keys in self._raw.items()
+                        for key, raws in keys.items()]
+        for category, key, raws in snapshot:
+            yield category, key, _entries_from_raw(category, key, raws)
 
     def __len__(self) -> int:
         with self._lock:
@@ -468,96 +513,232 @@ class FileCache:
         self.put_many([(category, key, entries)])
 
     def put_many(self, items: Iterable[tuple[str, str, Iterable[Entry]]]) -> None:
-        batch = [(category, key, list(entries)) for category, key, entries in items]
-        with self._lock, self._locked_file():
-            # Merge into what is on disk now, not into what this process loaded earlier:
-            # other processes may have added results since. The freshly decoded state is this
-            # call's own, so it is changed in place; self._raw is replaced only once the write
-            # succeeded.
-            raw, _ = self._read_or_move_aside()
+        batch = [(category, key, check_entries(category, key, entries))
+                 for category, key, entries in items]
+        if not batch:
+            return
+        with self._lock:
+            if self.unwritable is None:
+                try:
+                    with self._locked_file():
+                        self._write_batch(batch)
+                    logger.debug("wrote %d problem(s) to cache file %s", len(batch), self.path)
+                    return
+                except OSError as error:
+                    self._set_unwritable(f"it cannot be written ({_reason(error)})")
             for category, key, entries in batch:
-                keys = raw.setdefault(category, {})
-                old = _entries_from_raw(category, key, keys.get(key, []))
-                keys[key] = [_entry_to_raw(entry) for entry in merge_entries(old, entries)]
-            signature = self._write(_encode(raw))
-            self._raw, self._signature = raw, signature
-        logger.debug("wrote %d problem(s) to cache file %s", len(batch), self.path)
+                self._apply(category, key, entries)
+            self._unsaved.extend(batch)
 
-    def rewrite(self, transform: Callable[[Categories], Categories | None]) -> bool:
+    def _write_batch(self, batch: list[tuple[str, str, list[Entry]]]) -> None:
+        """Under the file lock: catch up with the file, then append the batch's records (or
+        write a whole new file where there is no format-2 file yet)."""
+        status = _status(self.target)
+        if (self._needs_snapshot or status is None or status.st_size < self._end
+                or (status.st_ino, status.st_dev) != self._signature):
+            self._load_or_move_aside()  # replaced, truncated, format 1, or not there yet
+        elif status.st_size > self._end:
+            self._read_tail(status)
+        if self.unwritable is not None:
+            raise OSError(self.unwritable)
+        for category, key, entries in batch:
+            self._apply(category, key, entries)
+        if self._needs_snapshot:
+            self._write_snapshot()
+            return
+        records = b"".join(cachefile.put_record(category, key, [_entry_to_raw(e) for e in entries])
+                           for category, key, entries in batch)
+        with open(self.target, "r+b") as file:
+            file.seek(self._end)
+            file.write(records)
+            file.truncate()  # drops a torn tail that lay beyond the last whole record
+            file.flush()
+            self._seen = _seen(os.fstat(file.fileno()))
+        self._end += len(records)
+        if self._end - self._snapshot_bytes > max(self._snapshot_bytes, COMPACT_AFTER_BYTES):
+            try:
+                self._write_snapshot()
+            except OSError as error:  # the records are written: compaction can wait
+                logger.warning("cache file %s: could not compact its log (%s)", self.path,
+                               _reason(error))
+
+    def _write_snapshot(self) -> None:
+        """Replace the file by a snapshot of the whole state (the file lock must be held)."""
+        data = cachefile.snapshot_file(self._raw, {"written_at": time.time(),
+                                                   "fastrun": _fastrun_version()})
+        status = atomic_write(self.target, data)
+        self._signature = (status.st_ino, status.st_dev)
+        self._seen = _seen(status)
+        self._end = self._snapshot_bytes = len(data)
+        self._needs_snapshot = False
+        self._remove_stale_temporaries()
+
+    def _remove_stale_temporaries(self) -> None:
+        """Temporary files of writers killed mid-write: under the lock no writer of this file
+        is writing one, so every ``.<name>.*.tmp`` beside it is left over."""
+        directory, name = os.path.split(self.target)
+        with contextlib.suppress(OSError):
+            for leftover in os.listdir(directory):
+                if leftover.startswith(f".{name}.") and leftover.endswith(".tmp"):
+                    with contextlib.suppress(OSError):
+                        os.unlink(os.path.join(directory, leftover))
+                        logger.info("removed stale temporary file %s", leftover)
+
+    def rewrite(self, transform: Callable[[Categories], Categories | None],
+                force: bool = False) -> bool:
         """Replace the whole file by ``transform(current contents)``, under the file lock.
 
-        For the maintenance tools (``fastrun cache prune``/``merge``), which must remove or
-        replace entries, something ``put``'s merge can never do. The read, the transform and
-        the atomic replace all happen under the file lock, so no concurrent ``put`` is lost.
-        ``transform`` may change its argument in place; returning None means "no change" and
-        nothing is written. Unlike a ``put``, an unreadable file is not moved aside: a tool
-        asked to edit a file must not silently start it over, so :class:`CacheFormatError`
-        (naming the file) is raised and the file stays as it is. Entries that cannot be read
-        are dropped (and logged), as a load would skip them. Returns whether it wrote.
+        For the maintenance tools (``fastrun cache prune``/``merge``/``compact``), which must
+        remove or replace entries, something ``put``'s merge can never do. The read, the
+        transform and the atomic replace all happen under the file lock, so no concurrent
+        ``put`` is lost. ``transform`` may change its argument in place; returning None means
+        "no change" and nothing is written (unless ``force``: ``compact`` writes a new
+        snapshot of the same contents). Unlike a ``put``, a file that is not a readable cache
+        is not moved aside: a tool asked to edit a file must not silently start it over, so
+        :class:`CacheFormatError` (naming the file) is raised and the file stays as it is.
+        Entries that cannot be read are dropped (and logged). Returns whether it wrote.
         """
         with self._lock, self._locked_file():
-            raw, _, problem = self._read()
-            if problem is not None:
-                raise CacheFormatError(f"cache file {self.path}: {problem}")
+            found = cachefile.probe(self.target)
+            if found.kind not in (cachefile.MISSING, cachefile.EMPTY, cachefile.CURRENT,
+                                  cachefile.FORMAT1):
+                raise CacheFormatError(f"cache file {self.path} {found.detail}")
+            unwritable, self.unwritable = self.unwritable, None
+            problem = self._load(found)
+            if problem is not None or self.unwritable is not None:
+                self.unwritable = unwritable
+                raise CacheFormatError(f"cache file {self.path}: {problem or self.unwritable}")
             current = {
-                category: {key: _entries_from_raw(category, key, raws)
+                category: {key: _entries_from_raw(category, key, raws, self.skipped)
                            for key, raws in keys.items()}
-                for category, keys in raw.items()
+                for category, keys in self._raw.items()
             }
             result = transform(current)
             if result is None:
-                return False
-            raw = {
+                if not force:
+                    return False
+                result = current
+            self._raw = {
                 category: {key: [_entry_to_raw(entry) for entry in entries]
                            for key, entries in keys.items()}
                 for category, keys in result.items()
             }
-            signature = self._write(_encode(raw))
-            self._raw, self._signature = raw, signature
+            self._write_snapshot()
         logger.debug("rewrote cache file %s", self.path)
         return True
 
-    def _locked_file(self) -> filelock.FileLock:
-        directory = os.path.dirname(os.path.abspath(self.path))
-        os.makedirs(directory, exist_ok=True)
-        return self._file_lock
+    # ---- measurements that could not be written
 
-    def _write(self, data: bytes) -> tuple[int, int, int]:
-        """Atomically replace the file with ``data``; returns the new file's signature."""
-        return _signature(atomic_write(self.path, data))
+    @property
+    def unsaved(self) -> int:
+        """How many problems' measurements this process could not write to the file."""
+        with self._lock:
+            return len(self._unsaved)
+
+    def save_unsaved(self, path: str | os.PathLike[str] | None = None) -> str | None:
+        """Write the measurements that could not be written: to ``path``, or to this cache's
+        own file when ``path`` is None (where it has become writable since).  Returns where
+        they went, or None when they could not be written (the reason stays in
+        :attr:`unwritable`)."""
+        with self._lock:
+            batch = list(self._unsaved)
+            if not batch:
+                return None
+            if path is not None and os.path.realpath(path) != self.target:
+                other = FileCache(path)
+                other.put_many(batch)
+                if other.unwritable is not None:
+                    return None
+                self._unsaved.clear()
+                return other.path
+            self.unwritable = None
+            self._unsaved.clear()
+            self.put_many(batch)
+            return self.path if self.unwritable is None else None
+
+    def _locked_file(self) -> _TimedLock:
+        directory = os.path.dirname(self.target)
+        os.makedirs(directory, exist_ok=True)
+        return _TimedLock(self._file_lock, config.cache_lock_timeout())
 
     def __repr__(self) -> str:
         return f"FileCache({self.path!r}, {len(self)} keys)"
 
 
-def read_cache_file(path: str | os.PathLike[str]) -> Categories:
+class _TimedLock:
+    """The file lock with a timeout whose error names the lock and, where known, its holder."""
+
+    def __init__(self, lock: filelock.FileLock, timeout: float) -> None:
+        self.lock, self.timeout = lock, timeout
+
+    def __enter__(self) -> None:
+        try:
+            self.lock.acquire(timeout=self.timeout)
+        except filelock.Timeout:
+            holder = _lock_holder(self.lock.lock_file)
+            held_by = f"held by pid {holder}" if holder else "held by another process"
+            raise CacheLockTimeout(
+                f"waited {self.timeout:g} s for the lock {self.lock.lock_file}, {held_by} "
+                "(FASTRUN_CACHE_LOCK_TIMEOUT sets the wait)") from None
+
+    def __exit__(self, *exc: object) -> None:
+        self.lock.release()
+
+
+def _status(path: str) -> os.stat_result | None:
+    try:
+        return os.stat(path)
+    except OSError:
+        return None
+
+
+def _seen(status: os.stat_result | None) -> tuple[int, int, int, int] | None:
+    if status is None:
+        return None
+    return (status.st_ino, status.st_dev, status.st_size, status.st_mtime_ns)
+
+
+def _reason(error: OSError) -> str:
+    """An OSError as a short reason: 'Permission denied: /path'."""
+    if isinstance(error, CacheLockTimeout):
+        return str(error)
+    where = f": {error.filename}" if getattr(error, "filename", None) else ""
+    return f"{error.strerror or error}{where}"
+
+
+def _fastrun_version() -> str:
+    from fastrun._version import __version__
+
+    return __version__
+
+
+def read_cache_file(path: str | os.PathLike[str],
+                    skipped: list[tuple[str, str, str]] | None = None) -> Categories:
     """Load a cache file without changing anything on disk (for the read-only tools).
 
-    A :class:`FileCache` moves an unreadable file aside so that a search can go on; a tool that
-    only inspects a file (``fastrun cache show``/``diff``/``export``) must leave it exactly as it
-    is and say what is wrong instead. Raises ``FileNotFoundError`` (or another ``OSError``) when
-    the file cannot be opened and :class:`CacheFormatError`, naming the file, when it is not a
-    fastrun cache. An empty file is an empty cache; unreadable single entries are skipped and
-    logged, as a load would.
+    A :class:`FileCache` moves a damaged file aside so that a search can go on; a tool that
+    only inspects a file (``fastrun cache show``/``diff``/``export``) must leave it exactly as
+    it is and say what is wrong instead. Raises ``FileNotFoundError`` when the file does not
+    exist (another ``OSError`` when it cannot be opened) and :class:`CacheFormatError`, naming
+    the file and what it holds, when it is not a readable fastrun cache (a directory, a FIFO,
+    a newer format, a file over the size limit...). An empty file is an empty cache; entries
+    that are not valid are skipped, logged and added to ``skipped`` as (category, key, why).
     """
     path = os.fspath(path)
-    with open(path, "rb") as file:
-        return decode_cache_bytes(file.read(), f"cache file {path}")
-
-
-def decode_cache_bytes(data: bytes, name: str) -> Categories:
-    """The contents of a cache file's bytes; :class:`CacheFormatError` naming ``name`` when
-    they are not a fastrun cache (an empty file is an empty cache)."""
-    if not data:
-        return {}
-    try:
-        raw = _decode(data)
-    except CacheFormatError as problem:
-        raise CacheFormatError(f"{name}: {problem}") from None
-    return {
-        category: {key: _entries_from_raw(category, key, raws) for key, raws in keys.items()}
+    _, raw, contents = cachefile.read_file(path)
+    found: list[tuple[str, str, str]] = [] if skipped is None else skipped
+    result: Categories = {
+        category: {key: _entries_from_raw(category, key, raws, found)
+                   for key, raws in keys.items()}
         for category, keys in raw.items()
     }
+    if contents is not None:
+        found.extend(contents.skipped)
+        for category, key, raws in contents.puts:
+            keys = result.setdefault(category, {})
+            keys[key] = merge_entries(keys.get(key, ()),
+                                      _entries_from_raw(category, key, raws, found))
+    return result
 
 
 # --------------------------------------------------------------------------------------------

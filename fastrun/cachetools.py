@@ -11,9 +11,8 @@ corrupt file must not destroy the evidence. Writing tools (:func:`merge`, :func:
 through :meth:`fastrun.cache.FileCache.rewrite`: read, change and atomically replace under the
 cache's file lock, so a search writing the same file at the same time loses nothing.
 
-A category is ``<device category>|<operator>@<algorithm-set version>|format=<N>``; the part
-before the first ``|`` is the *device category*, the rest (``op@version|format=N``) names what
-was measured independently of where.
+A category (:mod:`fastrun.category`) is the device's facts and ``<operator>@<algorithm-set
+version>``; the operator part names what was measured independently of where.
 """
 
 from __future__ import annotations
@@ -21,10 +20,12 @@ from __future__ import annotations
 import os
 import re
 import time
+import warnings
 from collections.abc import Iterable, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
+from fastrun import category as category_module
 from fastrun.attribute import AlgoAttribute
 from fastrun.cache import (
     CacheFormatError,
@@ -52,11 +53,13 @@ class CacheToolError(ValueError):
 # Loading and selecting
 
 
-def load(path: str | os.PathLike[str]) -> Categories:
-    """A cache file's contents, read without changing the file (see the module docstring)."""
+def load(path: str | os.PathLike[str],
+         skipped: list[tuple[str, str, str]] | None = None) -> Categories:
+    """A cache file's contents, read without changing the file (see the module docstring);
+    entries that are not valid are skipped and added to ``skipped``."""
     path = os.fspath(path)
     try:
-        return read_cache_file(path)
+        return read_cache_file(path, skipped)
     except FileNotFoundError:
         raise CacheToolError(f"cache file {path} does not exist") from None
     except IsADirectoryError:
@@ -69,17 +72,8 @@ def load(path: str | os.PathLike[str]) -> Categories:
         raise CacheToolError(f"{error} (the file was left unchanged)") from None
 
 
-def split_category(category: str) -> tuple[str, str]:
-    """``(device category, rest)``: the rest is ``op@version|format=N`` (empty if no ``|``)."""
-    device, _, rest = category.partition("|")
-    return device, rest
-
-
-def operator_of(category: str) -> str | None:
-    """The operator name of a category, or None when it is not in the usual form."""
-    rest = split_category(category)[1]
-    name, at, _ = rest.partition("@")
-    return name if at else None
+split_category = category_module.split
+operator_of = category_module.operator_of
 
 
 def select(data: Categories, categories: Sequence[str] = (),
@@ -141,12 +135,16 @@ def _count(data: Categories) -> dict[str, int]:
 
 
 def show(path: str | os.PathLike[str], categories: Sequence[str] = (),
-         operator: str | None = None) -> dict[str, Any]:
-    """Every selected key's ranking and what a lookup would choose from it."""
-    data = select(load(path), categories, operator)
+         operator: str | None = None, device: str | None = "cpu") -> dict[str, Any]:
+    """Every selected key's ranking and what a lookup would choose from it, and for each
+    category whether it applies to ``device`` (a device spec; None: not compared) and, if
+    not, which facts differ."""
+    skipped: list[tuple[str, str, str]] = []
+    data = select(load(path, skipped), categories, operator)
+    here = _device_category(device)
     report: list[dict[str, Any]] = []
     for category in sorted(data):
-        device, rest = split_category(category)
+        device_text, rest = split_category(category)
         keys = []
         for key in sorted(data[category]):
             ranked = ranking(data[category][key])
@@ -158,10 +156,40 @@ def show(path: str | os.PathLike[str], categories: Sequence[str] = (),
                 "entries": [{**entry_dict(e), "measured": _utc_text(e.measured_at)}
                             for e in ranked],
             })
-        version = rest.partition("@")[2].partition("|")[0] or None
-        report.append({"category": category, "device": device, "operator": operator_of(category),
-                       "operator_version": version, "keys": keys})
-    return {"file": os.fspath(path), "summary": _count(data), "categories": report}
+        version = rest.partition("@")[2] or None
+        report.append({"category": category, "device": device_text,
+                       "operator": operator_of(category), "operator_version": version,
+                       **_applies(category, here), "keys": keys})
+    return {"file": os.fspath(path), "summary": _count(data), "compared_with": here,
+            "skipped": [{"category": c, "key": k, "why": why} for c, k, why in skipped],
+            "categories": report}
+
+
+def _device_category(spec: str | None) -> str | None:
+    """The category text of the device ``spec`` names on this machine (None for None)."""
+    if spec is None:
+        return None
+    from fastrun.device import get_device
+
+    try:
+        return get_device(spec).category
+    except ValueError as error:
+        raise CacheToolError(f"cannot compare with device {spec!r}: {error}") from None
+
+
+def _applies(category: str, here: str | None) -> dict[str, Any]:
+    """Whether a category's entries apply on the device whose category text is ``here``,
+    and the facts that differ (a category of another kind of device never applies)."""
+    if here is None:
+        return {}
+    try:
+        cached = category_module.parse(category)
+    except category_module.CategoryError:
+        return {"applies_here": False, "differences": ["not a category in the usual form"]}
+    wanted = category_module.parse(category_module.text(here, cached.operator,
+                                                        cached.algorithms))
+    found = category_module.differences(cached, wanted)
+    return {"applies_here": not found, "differences": [str(d) for d in found]}
 
 
 # --------------------------------------------------------------------------------------------
@@ -235,15 +263,35 @@ def _same_file(a: str, b: str) -> bool:
         return os.path.abspath(a) == os.path.abspath(b)
 
 
-def _rewrite(path: str, transform) -> bool:
+def _rewrite(path: str, transform, force: bool = False) -> bool:
     """FileCache.rewrite with file problems turned into CacheToolError."""
     try:
-        return FileCache(path).rewrite(transform)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # a tool reports problems as errors instead
+            cache = FileCache(path)
+        return cache.rewrite(transform, force=force)
     except CacheFormatError as error:
         raise CacheToolError(f"{error} (the file was left unchanged)") from None
     except OSError as error:
         raise CacheToolError(f"cannot write cache file {path}: {error.strerror or error}") \
             from None
+
+
+def compact(path: str | os.PathLike[str]) -> dict[str, Any]:
+    """Fold a cache file's log of measurements into a new snapshot (atomically, under its
+    lock); a format-1 file is converted.  Entries that are not valid are dropped."""
+    path = os.fspath(path)
+    load(path)  # missing or not a cache: a clear error, and nothing is touched
+    before = os.path.getsize(path)
+    counts: dict[str, int] = {}
+
+    def transform(current: Categories) -> None:
+        counts.update(_count(current))
+        return None
+
+    _rewrite(path, transform, force=True)
+    return {"file": path, "bytes_before": before, "bytes_after": os.path.getsize(path),
+            **counts}
 
 
 def merge(inputs: Sequence[str | os.PathLike[str]],
@@ -364,7 +412,7 @@ def diff(path_a: str | os.PathLike[str], path_b: str | os.PathLike[str],
     Same device (the files share a device category): categories are matched exactly and
     absolute times compared. Different devices (no device category in common, e.g. two
     machines, or two thread counts): times of different machines say nothing about a
-    regression, so categories are matched by ``op@version|format=N`` and, per key, each
+    regression, so categories are matched by ``op@version`` and, per key, each
     algorithm's time relative to a *reference* algorithm (A's fastest of those both files
     measured) is compared between the files. A ratio is flagged when it is beyond
     ``threshold``: above ``1 + threshold`` or below ``1 / (1 + threshold)``.
@@ -402,7 +450,7 @@ def diff(path_a: str | os.PathLike[str], path_b: str | os.PathLike[str],
                                                b[category_b][key], cross, threshold))
     if cross:
         note = ("the files come from different device categories: categories are matched by "
-                "operator@version|format and key across devices, and each algorithm's time "
+                "operator@version and key across devices, and each algorithm's time "
                 "relative to a reference algorithm is compared, not absolute times")
     else:
         note = "same device category: absolute times are compared (ratio = B/A)"
@@ -414,9 +462,11 @@ def diff(path_a: str | os.PathLike[str], path_b: str | os.PathLike[str],
         "devices_a": devices_a,
         "devices_b": devices_b,
         "note": note,
-        "categories_only_in_a": [{"category": i, "keys": sum(len(a[c]) for c in groups_a[i])}
+        "categories_only_in_a": [{"category": i, "keys": sum(len(a[c]) for c in groups_a[i]),
+                                  "differs_from_b": _explain(b, i, ("B", "A"))}
                                  for i in only_a],
-        "categories_only_in_b": [{"category": i, "keys": sum(len(b[c]) for c in groups_b[i])}
+        "categories_only_in_b": [{"category": i, "keys": sum(len(b[c]) for c in groups_b[i]),
+                                  "differs_from_a": _explain(a, i, ("A", "B"))}
                                  for i in only_b],
         "keys_only_in_a": keys_only_a,
         "keys_only_in_b": keys_only_b,
@@ -429,6 +479,16 @@ def diff(path_a: str | os.PathLike[str], path_b: str | os.PathLike[str],
             "keys_only_in_b": len(keys_only_b),
         },
     }
+
+
+def _explain(other: Categories, category: str, labels: tuple[str, str]) -> str | None:
+    """Which facts differ between ``category`` and the closest one of the same operator in
+    the other file (None when there is none, or across devices, where ``category`` is only
+    ``operator@version``)."""
+    try:
+        return category_module.explain(other, category, labels)
+    except category_module.CategoryError:
+        return None
 
 
 def _beyond(ratio: float | None, threshold: float) -> bool:

@@ -23,7 +23,8 @@ from typing import Any
 import numpy as np
 
 from fastrun.algorithm import Algorithm
-from fastrun.cache import CACHE_FORMAT_VERSION, Entry, PersistentCache
+from fastrun.cache import Entry, PersistentCache
+from fastrun.category import text as category_text
 from fastrun.device import Device
 from fastrun.operator import Operator, Problem
 from fastrun.profiler import Failure, Profiler, ProfileResult
@@ -157,9 +158,8 @@ class AlgoChooser:
 
     # -- public --------------------------------------------------------------------------------
     def category(self, operator: Operator) -> str:
-        """Cache namespace: device, operator and its algorithm-set version, cache format."""
-        return (f"{self.device.category}|{operator.name}@{operator.version}"
-                f"|format={CACHE_FORMAT_VERSION}")
+        """Cache namespace: the device's facts, the operator and its algorithm-set version."""
+        return category_text(self.device.category, operator.name, operator.version)
 
     def decide(self, problem: Problem, prelude: Callable[[], object] | None = None) -> Decision:
         """How ``problem`` is computed: decided once per process (see the module docstring).
@@ -416,6 +416,8 @@ class AlgoChooser:
     def _from_profile(self, problem: Problem, operator: Operator, category: str,
                       candidates: list[Algorithm], excluded: dict[str, str],
                       prelude: Callable[[], object] | None = None) -> Decision:
+        # A problem too large to allocate is refused before any sub-problem is searched.
+        self.profiler.check_sizes(problem, operator)
         timed: list[Algorithm] = []
         workspace: dict[str, int] = {}
         # Profiling times every candidate the strategy does not forbid, including those it

@@ -19,6 +19,12 @@ VARIABLES: dict[str, str] = {
     "FASTRUN_STRATEGY": "default strategy of fastrun.call outside a session (heuristic, "
     "fast-run, full-run, optionally +reproducible)",
     "FASTRUN_CACHE": "path of a cache file used as the default process-wide cache",
+    "FASTRUN_CACHE_MAX_BYTES": "largest cache file fastrun reads (default 1GiB); a larger file "
+    "is left alone and the run keeps its results in memory",
+    "FASTRUN_CACHE_LOCK_TIMEOUT": "seconds a cache write waits for another process's lock "
+    "before the run goes on in memory (default 60)",
+    "FASTRUN_MEMORY_LIMIT": "largest tensor a model or fastrun profile may allocate, e.g. "
+    "64GiB (default: this machine's memory); larger ones are refused before allocation",
     "FASTRUN_WORKSPACE_LIMIT": "default workspace limit, e.g. 64MiB",
     "FASTRUN_NUM_THREADS": "thread count the CPU device reports in its category and gives numba",
     "FASTRUN_PROFILE_BUDGET": "seconds of timed repeats per candidate (default 0.2)",
@@ -73,12 +79,22 @@ def setting(explicit: T | None, variable: str, default: T, parse: Callable[[str]
 
 
 def num_threads(explicit: int | None = None) -> int:
+    """The CPU device's thread count: 1 to the machine's CPUs.  More would be written into the
+    cache category while numba's pool (one thread per CPU) runs fewer: a category that lies."""
     default = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
-    return setting(explicit, "FASTRUN_NUM_THREADS", default or 1, int)
+    threads = setting(explicit, "FASTRUN_NUM_THREADS", default or 1, int)
+    most = os.cpu_count() or 1
+    if not 1 <= threads <= most:
+        raise ValueError(f"thread count {threads} is not between 1 and this machine's {most} "
+                         "CPUs")
+    return threads
 
 
 def profile_budget(explicit: float | None = None) -> float:
-    return setting(explicit, "FASTRUN_PROFILE_BUDGET", 0.2, float)
+    budget = setting(explicit, "FASTRUN_PROFILE_BUDGET", 0.2, float)
+    if not 0 < budget < float("inf"):
+        raise ValueError(f"profiling budget {budget} is not a positive number of seconds")
+    return budget
 
 
 def tuning_budget(explicit: int | None = None, default: int = 24) -> int:
@@ -129,6 +145,35 @@ def strategy_text(explicit: str | None = None) -> str:
 
 def cache_path(explicit: str | None = None) -> str | None:
     return setting(explicit, "FASTRUN_CACHE", None, str)
+
+
+def memory_limit(explicit: int | str | None = None, default: int | None = None) -> int | None:
+    if explicit is not None:
+        return parse_size(explicit)
+    raw = os.environ.get("FASTRUN_MEMORY_LIMIT")
+    if raw is None or raw.strip() == "":
+        return default
+    try:
+        return parse_size(raw)
+    except ValueError as error:
+        raise ValueError(f"environment variable FASTRUN_MEMORY_LIMIT={raw!r}: {error}") from None
+
+
+def cache_max_bytes(explicit: int | str | None = None) -> int:
+    if explicit is not None:
+        return parse_size(explicit) or (1 << 30)
+    return parse_size(os.environ.get("FASTRUN_CACHE_MAX_BYTES") or "1GiB") or (1 << 30)
+
+
+def cache_lock_timeout(explicit: float | None = None) -> float:
+    return setting(explicit, "FASTRUN_CACHE_LOCK_TIMEOUT", 60.0, _positive_seconds)
+
+
+def _positive_seconds(raw: str) -> float:
+    value = float(raw)
+    if not value > 0 or value == float("inf"):
+        raise ValueError("expected a positive number of seconds")
+    return value
 
 
 def progress(explicit: bool | None = None) -> bool | None:

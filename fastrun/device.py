@@ -18,6 +18,7 @@ import numpy as np
 
 from fastrun import config
 from fastrun._threads import blas_threads, threading_layer
+from fastrun.category import DEVICE, device_text
 
 T = TypeVar("T")
 
@@ -37,6 +38,7 @@ class Device:
 
     @property
     def category(self) -> str:
+        """The device's facts as one text (:func:`fastrun.category.device_text`)."""
         raise NotImplementedError
 
     def clock_ns(self) -> int:
@@ -129,19 +131,18 @@ def _blas_name() -> str:
 @functools.lru_cache(maxsize=8)
 def _cpu_category(threads: int, vectors: str) -> str:
     model, flags = _cpu_model_and_flags()
-    parts = [
-        "cpu",
-        model.replace(";", ","),
-        _isa_level(platform.machine(), flags),
-        f"threads={threads}",
-        f"numpy={np.__version__}",
-        f"blas={_blas_name()}",
-        f"blas_threads={blas_threads()}",
-        f"numba={_package_version('numba')}",
-        f"vectors={vectors}",
-        f"layer={threading_layer()}",
-    ]
-    return ";".join(parts)
+    return device_text([
+        (DEVICE, "cpu"),
+        ("processor", model),
+        ("isa", _isa_level(platform.machine(), flags)),
+        ("threads", threads),
+        ("numpy", np.__version__),
+        ("blas", _blas_name()),
+        ("blas_threads", blas_threads()),
+        ("numba", _package_version("numba")),
+        ("vectors", vectors),
+        ("layer", threading_layer()),
+    ])
 
 
 class CPUDevice(Device):

@@ -15,7 +15,6 @@ import functools
 import hashlib
 import logging
 import math
-import re
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -24,6 +23,7 @@ from typing import Any, TypeVar
 import numpy as np
 
 from fastrun import config
+from fastrun.category import DEVICE, device_text
 from fastrun.device import Device
 
 log = logging.getLogger(__name__)
@@ -156,11 +156,6 @@ def _c_layout(shape: tuple[int, ...], itemsize: int) -> tuple[tuple[int, ...], i
     return tuple(reversed(strides)), math.prod(shape)
 
 
-def _clean(text: str) -> str:
-    """A value fit for the category: one line, no field (';') or category ('|') separator."""
-    return re.sub(r"\s+", " ", text).strip().replace("|", "/").replace(";", ",")
-
-
 class OpenCLDevice(Device):
     """One OpenCL device with its own context and in-order profiling queue.
 
@@ -190,13 +185,13 @@ class OpenCLDevice(Device):
         self.max_work_group_size: int = cl_device.max_work_group_size
         self.local_mem_size: int = cl_device.local_mem_size
         self.max_compute_units: int = cl_device.max_compute_units
-        self._category = ";".join([
-            "opencl",
-            f"platform={_clean(cl_device.platform.name)}",
-            f"device={_clean(self.name)}",
-            f"driver={_clean(cl_device.driver_version)}",
-            f"cl={_clean(cl_device.version)}",
-            f"units={self.max_compute_units}",
+        self._category = device_text([
+            (DEVICE, "opencl"),
+            ("platform", cl_device.platform.name),
+            ("model", self.name),
+            ("driver", cl_device.driver_version),
+            ("cl", cl_device.version),
+            ("units", self.max_compute_units),
         ])
         self._programs: dict[tuple[str, tuple[str, ...], str, str], Any] = {}
         self._kernels: dict[tuple[str, str, tuple[str, ...]], Any] = {}

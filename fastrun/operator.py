@@ -81,12 +81,25 @@ class Operator:
     #: changes attributes: it is part of the cache category, so only this operator's cache
     #: entries are invalidated.
     version: int = 1
+    #: The parameter names the operator takes; None: it checks them itself in
+    #: :meth:`validate`.  A parameter it does not know is refused rather than silently put
+    #: into the cache key.
+    parameters: frozenset[str] | None = None
 
     def problem(self, shapes: Sequence[Sequence[int]], dtypes: Sequence[Any],
                 **params: Any) -> Problem:
         """Build and validate a problem from shapes (used by CLIs and suites)."""
-        problem = Problem.create(self.name, shapes, dtypes, params)
-        self.validate(problem)
+        if self.parameters is not None:
+            unknown = sorted(set(params) - self.parameters)
+            if unknown:
+                known = ", ".join(sorted(self.parameters)) or "none"
+                raise ValueError(f"{self.name} has no parameter(s) {', '.join(unknown)} "
+                                 f"(it takes: {known})")
+        try:
+            problem = Problem.create(self.name, shapes, dtypes, params)
+            self.validate(problem)
+        except (OverflowError, TypeError) as error:  # an infinite stride, a list for a number
+            raise ValueError(f"{self.name}: bad parameter or shape: {error}") from None
         return problem
 
     def problem_for(self, inputs: Sequence[Any], **params: Any) -> Problem:

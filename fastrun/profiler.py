@@ -34,6 +34,7 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 
+from fastrun import limits
 from fastrun._version import __version__
 from fastrun.algorithm import Algorithm, RunContext
 from fastrun.cache import Entry
@@ -100,6 +101,18 @@ class Profiler:
         self.clock = clock or device.clock_ns
         self.progress = progress or Progress()
 
+    @staticmethod
+    def check_sizes(problem: Problem, operator: Operator) -> None:
+        """Refuse a problem whose inputs or output would not fit the memory limit
+        (:mod:`fastrun.limits`): nothing is allocated, and the message names the tensor."""
+        for index, (shape, dtype) in enumerate(zip(problem.shapes, problem.dtypes, strict=True)):
+            limits.check_tensor(shape, dtype, f"{problem} input {index}")
+        try:
+            output = operator.output_shape(problem), operator.output_dtype(problem)
+        except NotImplementedError:  # an operator that does not say: its inputs are checked
+            return
+        limits.check_tensor(*output, f"{problem} output")
+
     def profile(self, problem: Problem, operator: Operator, candidates: Sequence[Algorithm],
                 ctx: RunContext, workspace: Mapping[str, int],
                 prelude: Callable[[], object] | None = None) -> ProfileResult:
@@ -115,6 +128,7 @@ class Profiler:
         started = time.perf_counter()
         result = ProfileResult(problem)
         rng = np.random.default_rng(self.options.seed)
+        self.check_sizes(problem, operator)
         host_inputs = operator.random_inputs(problem, rng)
         reference = (operator.reference(problem, host_inputs) if self.options.check_numerics
                      else None)

@@ -29,6 +29,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from fastrun import category as category_module
 from fastrun._files import atomic_write
 from fastrun.operator import Problem
 
@@ -423,7 +424,7 @@ def _compare_problem(then: RankedProblem, now: RankedProblem, margin: float
     result.winner_then = then.winner.algorithm if then.winner else None
     result.winner_now = now.winner.algorithm if now.winner else None
     result.spearman = spearman([old[a].time_s for a in common], [new[a].time_s for a in common])
-    if then.category.split("|")[1:] != now.category.split("|")[1:]:
+    if category_module.split(then.category)[1] != category_module.split(now.category)[1]:
         result.notes.append(f"algorithm set changed: {then.category.split('|', 1)[-1]} then, "
                             f"{now.category.split('|', 1)[-1]} now")
 

@@ -7,9 +7,9 @@ offline, and cannot leak anything by loading a URL.
 
 The module is pure: readers turn a file into :class:`ReportData`, :func:`model_rows` turns a
 searched model's step reports into :class:`LayerRow` values, and :func:`render` turns those into
-an HTML string. Nothing here prints, writes files or touches the input file (a cache is decoded
-from its bytes rather than opened as a :class:`~fastrun.cache.FileCache`, which would move a
-corrupt file aside).
+an HTML string. Nothing here prints, writes files or touches the input file (a cache is read with
+:func:`fastrun.cache.read_cache_file` rather than opened as a :class:`~fastrun.cache.FileCache`,
+which would move a damaged file aside).
 
 Sections of the page: a header (file, kind, device categories, fastrun versions, dates, counts),
 an index of problems grouped by operator, optionally the per-layer decisions of a model, then for
@@ -31,6 +31,8 @@ from typing import Any
 import msgpack
 
 from fastrun import cache as cache_module
+from fastrun import cachefile
+from fastrun import category as category_module
 
 #: The ``format`` field of a rankings file (see :mod:`fastrun.rankings`).
 RANKINGS_FORMAT = "fastrun-rankings"
@@ -92,7 +94,7 @@ class ProblemData:
 
     @property
     def device(self) -> str:
-        return self.category.split("|", 1)[0]
+        return category_module.split(self.category)[0]
 
     @property
     def anchor(self) -> str:
@@ -172,45 +174,49 @@ def problem_anchor(category: str, key: str) -> str:
 
 
 def read_input(path: str | os.PathLike[str]) -> ReportData:
-    """Read a cache or rankings file, told apart by the msgpack document's ``format`` field.
+    """Read a cache or rankings file, told apart by their first bytes (a cache's header, or
+    the rankings document's ``format`` field).
 
     Raises :class:`ReportInputError` naming the file for anything that is not one of them. The
     file is only read: never locked, rewritten or moved aside.
     """
     name = os.fspath(path)
     try:
-        with open(name, "rb") as file:
-            data = file.read()
+        found = cachefile.probe(name)
     except OSError as error:
         raise ReportInputError(f"cannot read {name}: {error.strerror or error}") from None
-    if not data:
+    if found.kind == cachefile.MISSING:
+        raise ReportInputError(f"cannot read {name}: no such file")
+    if found.kind == cachefile.EMPTY:
         raise ReportInputError(f"{name} is empty: not a fastrun cache or rankings file")
+    if found.kind in (cachefile.CURRENT, cachefile.FORMAT1, cachefile.DAMAGED):
+        return _from_cache(name)
+    if found.kind != cachefile.FOREIGN:
+        raise ReportInputError(f"{name} {found.detail}")
     try:
-        document = msgpack.unpackb(data, raw=False, strict_map_key=False)
-    except Exception as problem:  # msgpack raises several unrelated types for bad input
-        raise ReportInputError(
-            f"{name} is not a fastrun cache or rankings file (not a msgpack document: "
-            f"{type(problem).__name__})") from None
+        with open(name, "rb") as file:
+            document = msgpack.unpackb(file.read(), raw=False, strict_map_key=False)
+    except OSError as error:
+        raise ReportInputError(f"cannot read {name}: {error.strerror or error}") from None
+    except Exception:  # msgpack raises several unrelated types for bad input
+        document = None
     kind = document.get("format") if isinstance(document, dict) else None
-    if kind == cache_module.CACHE_FORMAT:
-        return _from_cache_bytes(name, data)
     if kind == RANKINGS_FORMAT:
         return _from_rankings(name)
-    raise ReportInputError(
-        f"{name} is not a fastrun cache or rankings file (format {kind!r}; expected "
-        f"{cache_module.CACHE_FORMAT!r} or {RANKINGS_FORMAT!r})")
+    raise ReportInputError(f"{name} is not a fastrun cache or rankings file "
+                           f"({found.detail.partition('(')[2].rstrip(')') or 'unknown content'})")
 
 
 def _operator_of(category: str) -> str:
-    """'cpu;...|matmul@1|format=1' -> 'matmul' (the chooser's category layout)."""
-    parts = category.split("|")
-    return parts[1].split("@", 1)[0] if len(parts) > 1 and parts[1] else "?"
+    return category_module.operator_of(category) or "?"
 
 
-def _from_cache_bytes(name: str, data: bytes) -> ReportData:
-    # The cache module's own decoder, so that the report accepts exactly what fastrun accepts.
+def _from_cache(name: str) -> ReportData:
+    # The cache module's own reader, so that the report accepts exactly what fastrun accepts.
     try:
-        contents = cache_module.decode_cache_bytes(data, name)
+        contents = cache_module.read_cache_file(name)
+    except OSError as error:
+        raise ReportInputError(f"cannot read {name}: {error.strerror or error}") from None
     except cache_module.CacheFormatError as problem:
         raise ReportInputError(f"{name} is not a readable fastrun cache: {problem}") from None
     problems = []
@@ -861,8 +867,8 @@ def _problem_section(problem: ProblemData, device_numbers: dict[str, int],
         meta.append(f'key <code>{esc(problem.key)}</code>')
     if many_devices:
         meta.append(f'device D{device_numbers[problem.device]}')
-    meta.append(f'category <code>{esc(problem.category.partition("|")[2] or problem.category)}'
-                '</code>')
+    where = category_module.split(problem.category)[1] or problem.category
+    meta.append(f'category <code>{esc(where)}</code>')
     if problem.weight is not None:
         meta.append(f"weight {problem.weight:g}")
     meta.append(f"{len(problem.entries)} measured")

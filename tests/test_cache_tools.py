@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 import fastrun
-from fastrun import cachetools
+from fastrun import cachefile, cachetools
 from fastrun.attribute import AlgoAttribute
 from fastrun.cache import CacheFormatError, Categories, FileCache, read_cache_file
 from fastrun.cli.main import main
@@ -89,7 +89,7 @@ def test_show_ranks_every_key_and_names_the_lookup_choice(cache_file: Path, caps
     assert {c["operator"] for c in report["categories"]} == {"matmul", "conv"}
     for cat in report["categories"]:
         assert cat["category"].startswith(cat["device"] + "|")
-        assert cat["category"].endswith(f"|{cat['operator']}@{cat['operator_version']}|format=1")
+        assert cat["category"].endswith(f"|{cat['operator']}@{cat['operator_version']}")
         for item in cat["keys"]:
             times = [e["time_s"] for e in item["entries"]]
             assert times == sorted(times) and item["lookup"] == item["entries"][0]["algorithm"]
@@ -271,7 +271,7 @@ def test_diff_across_device_categories_compares_relative_times(cache_file: Path,
     # the same measurements on a machine three times slower, strassen relatively worse there
     b: Categories = {}
     for cat, keys in a.items():
-        moved = "cpu;Other CPU;x86-64-v2;threads=1" + cat[cat.index("|"):]
+        moved = "cpu;processor=Other CPU;isa=x86-64-v2;threads=1" + cat[cat.index("|"):]
         b[moved] = {k: [dataclasses.replace(e, time_s=e.time_s * 3 * (
             2 if (cat, k, e.algorithm) == (category, key, "strassen") else 1)) for e in entries]
             for k, entries in keys.items()}
@@ -279,7 +279,7 @@ def test_diff_across_device_categories_compares_relative_times(cache_file: Path,
 
     report = cli_json(capsys, "diff", str(cache_file), str(tmp_path / "b.bin"))
     assert report["cross_device"] and "not absolute times" in report["note"]
-    assert report["devices_b"] == ["cpu;Other CPU;x86-64-v2;threads=1"]
+    assert report["devices_b"] == ["cpu;processor=Other CPU;isa=x86-64-v2;threads=1"]
     assert report["keys_only_in_a"] == report["keys_only_in_b"] == []
     assert report["summary"]["common_keys"] == len(key_set(a))
     flagged = [(i["key"], alg["algorithm"]) for i in report["common"] for alg in i["algorithms"]
@@ -401,7 +401,9 @@ def test_export_json_round_trip(cache_file: Path, tmp_path: Path, capsys) -> Non
     ["prune", "{bad}", "--older-than", "1d", "--dry-run"],
 ])
 @pytest.mark.parametrize("content", [b"\xc1 not msgpack",
-                                     msgpack.packb({"format": "something-else", "version": 1})])
+                                     msgpack.packb({"format": "something-else", "version": 1}),
+                                     cachefile.header() + b"damaged",
+                                     cachefile.MAGIC + b"\x07\x00\x00\x00 a newer format"])
 def test_corrupt_or_foreign_file_is_reported_and_left_alone(argv, content, cache_file: Path,
                                                             tmp_path: Path, capsys) -> None:
     bad = tmp_path / "bad.bin"
@@ -409,7 +411,7 @@ def test_corrupt_or_foreign_file_is_reported_and_left_alone(argv, content, cache
     names = {"bad": str(bad), "good": str(cache_file), "out": str(tmp_path / "out.bin")}
     code, out, err = cli(capsys, *(arg.format(**names) for arg in argv))
     assert code == 2 and out == ""
-    assert err.startswith(f"fastrun: error: cache file {bad}:") and "left unchanged" in err
+    assert err.startswith(f"fastrun: error: cache file {bad} ") and "left unchanged" in err
     assert bad.read_bytes() == content
     assert sorted(p.name for p in tmp_path.iterdir() if "corrupt" in p.name) == []
     assert not (tmp_path / "out.bin").exists()

@@ -10,10 +10,13 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from typing import Any
 
 from fastrun._files import atomic_write
+from fastrun.category import printable
+from fastrun.category import split as split_category
 from fastrun.cli.formatting import human_bytes, human_seconds
 
 MERGE_RULE = ("for each key, entries are combined by algorithm; of two measurements of the same "
@@ -52,10 +55,11 @@ def _add_selection(parser: argparse.ArgumentParser, what: str) -> None:
 def add_parser(commands: Any) -> None:
     """Add ``fastrun cache`` and its actions to the ``fastrun`` subcommands."""
     cache = commands.add_parser(
-        "cache", help="inspect and maintain cache files: show, merge, diff, prune, export",
+        "cache", help="inspect and maintain cache files: show, merge, diff, prune, compact, "
+                 "export",
         description="Inspect and maintain fastrun cache files. show, diff and export only "
-                    "read (a corrupt file is reported and left as it is); merge and prune "
-                    "rewrite the output atomically under the cache's lock.")
+                    "read (a damaged file is reported and left as it is); merge, prune and "
+                    "compact rewrite the output atomically under the cache's lock.")
     actions = cache.add_subparsers(dest="cache_command", required=True, metavar="ACTION")
 
     show = actions.add_parser(
@@ -65,6 +69,9 @@ def add_parser(commands: Any) -> None:
                     "fastest REPRODUCIBLE one when it differs. Dates are UTC.")
     show.add_argument("file", help="cache file")
     _add_selection(show, "show")
+    show.add_argument("--device", default="cpu",
+                      help="say which categories apply to this device of this machine, and "
+                           "which facts differ where not (default cpu; 'none': do not compare)")
     show.add_argument("--json", action="store_true", help="print one JSON object")
     show.set_defaults(handler=_cmd_show)
 
@@ -111,6 +118,15 @@ def add_parser(commands: Any) -> None:
     prune.add_argument("--json", action="store_true", help="print the report as JSON")
     prune.set_defaults(handler=_cmd_prune)
 
+    compact = actions.add_parser(
+        "compact", help="fold the log of measurements into a new snapshot",
+        description="Rewrite a cache file as one snapshot of its contents, atomically under "
+                    "its lock (a put appends to the file's log; searches compact it from time "
+                    "to time). A format-1 file is converted to format 2.")
+    compact.add_argument("file", help="cache file")
+    compact.add_argument("--json", action="store_true", help="print the counts as JSON")
+    compact.set_defaults(handler=_cmd_compact)
+
     export = actions.add_parser(
         "export", help="write the whole cache as JSON",
         description="Write the whole cache as one JSON document "
@@ -136,7 +152,8 @@ def _print_json(document: Any) -> None:
 def _cmd_show(args: argparse.Namespace) -> int:
     from fastrun import cachetools
 
-    report = cachetools.show(args.file, args.category, args.operator)
+    device = None if args.device == "none" else args.device
+    report = cachetools.show(args.file, args.category, args.operator, device)
     if args.json:
         _print_json(report)
     else:
@@ -178,9 +195,26 @@ def _cmd_prune(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_compact(args: argparse.Namespace) -> int:
+    from fastrun import cachetools
+
+    report = cachetools.compact(args.file)
+    if args.json:
+        _print_json(report)
+    else:
+        print(f"compacted {report['file']}: {_summary(report)}; "
+              f"{human_bytes(report['bytes_before'])} -> {human_bytes(report['bytes_after'])}")
+    return 0
+
+
 def _cmd_export(args: argparse.Namespace) -> int:
     from fastrun import cachetools
 
+    if args.output is not None and os.path.exists(args.output) and os.path.exists(args.file) \
+            and os.path.samefile(args.output, args.file):
+        raise cachetools.CacheToolError(
+            f"-o {args.output} is the cache file being exported: it would be replaced by its "
+            "JSON export; choose another output file")
     text = json.dumps(cachetools.export(args.file), indent=1) + "\n"
     if args.output is None:
         sys.stdout.write(text)
@@ -211,13 +245,22 @@ def _summary(counts: dict[str, int]) -> str:
 
 def show_text(report: dict[str, Any]) -> str:
     lines = [f"cache file {report['file']}: {_summary(report['summary'])}"]
+    if report["skipped"]:
+        count = _plural(len(report["skipped"]), "invalid entry", "invalid entries")
+        lines.append(f"skipped {count}:")
+        lines += [f"  {printable(item['key'])} [{printable(item['category'])}]: "
+                  f"{printable(item['why'])}" for item in report["skipped"]]
     for category in report["categories"]:
-        lines += ["", f"{category['device']}", f"  | {category['category'].partition('|')[2]}"]
+        lines += ["", printable(category["device"]),
+                  f"  | {printable(split_category(category['category'])[1])}"]
+        if category.get("applies_here") is False:
+            lines.append("  does not apply to this device: "
+                         + printable("; ".join(category["differences"])))
         for item in category["keys"]:
-            choice = f"lookup -> {item['lookup']}"
+            choice = f"lookup -> {printable(str(item['lookup']))}"
             if item["lookup_reproducible"] != item["lookup"]:
-                choice += f"; reproducible -> {item['lookup_reproducible'] or '(none)'}"
-            lines += ["", f"  {item['key']}", f"    {choice}",
+                choice += f"; reproducible -> {printable(item['lookup_reproducible'] or '(none)')}"
+            lines += ["", f"  {printable(item['key'])}", f"    {choice}",
                       f"    {'rank':<5}{'algorithm':<34} {'median':>11} {'spread':>11} "
                       f"{'workspace':>11} {'error':>9} {'n':>5}  {'measured (UTC)':<16} "
                       f"{'version':<8} attributes"]
@@ -226,10 +269,10 @@ def show_text(report: dict[str, Any]) -> str:
                 error = "-" if entry["error"] is None else f"{entry['error']:.1e}"
                 measured = entry["measured"].replace("T", " ")[:16]
                 lines.append(
-                    f"    {mark}{rank:<4}{entry['algorithm']:<34} "
+                    f"    {mark}{rank:<4}{printable(entry['algorithm']):<34} "
                     f"{human_seconds(entry['time_s']):>11} {human_seconds(entry['spread_s']):>11} "
                     f"{human_bytes(entry['workspace_bytes']):>11} {error:>9} "
-                    f"{entry['repeats']:>5}  {measured:<16} {entry['version']:<8} "
+                    f"{entry['repeats']:>5}  {measured:<16} {printable(entry['version']):<8} "
                     f"{'|'.join(entry['attributes']) or '-'}")
     if report["categories"]:
         lines += ["", "(* what a plain lookup chooses: the fastest entry)"]
@@ -267,17 +310,23 @@ def diff_text(report: dict[str, Any]) -> str:
     summary = report["summary"]
     lines = [f"A: {report['a']}", f"B: {report['b']}", f"note: {report['note']}"]
     if report["cross_device"]:
-        lines += [f"  A device: {d}" for d in report["devices_a"]]
-        lines += [f"  B device: {d}" for d in report["devices_b"]]
+        lines += [f"  A device: {printable(d)}" for d in report["devices_a"]]
+        lines += [f"  B device: {printable(d)}" for d in report["devices_b"]]
     for side in ("a", "b"):
         items = report[f"categories_only_in_{side}"]
         if items:
             lines.append(f"categories only in {side.upper()} ({len(items)}):")
-            lines += [f"  {item['category']} ({_plural(item['keys'], 'key')})" for item in items]
+            other = "b" if side == "a" else "a"
+            for item in items:
+                lines.append(f"  {printable(item['category'])} ({_plural(item['keys'], 'key')})")
+                if item.get(f"differs_from_{other}"):
+                    lines.append(f"    differs from {other.upper()}: "
+                                 f"{printable(item[f'differs_from_{other}'])}")
         keys = report[f"keys_only_in_{side}"]
         if keys:
             lines.append(f"keys only in {side.upper()} ({len(keys)}):")
-            lines += [f"  {item['key']}  [{item['category']}]" for item in keys]
+            lines += [f"  {printable(item['key'])}  [{printable(item['category'])}]"
+                      for item in keys]
     lines.append(f"common keys: {summary['common_keys']}, winner changes: "
                  f"{summary['winner_changes']}, flagged ratios: {summary['flagged']} "
                  f"(threshold {report['threshold']:.0%})")
@@ -285,21 +334,23 @@ def diff_text(report: dict[str, Any]) -> str:
     shown_category = None
     for item in report["common"]:
         # across devices the categories differ in their device part: show what is shared
-        where = item["category_a"].partition("|")[2] if cross else item["category_a"]
+        where = split_category(item["category_a"])[1] if cross else item["category_a"]
         if where != shown_category:
-            lines += ["", f"category {where}"]
+            lines += ["", f"category {printable(where)}"]
             shown_category = where
-        lines += ["", f"  {item['key']}"]
+        lines += ["", f"  {printable(item['key'])}"]
         change = "CHANGED" if item["winner_changed"] else "same"
-        lines.append(f"    winner: {item['winner_a']} -> {item['winner_b']} ({change})")
+        lines.append(f"    winner: {printable(str(item['winner_a']))} -> "
+                     f"{printable(str(item['winner_b']))} ({change})")
         if cross and item["reference"]:
-            lines.append(f"    times relative to {item['reference']} within each file")
+            lines.append(f"    times relative to {printable(item['reference'])} within each "
+                         "file")
         header = f"    {'algorithm':<34} {'A':>11} {'B':>11} {'B/A':>8}"
         if cross:
             header += f" {'rel A':>8} {'rel B':>8} {'rel B/A':>8}"
         lines.append(header)
         for alg in item["algorithms"]:
-            row = (f"    {alg['algorithm']:<34} {human_seconds(alg['time_a']):>11} "
+            row = (f"    {printable(alg['algorithm']):<34} {human_seconds(alg['time_a']):>11} "
                    f"{human_seconds(alg['time_b']):>11} {_ratio_text(alg['time_ratio']):>8}")
             if cross:
                 row += (f" {_ratio_text(alg['relative_a']):>8} "
@@ -309,7 +360,8 @@ def diff_text(report: dict[str, Any]) -> str:
             lines.append(row)
         for side in ("a", "b"):
             if item[f"only_in_{side}"]:
-                lines.append(f"    only in {side.upper()}: {', '.join(item[f'only_in_{side}'])}")
+                names = ", ".join(printable(name) for name in item[f"only_in_{side}"])
+                lines.append(f"    only in {side.upper()}: {names}")
     if any(alg["flagged"] for item in report["common"] for alg in item["algorithms"]):
         lines += ["", "(! ratio beyond the threshold)"]
     return "\n".join(lines)
@@ -325,14 +377,14 @@ def prune_text(report: dict[str, Any]) -> str:
         lines = [f"removed {_summary(removed)} from {report['file']}; left: {left}"]
     else:
         lines = [f"nothing to remove from {report['file']}; left: {left}"]
-    lines += [f"  category {c}" for c in report["removed_categories"]]
+    lines += [f"  category {printable(c)}" for c in report["removed_categories"]]
     # keys of a category removed whole are not listed again
     whole = set(report["removed_categories"])
     shown = [item for item in report["removed_keys"] if item["category"] not in whole]
     hidden = len(shown) - 50
     shown = shown[:50]
-    lines += [f"  key {item['key']} ({_plural(item['entries'], 'entry', 'entries')})  "
-              f"[{item['category']}]" for item in shown]
+    lines += [f"  key {printable(item['key'])} ({_plural(item['entries'], 'entry', 'entries')})"
+              f"  [{printable(item['category'])}]" for item in shown]
     if hidden > 0:
         lines.append(f"  ... and {hidden} more keys")
     return "\n".join(lines)

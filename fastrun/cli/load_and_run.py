@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from fastrun.cli import formatting
+from fastrun.cli import formatting, pipes, unsaved
 from fastrun.cli.main import add_strategy_arguments, strategy_from
 
 log = logging.getLogger("fastrun.load_and_run")
@@ -147,6 +147,22 @@ def _check_with_onnxruntime(model_spec: str, model, feeds, outputs) -> tuple[boo
     return ok, "check against onnxruntime:\n" + "\n".join(lines)
 
 
+def _cache_mismatches(session: Any) -> list[str]:
+    """For each operator whose entries in the cache were made for another category: which
+    facts differ from this device's, e.g. ``conv: threads 16 (cache) vs 2 (this device)``."""
+    from fastrun import category
+
+    cached = session.cache.categories()
+    lines = []
+    for name in session.registry.operators():
+        wanted = session.chooser.category(session.registry.operator(name))
+        if wanted not in cached:
+            why = category.explain(cached, wanted)
+            if why:
+                lines.append(f"{name}: {category.printable(why)}")
+    return lines
+
+
 def run(args: argparse.Namespace) -> int:
     from fastrun.api import Session
     from fastrun.cache import InMemoryCache
@@ -171,7 +187,10 @@ def run(args: argparse.Namespace) -> int:
     load_seconds = time.perf_counter() - started
     feeds = {**model.random_inputs(args.seed), **given}
     started = time.perf_counter()
-    model.search()
+    try:
+        model.search()
+    finally:
+        unsaved.finish(session.cache, args.save_cache_to, "load_and_run")
     search_wall = time.perf_counter() - started
     stats = session.stats
     outputs, totals, step_times = _time_iterations(model, feeds, max(args.iter, 1),
@@ -214,12 +233,19 @@ def run(args: argparse.Namespace) -> int:
               f"{model.layout_plan.reorders} conversion(s)")
     print(f"run        {len(totals)} iteration(s): median {summary['iter_ms_median']:.3f} ms, "
           f"min {summary['iter_ms_min']:.3f} ms")
+    mismatches = _cache_mismatches(session) if args.algo_policy else []
     if args.algo_policy and decided and stats.cache_hits < MISMATCH_SHARE * decided \
             and cache_only:
         print(f"load_and_run: warning: {decided - stats.cache_hits} of {decided} problems were "
               f"not in {args.algo_policy}; was it made for another model, device "
               f"({session.device.category}) or fastrun version? Search with --fast-run to "
               "add them.", file=sys.stderr)
+        for line in mismatches:
+            print(f"  {line}", file=sys.stderr)
+    elif args.verbose and mismatches:
+        print("cache entries that do not apply to this device:")
+        for line in mismatches:
+            print(f"  {line}")
     status = 0
     if args.check:
         ok, text = _check_with_onnxruntime(args.model, model, feeds, outputs)
@@ -238,6 +264,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING,
                         format="%(levelname)s %(name)s: %(message)s")
+    unsaved.quiet_warnings()
     if args.iter < 1 or args.warmup_iter < 0:
         print("load_and_run: error: --iter must be >= 1 and --warmup-iter >= 0", file=sys.stderr)
         return 2
@@ -246,6 +273,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     try:
         return run(args)
+    except BrokenPipeError:
+        return pipes.closed()
     except (NoUsableAlgorithmError, RegistryError, ValueError, OSError) as error:
         print(f"load_and_run: error: {error}", file=sys.stderr)
         return 2

@@ -5,13 +5,14 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import math
 import sys
 from collections.abc import Sequence
 from typing import Any
 
 from fastrun import config
 from fastrun.algorithm import parse_value
-from fastrun.cli import formatting
+from fastrun.cli import formatting, pipes, unsaved
 
 
 def _parse_shape(text: str) -> tuple[int, ...]:
@@ -39,7 +40,33 @@ def _parse_attr(text: str) -> tuple[str, Any]:
     name, sep, value = text.partition("=")
     if not sep or not name:
         raise argparse.ArgumentTypeError(f"bad attribute {text!r}: expected NAME=VALUE")
-    return name, parse_value(value)
+    parsed = parse_value(value)
+    for number in parsed if isinstance(parsed, tuple) else (parsed,):
+        if isinstance(number, float) and not math.isfinite(number):
+            raise argparse.ArgumentTypeError(
+                f"bad attribute {text!r}: {number} is not a finite number")
+    return name, parsed
+
+
+def _parse_dtype(text: str) -> str:
+    import numpy as np
+
+    try:
+        return np.dtype(text).name
+    except TypeError:
+        raise argparse.ArgumentTypeError(
+            f"bad dtype {text!r}: expected a numpy dtype, e.g. float32 or float64") from None
+
+
+def _parse_budget(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not 0 < value < math.inf:
+        raise argparse.ArgumentTypeError(
+            f"bad budget {text!r}: expected a positive number of seconds, e.g. 0.2")
+    return value
 
 
 def add_strategy_arguments(parser: argparse.ArgumentParser) -> None:
@@ -57,8 +84,9 @@ def add_strategy_arguments(parser: argparse.ArgumentParser) -> None:
                         metavar="FILE",
                         help="cache file; alone: read it and use heuristics for misses; with "
                              "--fast-run/--full-run: search what is missing, saving as it goes")
-    parser.add_argument("--budget", type=float, default=None, metavar="SECONDS",
+    parser.add_argument("--budget", type=_parse_budget, default=None, metavar="SECONDS",
                         help="timed repeats per candidate (default 0.2 s, FASTRUN_PROFILE_BUDGET)")
+    unsaved.add_argument(parser)
 
 
 def strategy_from(args: argparse.Namespace) -> str:
@@ -91,7 +119,10 @@ def _cmd_profile(args: argparse.Namespace) -> int:
     if args.weight_preprocess:
         params["weight_preprocess"] = True
     problem = session.problem(args.operator, shapes, [args.dtype] * len(shapes), **params)
-    decision = session.decide(problem)
+    try:
+        decision = session.decide(problem)
+    finally:
+        unsaved.finish(session.cache, args.save_cache_to, "fastrun")
     report = formatting.decision_dict(decision, session)
     if args.json:
         print(json.dumps(report, indent=2))
@@ -173,7 +204,8 @@ def build_parser() -> argparse.ArgumentParser:
     profile.add_argument("operator", help="operator name, e.g. matmul")
     profile.add_argument("--inputs", type=_parse_shapes, required=True, metavar="SHAPES",
                          help="comma-separated input shapes, e.g. 256x512,512x128")
-    profile.add_argument("--dtype", default="float32", help="input dtype (default float32)")
+    profile.add_argument("--dtype", type=_parse_dtype, default="float32",
+                         help="input dtype (default float32)")
     profile.add_argument("--attrs", nargs="*", type=_parse_attr, default=[], metavar="NAME=VALUE",
                          help="operator parameters, e.g. strides=1,1 group=1")
     profile.add_argument("--bias", action="store_true",
@@ -219,11 +251,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     level = {0: logging.WARNING, 1: logging.INFO}.get(args.verbose, logging.DEBUG)
     logging.basicConfig(level=level, format="%(levelname)s %(name)s: %(message)s")
+    unsaved.quiet_warnings()
     from fastrun.chooser import NoUsableAlgorithmError
     from fastrun.registry import RegistryError
 
     try:
         return args.handler(args)
+    except BrokenPipeError:
+        return pipes.closed()
     except (NoUsableAlgorithmError, RegistryError, ValueError) as error:
         print(f"fastrun: error: {error}", file=sys.stderr)
         return 2

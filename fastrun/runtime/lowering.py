@@ -23,6 +23,7 @@ from typing import Any
 
 import numpy as np
 
+from fastrun import limits
 from fastrun.operator import Problem
 from fastrun.registry import Registry, RegistryError
 from fastrun.runtime.errors import ModelError, UnsupportedOperatorError
@@ -122,6 +123,7 @@ class Builder:
             dtype = np.dtype(definition.output_dtype(problem))
         except ValueError as error:
             raise UnsupportedOperatorError([(node.op_type, node.name, str(error))]) from None
+        self.check_size(shape, dtype)
         if all(v.is_const for v in inputs):
             result = np.asarray(self.evaluate(problem, [v.const for v in inputs]))
             return self.const(result, self._name(node.outputs[0] if node.outputs else "folded"))
@@ -178,6 +180,14 @@ class Builder:
                 "be constant (an initializer, a Constant or foldable from static shapes)")],
                 value.name)
         return value.const
+
+    def check_size(self, shape: Sequence[int], dtype: Any) -> None:
+        """Refuse, before allocating, a tensor larger than the memory limit
+        (:mod:`fastrun.limits`), naming the node."""
+        try:
+            limits.check_tensor(shape, dtype, f"node {self.node.name!r} ({self.node.op_type})")
+        except limits.TensorTooLargeError as error:
+            raise ModelError(str(error)) from None
 
     def unsupported(self, why: str) -> UnsupportedOperatorError:
         return UnsupportedOperatorError([(self.node.op_type, self.node.name, why)])
@@ -252,6 +262,7 @@ def _constant_of_shape(b: Builder, node: Node, ins: list[Value | None]) -> list[
     shape = _ints(b.constant_input(ins[0], "shape"))
     fill = node.attr("value")
     fill = np.zeros(1, np.float32) if fill is None else np.asarray(fill)
+    b.check_size(shape, fill.dtype)
     return [b.const(np.full(shape, fill.reshape(-1)[0], dtype=fill.dtype))]
 
 

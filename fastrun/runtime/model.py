@@ -26,7 +26,7 @@ from typing import Any
 
 import numpy as np
 
-from fastrun import _memory, config
+from fastrun import _memory, config, limits
 from fastrun.api import Session
 from fastrun.cache import InMemoryCache
 from fastrun.chooser import AlgoChooser, Decision, NoUsableAlgorithmError, PreparedCall
@@ -458,6 +458,10 @@ def _input_values(graph: Graph, shapes: dict[str, Sequence[int]],
             shape = tuple(dims)
         if batch is not None and spec.name in shapes and shape and shape[0] != batch:
             raise ModelError(f"input {spec.name!r} has batch {shape[0]}, not {batch}")
+        try:
+            limits.check_tensor(shape, spec.dtype, f"input {spec.name!r}")
+        except limits.TensorTooLargeError as error:
+            raise ModelError(str(error)) from None
         values[spec.name] = Value(spec.name, shape, spec.dtype)
         log.debug("input %s: %s%s (%d elements)", spec.name, spec.dtype, list(shape),
                   math.prod(shape))

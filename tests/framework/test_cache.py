@@ -19,9 +19,9 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from fastrun import cache as cache_module
+from fastrun import cachefile
 from fastrun.attribute import AlgoAttribute
 from fastrun.cache import (
-    CACHE_FORMAT,
     CACHE_FORMAT_VERSION,
     CacheCorruptWarning,
     Entry,
@@ -275,10 +275,9 @@ def test_file_round_trip_preserves_every_field(tmp_path: Path) -> None:
     assert reread.get("cpu:x86|conv|v1|f1", "N1C3H8W8,float32;K=3") == prune(entries)
     assert len(prune(entries)) == 3
 
-    document = msgpack.unpackb(path.read_bytes())
-    assert document["format"] == CACHE_FORMAT == "fastrun-cache"
-    assert document["version"] == CACHE_FORMAT_VERSION == 1
-    raw = document["categories"]["cpu:x86|conv|v1|f1"]["N1C3H8W8,float32;K=3"]
+    data = path.read_bytes()
+    assert data.startswith(cachefile.MAGIC) and CACHE_FORMAT_VERSION == 2
+    raw = cachefile.read(data).snapshot["cpu:x86|conv|v1|f1"]["N1C3H8W8,float32;K=3"]
     assert raw[0] == ["winograd(f=2x3)", [], 0.0005, 2e-6, 4096, 0.0, 100, 1.0, "0.1.0"]
     assert raw[1][1] == ["REPRODUCIBLE", "USABLE_DEPEND_ON_SHAPE"]
     assert raw[1][5] is None
@@ -423,27 +422,33 @@ def _valid_file_bytes(tmp_path: Path) -> bytes:
 
 
 def _document(**changes: object) -> bytes:
-    document = {"format": CACHE_FORMAT, "version": CACHE_FORMAT_VERSION, "categories": {}}
+    """A format-1 file (one msgpack document), as fastrun 0.1 wrote them."""
+    document = {"format": "fastrun-cache", "version": 1, "categories": {}}
     document.update(changes)
     return msgpack.packb(document, use_bin_type=True)
 
 
-CORRUPT_CASES = {
-    "garbage": (lambda tmp: b"\xc1\xffthis is not a cache\x00" * 10, "msgpack"),
-    "not a map": (lambda tmp: msgpack.packb([1, 2, 3]), "not a map"),
-    "wrong format": (lambda tmp: _document(format="someone-else"), "format"),
-    "future version": (lambda tmp: _document(version=CACHE_FORMAT_VERSION + 1), "version"),
-    "truncated": (lambda tmp: _valid_file_bytes(tmp)[:-700], "msgpack"),
-    "bad key value": (lambda tmp: _document(categories={"cpu": {"k": 5}}), "not mapped"),
-    "bad entry": (lambda tmp: _document(categories={"cpu": {"k": [[1, 2]]}}), "fields"),
+def _flip(data: bytes, offset: int) -> bytes:
+    return data[:offset] + bytes([data[offset] ^ 0xFF]) + data[offset + 1:]
+
+
+#: Clearly fastrun caches that cannot be read: moved aside, as the evidence.
+DAMAGED_CASES = {
+    "snapshot cut short": (lambda tmp: _valid_file_bytes(tmp)[:-700], "cut short"),
+    "snapshot checksum": (lambda tmp: _flip(_valid_file_bytes(tmp), 40), "checksum"),
+    "header only": (lambda tmp: cachefile.header(), "cut short"),
+    "header cut short": (lambda tmp: cachefile.MAGIC + b"\x02", "header"),
+    "format 1 cut short": (lambda tmp: _document(categories={"cpu": {"k": []}})[:-3],
+                           "msgpack"),
+    "format 1 without categories": (lambda tmp: _document(categories=5), "not a map"),
 }
 
 
-@pytest.mark.parametrize("case", list(CORRUPT_CASES))
-def test_corrupt_file_is_moved_aside(
+@pytest.mark.parametrize("case", list(DAMAGED_CASES))
+def test_damaged_cache_is_moved_aside(
     case: str, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    make_bytes, message = CORRUPT_CASES[case]
+    make_bytes, message = DAMAGED_CASES[case]
     data = make_bytes(tmp_path)
     path = tmp_path / "cache.msgpack"
     path.write_bytes(data)
@@ -462,38 +467,40 @@ def test_corrupt_file_is_moved_aside(
     assert corrupt_files(path) == [moved]
 
 
-def test_corrupt_file_appearing_before_put_is_not_overwritten(tmp_path: Path) -> None:
+def test_damaged_file_appearing_before_put_is_not_overwritten(tmp_path: Path) -> None:
     path = tmp_path / "cache.msgpack"
     cache = FileCache(path)
     cache.put("cpu", "old", [entry()])
-    garbage = b"\x00\x01 written by something else \xff"
-    path.write_bytes(garbage)
+    damaged = cachefile.header() + b"\x05\x00\x00\x00 torn"
+    path.write_bytes(damaged)
 
     with pytest.warns(CacheCorruptWarning, match="moved to"):
         cache.put("cpu", "new", [entry("new")])
 
     [moved] = corrupt_files(path)
-    assert moved.read_bytes() == garbage
+    assert moved.read_bytes() == damaged
     fresh = load_without_warnings(path)
     assert fresh.get("cpu", "new") == [entry("new")]
     assert fresh.get("cpu", "old") is None
     assert cache.get("cpu", "old") is None  # memory follows the file
 
 
-def test_second_corrupt_file_does_not_replace_the_first(tmp_path: Path) -> None:
+def test_second_damaged_file_does_not_replace_the_first(tmp_path: Path) -> None:
     path = tmp_path / "cache.msgpack"
-    for garbage in (b"\xc1first", b"\xc1second"):
-        path.write_bytes(garbage)
+    for tail in (b"first", b"second"):
+        path.write_bytes(cachefile.header() + tail)
         with pytest.warns(CacheCorruptWarning):
             FileCache(path)
-    assert sorted(p.read_bytes() for p in corrupt_files(path)) == [b"\xc1first", b"\xc1second"]
+    assert sorted(p.read_bytes() for p in corrupt_files(path)) == [
+        cachefile.header() + b"first", cachefile.header() + b"second"]
 
 
-def test_corrupt_file_that_cannot_be_moved_is_left_alone(
+def test_damaged_file_that_cannot_be_moved_is_left_alone(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     path = tmp_path / "cache.msgpack"
-    path.write_bytes(b"\xc1garbage")
+    damaged = cachefile.header() + b"garbage"
+    path.write_bytes(damaged)
 
     def refuse(source: str, target: str) -> None:
         raise PermissionError(13, "Permission denied", source)
@@ -503,11 +510,12 @@ def test_corrupt_file_that_cannot_be_moved_is_left_alone(
         cache = FileCache(path)
     assert len(cache) == 0
     with warnings.catch_warnings():
-        warnings.simplefilter("error", CacheCorruptWarning)
+        warnings.simplefilter("error")
         assert cache.get("cpu", "k") is None  # no new warning on every miss
-    with pytest.raises(PermissionError):
-        cache.put("cpu", "k", [entry()])
-    assert path.read_bytes() == b"\xc1garbage"
+        cache.put("cpu", "k", [entry()])  # kept in memory, without a second warning
+    assert cache.get("cpu", "k") == [entry()]
+    assert cache.unsaved == 1
+    assert path.read_bytes() == damaged
 
 
 def test_unreadable_entry_is_skipped_on_get(tmp_path: Path) -> None:

@@ -17,6 +17,7 @@ from fastrun.algorithm import Algorithm
 from fastrun.api import Session
 from fastrun.attribute import AlgoAttribute
 from fastrun.cache import InMemoryCache
+from fastrun.category import clean, parse_device
 from fastrun.cli import load_and_run
 from fastrun.cli.main import main
 from fastrun.device import CPUDevice, get_device
@@ -65,10 +66,6 @@ def test_without_a_platform_the_error_says_so(monkeypatch, capsys):
     assert "no OpenCL platform" in capsys.readouterr().err
 
 
-def test_category_values_are_sanitised():
-    assert opencl._clean(" a|b;c \n d ") == "a/b,c d"
-
-
 # -- selection ----------------------------------------------------------------------------------
 @needs_platform
 def test_selection_by_default_by_indices_and_by_variable(device, monkeypatch):
@@ -98,13 +95,12 @@ def test_a_bad_index_lists_the_available_devices(device):
 
 @needs_platform
 def test_category_names_platform_device_driver_and_version(device):
-    fields = device.category.split(";")
-    assert fields[0] == "opencl"
-    named = dict(field.split("=", 1) for field in fields[1:])
+    named = dict(parse_device(device.category))
+    assert named["device"] == "opencl"
     cl_device = device.cl_device
-    assert named["platform"] == opencl._clean(cl_device.platform.name)
-    assert named["device"] == opencl._clean(cl_device.name)
-    assert named["driver"] == opencl._clean(cl_device.driver_version)
+    assert named["platform"] == clean(cl_device.platform.name)
+    assert named["model"] == clean(cl_device.name)
+    assert named["driver"] == clean(cl_device.driver_version)
     assert named["cl"].startswith("OpenCL ")
     assert named["units"] == str(device.max_compute_units)
     assert "|" not in device.category

@@ -26,7 +26,10 @@ SUPPORTED_DTYPES = ("float32", "float64")
 def _pair(value: Any, spatial: int, name: str, default: int) -> tuple[int, ...]:
     if value is None:
         return (default,) * spatial
-    values = tuple(int(v) for v in (value if isinstance(value, (list, tuple)) else [value]))
+    try:
+        values = tuple(int(v) for v in (value if isinstance(value, (list, tuple)) else [value]))
+    except (OverflowError, TypeError, ValueError):
+        raise ValueError(f"conv {name} must be positive integers, got {value!r}") from None
     if len(values) == 1 and spatial > 1:
         values = values * spatial
     if len(values) != spatial:
@@ -110,7 +113,7 @@ def canonical_params(shapes: Sequence[Sequence[int]], params: Mapping[str, Any])
     if spatial == 1:  # as 2-D with height 1
         strides, dilations = (1, *strides), (1, *dilations)
         begins, ends = (0, *begins), (0, *ends)
-    group = int(params.get("group", 1) or 1)
+    group = 1 if params.get("group") is None else int(params["group"])
     if group < 1:
         raise ValueError(f"conv group must be positive, got {group}")
     result: dict[str, Any] = {

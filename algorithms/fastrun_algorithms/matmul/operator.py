@@ -59,6 +59,7 @@ class MatmulOperator(Operator):
     #: 2: ``register_tiled`` added.  3: ``blas_split`` added (OpenBLAS now runs on one thread).
     #: 4: ``gemv`` added.
     version = 4
+    parameters: frozenset[str] = frozenset()  # matmul takes none
 
     def validate(self, problem: Problem) -> None:
         if problem.operator != self.name:

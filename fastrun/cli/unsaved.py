@@ -1,0 +1,45 @@
+"""What the command line does with measurements its cache file could not take.
+
+A search whose cache file cannot be written (read-only, full, locked for too long, or not a
+fastrun cache at all) goes on in memory (:class:`fastrun.cache.FileCache`); at the end the
+measurements go to ``--save-cache-to FILE``, or to the cache file again where it has become
+writable, and the user is told in one line where they went or that they are lost.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import warnings
+
+
+def add_argument(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--save-cache-to", metavar="FILE",
+                        help="where this run's measurements go if the --algo-policy file "
+                             "cannot be written (read-only, full, locked, not a cache)")
+
+
+def quiet_warnings() -> None:
+    """The cache's warnings reach a command-line user as one log line each; the Python
+    warning with its source line would say the same again."""
+    from fastrun.cache import CacheCorruptWarning, CacheUnwritableWarning
+
+    warnings.simplefilter("ignore", CacheCorruptWarning)
+    warnings.simplefilter("ignore", CacheUnwritableWarning)
+
+
+def finish(cache: object, save_to: str | None, program: str) -> None:
+    """Write what the cache file could not take, and say where it went."""
+    from fastrun.cache import FileCache
+
+    if not isinstance(cache, FileCache) or not cache.unsaved:
+        return
+    count, reason = cache.unsaved, cache.unwritable
+    where = cache.save_unsaved(save_to)
+    if where is not None:
+        print(f"{program}: {count} problem(s) measured in this run could not be written to "
+              f"{cache.path} ({reason}); they were saved to {where}", file=sys.stderr)
+        return
+    hint = ("" if save_to else "; rerun with --save-cache-to FILE to keep them")
+    print(f"{program}: warning: {count} problem(s) measured in this run were not saved "
+          f"({cache.unwritable or reason}){hint}", file=sys.stderr)

@@ -1,0 +1,118 @@
+"""Every mistake a user can make on the command line gets one line naming the bad argument and
+exit status 2, before anything large is allocated; never a traceback (issue 14, item 7)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def run(*argv: str, module: str = "fastrun.cli.main", timeout: float = 120,
+        stdin: str | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", module, *argv], capture_output=True,
+                          text=True, timeout=timeout, cwd=REPO, input=stdin)
+
+
+def one_line_error(done: subprocess.CompletedProcess, *fragments: str) -> None:
+    assert done.returncode == 2, (done.stdout, done.stderr)
+    assert "Traceback" not in done.stderr
+    lines = [line for line in done.stderr.splitlines() if line.strip()]
+    error = next(line for line in lines if "error:" in line)
+    for fragment in fragments:
+        assert fragment in error, (fragment, error)
+
+
+@pytest.mark.parametrize("argv, fragments", [
+    (["--inputs", "200000x200000,200000x200000", "--fast-run"],
+     ["input 0", "[200000, 200000]", "149.0 GiB", "FASTRUN_MEMORY_LIMIT"]),
+    (["--inputs", "8x8,8x8", "--dtype", "notatype"], ["--dtype", "'notatype'"]),
+    (["--inputs", "8x8,8x8", "--attrs", "bogus=1"], ["matmul has no parameter(s) bogus"]),
+    (["--inputs", "8x8,8x8", "--device", "cpu:100000"], ["thread count 100000"]),
+    (["--inputs", "8x8,8x8", "--device", "cpu:0"], ["thread count 0"]),
+    (["--inputs", "8x8,8x8", "--fast-run", "--budget", "nan"], ["--budget", "'nan'"]),
+    (["--inputs", "8x8,8x8", "--fast-run", "--budget", "-5"], ["--budget", "'-5'"]),
+])
+def test_profile_matmul_mistakes(argv: list[str], fragments: list[str]) -> None:
+    started = time.monotonic()
+    one_line_error(run("profile", "matmul", *argv), *fragments)
+    assert time.monotonic() - started < 60, "refused only after allocating"
+
+
+@pytest.mark.parametrize("attrs, fragments", [
+    (["strides=1e400,1"], ["--attrs", "inf is not a finite number"]),
+    (["group=0"], ["conv group must be positive, got 0"]),
+    (["strides=0,1"], ["conv strides must be positive"]),
+    (["dilations=a,b"], ["conv dilations must be positive integers"]),
+])
+def test_profile_conv_mistakes(attrs: list[str], fragments: list[str]) -> None:
+    one_line_error(run("profile", "conv", "--inputs", "1x4x8x8,4x4x3x3", "--attrs", *attrs),
+                   *fragments)
+
+
+def test_memory_limit_setting_is_read_and_checked(monkeypatch: pytest.MonkeyPatch) -> None:
+    from fastrun import limits
+
+    monkeypatch.setenv("FASTRUN_MEMORY_LIMIT", "1MiB")
+    with pytest.raises(limits.TensorTooLargeError, match=r"needs 4\.0 MiB"):
+        limits.check_tensor((1024, 1024), np.float32, "x")
+    limits.check_tensor((256, 1024), np.float32, "x")
+    monkeypatch.setenv("FASTRUN_MEMORY_LIMIT", "lots")
+    with pytest.raises(ValueError, match="FASTRUN_MEMORY_LIMIT"):
+        limits.memory_limit()
+
+
+def _model(path: Path, *, input_shape: list[int], constant_of_shape: list[int] | None = None
+           ) -> Path:
+    nodes = [helper.make_node("Relu", ["x"], ["y"], name="relu")]
+    initializers = []
+    outputs = [helper.make_tensor_value_info("y", TensorProto.FLOAT, input_shape)]
+    if constant_of_shape is not None:
+        initializers.append(numpy_helper.from_array(np.asarray(constant_of_shape, np.int64),
+                                                    "shape"))
+        nodes.append(helper.make_node("ConstantOfShape", ["shape"], ["big"], name="huge_fill"))
+        nodes.append(helper.make_node("Add", ["y", "big"], ["z"], name="add"))
+        outputs = [helper.make_tensor_value_info("z", TensorProto.FLOAT, constant_of_shape)]
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info(
+        "x", TensorProto.FLOAT, input_shape)], outputs, initializers)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    model.ir_version = 8
+    onnx.save(model, path)
+    return path
+
+
+def test_a_model_with_a_huge_input_is_refused_before_allocation(tmp_path: Path) -> None:
+    model = _model(tmp_path / "huge_input.onnx", input_shape=[1, 3, 100000, 100000])
+    started = time.monotonic()
+    one_line_error(run(str(model), "--iter", "1", module="fastrun.cli.load_and_run"),
+                   "input 'x'", "[1, 3, 100000, 100000]", "111.8 GiB")
+    assert time.monotonic() - started < 60
+
+
+def test_a_huge_constant_of_shape_is_refused_naming_the_node(tmp_path: Path) -> None:
+    model = _model(tmp_path / "huge_fill.onnx", input_shape=[1, 900],
+                   constant_of_shape=[1024, 1024, 1024, 900])
+    one_line_error(run(str(model), "--iter", "1", module="fastrun.cli.load_and_run"),
+                   "node 'huge_fill' (ConstantOfShape)", "3.5 TiB")
+
+
+def test_a_closed_pipe_ends_the_output_quietly(tmp_path: Path) -> None:
+    cache = tmp_path / "cache.bin"
+    for rows in range(8, 40):
+        assert run("profile", "matmul", "--inputs", f"{rows}x16,16x8", "--fast-run",
+                   "--budget", "0.001", "--algo-policy", str(cache)).returncode == 0
+    shown = subprocess.run(f"{sys.executable} -m fastrun.cli.main cache show {cache} | head -1",
+                           shell=True, capture_output=True, text=True, cwd=REPO, timeout=120)
+    assert shown.stdout.startswith(f"cache file {cache}:") and shown.stderr == ""
+    rows = subprocess.run(f"{sys.executable} -m fastrun.cli.load_and_run zoo:squeezenet "
+                          "--iter 1 --verbose | head -1", shell=True, capture_output=True,
+                          text=True, cwd=REPO, timeout=300)
+    assert rows.stdout.startswith("node") and "Traceback" not in rows.stderr
