@@ -148,9 +148,20 @@ def parse(category: str) -> Category:
     return Category(parse_device(device), operator, algorithms)
 
 
+def is_legacy(category: str) -> bool:
+    """Whether a category text is in format 1's form (it ended with ``|format=N``)."""
+    return "|format=" in category
+
+
 def normalize(category: str) -> str:
-    """A format-1 file's category in this format's text (named facts, no ``|format=``)."""
-    return parse(category).text
+    """A format-1 file's category in this format's text (named facts, no ``|format=``); a
+    text of this format is returned as it is."""
+    return parse(category).text if is_legacy(category) else category
+
+
+def normalize_device(device: str) -> str:
+    """A device text written by an older fastrun (positional CPU facts) in this form."""
+    return device_text(parse_device(device))
 
 
 def split(category: str) -> tuple[str, str]:

@@ -55,6 +55,15 @@ CONFIRM_PAUSE_S = 1.0
 EARLY_STOP_NOISE = 0.5
 
 
+def _normal_category(text: str) -> str:
+    """A category as this fastrun writes it (rankings files of older versions kept the
+    format-1 form)."""
+    try:
+        return category_module.normalize(text)
+    except category_module.CategoryError:
+        return text
+
+
 class RankingsError(ValueError):
     """A rankings file is missing, unreadable, or not a fastrun rankings file."""
 
@@ -147,7 +156,8 @@ class Rankings:
         try:
             problems = [
                 RankedProblem(
-                    str(p["operator"]), str(p["category"]), str(p["key"]), str(p["label"]),
+                    str(p["operator"]), _normal_category(str(p["category"])), str(p["key"]),
+                    str(p["label"]),
                     int(p["weight"]),
                     [RankedEntry(str(e["algorithm"]), float(e["time_s"]), float(e["spread_s"]),
                                  int(e["repeats"]), int(e["workspace_bytes"]),
@@ -157,7 +167,10 @@ class Rankings:
                     [RankedFailure(str(f["algorithm"]), str(f["reason"]))
                      for f in p["failures"]])
                 for p in data["problems"]]
-            return cls(str(data["suite"]), str(data["device"]), str(data["fastrun_version"]),
+            device = str(data["device"])
+            if any(category_module.is_legacy(str(p["category"])) for p in data["problems"]):
+                device = category_module.normalize_device(device)  # written by fastrun 0.1
+            return cls(str(data["suite"]), device, str(data["fastrun_version"]),
                        float(data["created_at"]), float(data["budget_s"]), problems,
                        str(data.get("strategy", "")), int(data.get("rounds", 1)))
         except (KeyError, TypeError, ValueError, AttributeError) as error:

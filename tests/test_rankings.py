@@ -436,3 +436,19 @@ def test_regress_text_says_when_the_baseline_is_from_another_device(tiny_suite, 
     out = capsys.readouterr().out
     assert "the baseline comes from another device (gpu-from-elsewhere" in out
     assert "only within-run ratios between algorithms are compared, never absolute times" in out
+
+
+def test_older_rankings_files_read_with_named_device_facts(tmp_path: Path) -> None:
+    """Rankings written before categories had named facts still compare as the same device."""
+    baseline = load_rankings(Path(__file__).parents[1] / "caches" / "ci-baseline.msgpack")
+    old = baseline.to_dict()
+    old["device"] = "cpu;Some CPU;x86-64-v4;threads=1;numba=0.68.1"
+    for item in old["problems"]:
+        item["category"] = old["device"] + "|" + item["category"].split("|")[1] \
+            + "|format=1"
+    path = tmp_path / "old.msgpack"
+    path.write_bytes(msgpack.packb(old, use_bin_type=True))
+    loaded = load_rankings(path)
+    assert loaded.device == "cpu;processor=Some CPU;isa=x86-64-v4;threads=1;numba=0.68.1"
+    assert all(p.category.startswith(loaded.device + "|") and "format" not in p.category
+               for p in loaded.problems)
