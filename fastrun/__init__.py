@@ -32,6 +32,8 @@ _EXPORTS = {
     "PersistentCache": "fastrun.cache",
     "InMemoryCache": "fastrun.cache",
     "FileCache": "fastrun.cache",
+    "CacheCorruptWarning": "fastrun.cache",
+    "CacheUnwritableWarning": "fastrun.cache",
     "AlgoChooser": "fastrun.chooser",
     "NoUsableAlgorithmError": "fastrun.chooser",
     "Session": "fastrun.api",

@@ -22,12 +22,14 @@ from fastrun.registry import Registry, default_registry
 from fastrun.strategy import ExecutionPolicy, SearchOptions, Strategy
 
 
-def open_cache(cache: PersistentCache | str | os.PathLike | None) -> PersistentCache:
-    """A cache from a path, an existing cache, or None (the process-wide default)."""
+def open_cache(cache: PersistentCache | str | os.PathLike | None,
+               read_only: bool = False) -> PersistentCache:
+    """A cache from a path, an existing cache, or None (the process-wide default).
+    ``read_only``: a run that searches nothing never moves or writes the file."""
     if cache is None:
         return default_cache()
     if isinstance(cache, (str, os.PathLike)):
-        return FileCache(os.fspath(cache))
+        return FileCache(os.fspath(cache), read_only=read_only)
     return cache
 
 
@@ -42,8 +44,8 @@ class Session:
         self.device = get_device(device)
         if isinstance(self.device, CPUDevice):
             self.device.apply_threads()
-        self.cache = open_cache(cache)
         self.options = SearchOptions.create(strategy, workspace_limit, budget_s, **options)
+        self.cache = open_cache(cache, read_only=not self.options.strategy.profiles)
         self.registry = registry or default_registry()
         if not isinstance(progress, Progress):
             progress = make_progress(progress)

@@ -322,8 +322,11 @@ class FileCache:
     followed: writes go to its target.
     """
 
-    def __init__(self, path: str | os.PathLike[str]) -> None:
+    def __init__(self, path: str | os.PathLike[str], read_only: bool = False) -> None:
         self.path = os.fspath(path)
+        #: a run that searches nothing (cache-only): the file is never moved or written, a
+        #: damaged one included, and puts stay in memory
+        self.read_only = read_only
         #: where the bytes go: a symlink is followed, so a shared target is written, not forked
         self.target = os.path.realpath(self.path)
         self._lock = threading.RLock()
@@ -349,7 +352,12 @@ class FileCache:
         """Replace the in-memory state with the file's current contents."""
         with self._lock:
             found = cachefile.probe(self.target)
-            if found.kind == cachefile.DAMAGED or self._load(found) is not None:
+            problem = found.detail if found.kind == cachefile.DAMAGED else self._load(found)
+            if problem is not None and self.read_only:
+                self._raw = {}
+                self._set_unwritable(f"it is a damaged fastrun cache ({problem}); it is left "
+                                     "untouched")
+            elif problem is not None:
                 # Move aside only under the file lock, after reading again: the bad file may
                 # have been replaced by a writer meanwhile, and that file must not be moved.
                 try:
@@ -518,6 +526,8 @@ class FileCache:
         if not batch:
             return
         with self._lock:
+            if self.read_only and self.unwritable is None:
+                self.unwritable = "opened read-only: this run searches nothing"
             if self.unwritable is None:
                 try:
                     with self._locked_file():

@@ -120,3 +120,16 @@ def test_profile_conv_with_bias_epilogue_and_weight_preprocessing(capsys):
     names = {e["algorithm"].split("(")[0] for e in report["entries"]}
     assert {"winograd_f2x3", "im2col", "direct"} <= names and "naive" not in names
     assert report["excluded"]["conv1x1"].startswith("not usable: conv1x1 needs a 1x1 kernel")
+
+
+def test_other_device_candidates_collapse_and_algorithms_filter_by_device(capsys):
+    assert main(["profile", "matmul", "--inputs", "8x8,8x8"]) == 0
+    text = capsys.readouterr().out
+    assert "runs on opencl devices" not in text
+    assert "opencl candidates: another kind of device" in text
+    assert main(["algorithms", "--device", "cpu"]) == 0
+    listed = capsys.readouterr().out
+    assert "blas" in listed and "[opencl]" not in listed
+    assert main(["algorithms", "matmul", "--device", "opencl"]) == 0
+    listed = capsys.readouterr().out.splitlines()
+    assert listed[0].startswith("matmul") and all("[opencl]" in line for line in listed[1:])

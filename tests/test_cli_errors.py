@@ -116,3 +116,13 @@ def test_a_closed_pipe_ends_the_output_quietly(tmp_path: Path) -> None:
                           "--iter 1 --verbose | head -1", shell=True, capture_output=True,
                           text=True, cwd=REPO, timeout=300)
     assert rows.stdout.startswith("node") and "Traceback" not in rows.stderr
+
+
+def test_check_without_onnxruntime_stops_before_the_search() -> None:
+    done = subprocess.run([sys.executable, "-c", (
+        "import sys; sys.modules['onnxruntime'] = None; "
+        "from fastrun.cli.load_and_run import main; "
+        "sys.exit(main(['zoo:squeezenet', '--fast-run', '--check', '--iter', '1']))")],
+        capture_output=True, text=True, timeout=120, cwd=REPO)
+    one_line_error(done, "--check compares with onnxruntime", "fastrun[check]")
+    assert "search" not in done.stdout

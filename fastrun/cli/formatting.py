@@ -72,6 +72,23 @@ def _policy_lines(policy: dict[str, Any], indent: str = "  ") -> list[str]:
     return lines
 
 
+def _excluded_lines(excluded: dict[str, str]) -> list[str]:
+    """Why each candidate was left out; those written for another kind of device (hundreds of
+    OpenCL configurations on a CPU run) collapse into one line per kind (``--json`` keeps
+    them all)."""
+    other_devices: dict[str, int] = {}
+    lines = []
+    for name, reason in excluded.items():
+        if reason.startswith("runs on ") and reason.endswith(" devices"):
+            kind = reason.removeprefix("runs on ").removesuffix(" devices")
+            other_devices[kind] = other_devices.get(kind, 0) + 1
+        else:
+            lines.append(f"  {name}: {reason}")
+    lines += [f"  {count} {kind} candidate{'s' if count > 1 else ''}: another kind of device"
+              for kind, count in other_devices.items()]
+    return lines
+
+
 def decision_text(report: dict[str, Any]) -> str:
     problem = report["problem"]
     lines = [
@@ -100,7 +117,6 @@ def decision_text(report: dict[str, Any]) -> str:
     else:
         lines.append(f"  chosen without timing: {report['chosen']}")
     if report["excluded"]:
-        lines += ["", "excluded:"]
-        lines += [f"  {name}: {reason}" for name, reason in report["excluded"].items()]
+        lines += ["", "excluded:", *_excluded_lines(report["excluded"])]
     lines += ["", "execution policy:", *_policy_lines(report["policy"])]
     return "\n".join(lines)

@@ -8,6 +8,7 @@ anything; both together resume a search in FILE, writing each result as it is me
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import logging
 import os
@@ -58,7 +59,8 @@ def build_parser() -> argparse.ArgumentParser:
                         help="per-node table and search log")
     parser.add_argument("--dump-output", metavar="FILE.npz", help="save the outputs")
     parser.add_argument("--check", action="store_true",
-                        help="compare the outputs with onnxruntime (exit 1 on a mismatch)")
+                        help="compare the outputs with onnxruntime (exit 1 on a mismatch; needs "
+                             "onnxruntime: pip install 'fastrun[check]')")
     parser.add_argument("--summary-json", metavar="FILE", help="write the summary as JSON")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
     return parser
@@ -120,7 +122,7 @@ def _check_with_onnxruntime(model_spec: str, model, feeds, outputs) -> tuple[boo
     try:
         import onnxruntime
     except ImportError:
-        return True, "check skipped: onnxruntime is not installed (pip install onnxruntime)"
+        raise ValueError(NO_ONNXRUNTIME) from None
     from fastrun.runtime.graph import load_model_proto
 
     proto = load_model_proto(model_spec)
@@ -147,6 +149,17 @@ def _check_with_onnxruntime(model_spec: str, model, feeds, outputs) -> tuple[boo
     return ok, "check against onnxruntime:\n" + "\n".join(lines)
 
 
+NO_ONNXRUNTIME = ("--check compares with onnxruntime, which is not installed: "
+                  "pip install 'fastrun[check]' (or pip install onnxruntime)")
+
+
+def _has_onnxruntime() -> bool:
+    try:
+        return importlib.util.find_spec("onnxruntime") is not None
+    except ValueError:  # imported as None (a test hiding it)
+        return False
+
+
 def _cache_mismatches(session: Any) -> list[str]:
     """For each operator whose entries in the cache were made for another category: which
     facts differ from this device's, e.g. ``conv: threads 16 (cache) vs 2 (this device)``."""
@@ -168,6 +181,8 @@ def run(args: argparse.Namespace) -> int:
     from fastrun.cache import InMemoryCache
     from fastrun.runtime import load
 
+    if args.check and not _has_onnxruntime():
+        raise ValueError(NO_ONNXRUNTIME)  # before the search, not after it
     cache_only = args.algo_policy and not (args.fast_run or args.full_run)
     if cache_only and not os.path.exists(args.algo_policy):
         print(f"load_and_run: warning: cache {args.algo_policy} does not exist; every choice "
@@ -234,8 +249,9 @@ def run(args: argparse.Namespace) -> int:
     print(f"run        {len(totals)} iteration(s): median {summary['iter_ms_median']:.3f} ms, "
           f"min {summary['iter_ms_min']:.3f} ms")
     mismatches = _cache_mismatches(session) if args.algo_policy else []
+    unusable = getattr(session.cache, "unwritable", None) is not None and not len(session.cache)
     if args.algo_policy and decided and stats.cache_hits < MISMATCH_SHARE * decided \
-            and cache_only:
+            and cache_only and not unusable:  # an unusable file was reported already
         print(f"load_and_run: warning: {decided - stats.cache_hits} of {decided} problems were "
               f"not in {args.algo_policy}; was it made for another model, device "
               f"({session.device.category}) or fastrun version? Search with --fast-run to "

@@ -138,8 +138,12 @@ def _cmd_algorithms(args: argparse.Namespace) -> int:
     names = [args.operator] if args.operator else registry.operators()
     for name in names:
         operator = registry.operator(name)
+        algorithms = [a for a in registry.algorithms(name)
+                      if args.device is None or a.device_kind == args.device]
+        if not algorithms:
+            continue
         print(f"{name} (algorithm set version {operator.version})")
-        for algorithm in registry.algorithms(name):
+        for algorithm in algorithms:
             where = "" if algorithm.device_kind == "cpu" else f"  [{algorithm.device_kind}]"
             print(f"  {algorithm.desc.text:<36} {algorithm.attributes.text()}{where}")
     for plugin, error in registry.plugin_errors.items():
@@ -223,6 +227,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     algorithms = commands.add_parser("algorithms", help="list registered algorithms")
     algorithms.add_argument("operator", nargs="?", help="only this operator")
+    algorithms.add_argument("--device", choices=["cpu", "opencl"],
+                            help="only the algorithms of this kind of device")
     algorithms.set_defaults(handler=_cmd_algorithms)
 
     show_config = commands.add_parser("config", help="show the device category and settings")

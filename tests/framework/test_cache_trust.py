@@ -490,3 +490,18 @@ def test_an_unreadable_cache_file_is_named_and_the_search_goes_on(tmp_path: Path
     assert f"fastrun cache file {path} is not used: it cannot be read (Permission denied" \
         in done.stderr
     assert quiet(path).get(CATEGORY, "k") == [entry()]
+
+
+def test_cache_only_mode_never_moves_a_damaged_cache(tmp_path: Path) -> None:
+    path = tmp_path / "bad.bin"
+    damaged = cachefile.header() + b"torn"
+    path.write_bytes(damaged)
+    done = subprocess.run([sys.executable, "-m", "fastrun.cli.load_and_run", "zoo:squeezenet",
+                           "--algo-policy", str(path), "--iter", "1"],
+                          capture_output=True, text=True, timeout=300, cwd=REPO)
+    assert done.returncode == 0, done.stderr
+    assert path.read_bytes() == damaged and sorted(os.listdir(tmp_path)) == ["bad.bin"]
+    lines = [line for line in done.stderr.splitlines() if str(path) in line]
+    assert len(lines) == 1 and "damaged fastrun cache" in lines[0] and "untouched" in lines[0]
+    assert "measured again" not in done.stderr and "another model" not in done.stderr
+    assert "warnings.warn" not in done.stderr
