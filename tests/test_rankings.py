@@ -8,6 +8,7 @@ times slower to show that ``fastrun regress`` catches it and passes unchanged co
 from __future__ import annotations
 
 import dataclasses
+import os
 from pathlib import Path
 
 import msgpack
@@ -452,3 +453,21 @@ def test_older_rankings_files_read_with_named_device_facts(tmp_path: Path) -> No
     assert loaded.device == "cpu;processor=Some CPU;isa=x86-64-v4;threads=1;numba=0.68.1"
     assert all(p.category.startswith(loaded.device + "|") and "format" not in p.category
                for p in loaded.problems)
+
+
+def test_regress_measures_as_the_baseline_was_measured(tmp_path: Path, capsys) -> None:
+    """Without flags, regress ranks with the baseline's thread count, budget and rounds; a
+    thread count that differs on the same machine is refused as a different measurement."""
+    baseline = tmp_path / "one-thread.msgpack"
+    assert main(["rank", "ci", "-o", str(baseline), "--device", "cpu:1", "--budget", "0.002",
+                 "--rounds", "1"]) == 0
+    capsys.readouterr()
+    assert main(["regress", "--baseline", str(baseline), "--margin", "1", "--json",
+                 "--confirm", "0"]) in (0, 1)
+    report = capsys.readouterr().out
+    assert '"cross_device": false' in report  # threads=1, as recorded
+    if (os.cpu_count() or 1) >= 2:
+        assert main(["regress", "--baseline", str(baseline), "--device", "cpu:2"]) == 2
+        err = capsys.readouterr().err
+        assert "recorded with threads=1 and this run uses threads=2" in err
+        assert "--device cpu:1" in err

@@ -129,12 +129,14 @@ def _cmd_regress(args: argparse.Namespace) -> int:
 
     if args.margin < 0:
         raise ValueError(f"--margin must be >= 0, got {args.margin}")
-    if args.rounds < 1:
+    if args.rounds is not None and args.rounds < 1:
         raise ValueError(f"--rounds must be at least 1, got {args.rounds}")
     if args.confirm < 0:
         raise ValueError(f"--confirm must be >= 0, got {args.confirm}")
     baseline = load_rankings(args.baseline)
+    _baseline_conditions(args, baseline)
     session = _session(args)
+    _check_threads(baseline.device, session.device.category)
     suite = get_suite(args.suite or baseline.suite, session.registry, session.device.kind)
     current = rank(session, suite, progress=_progress(args), rounds=args.rounds)
     comparison, current = confirm(session, baseline, current, suite, args.margin, args.confirm,
@@ -177,6 +179,38 @@ def _cmd_regress(args: argparse.Namespace) -> int:
     return 1 if comparison.regressions else 0
 
 
+def _baseline_conditions(args: argparse.Namespace, baseline: Any) -> None:
+    """Measure as the baseline was measured where the user did not say otherwise: its
+    thread count, budget and rounds (a baseline of one thread ranked with all cores reads as
+    regressions of every parallel kernel)."""
+    from fastrun import category
+
+    facts = dict(category.parse_device(baseline.device))
+    if args.device is None:
+        threads = facts.get("threads")
+        args.device = (f"cpu:{threads}" if facts.get("device") == "cpu" and threads
+                       else facts.get("device") or "cpu")
+    if args.budget is None:
+        args.budget = baseline.budget_s
+    if args.rounds is None:
+        args.rounds = baseline.rounds
+
+
+def _check_threads(baseline: str, here: str) -> None:
+    """A baseline recorded at another thread count is a different measurement, not a
+    regression: refuse it, naming the flag that matches it."""
+    from fastrun import category
+
+    then = dict(category.parse_device(baseline))
+    now = dict(category.parse_device(here))
+    differing = {name for name in then.keys() | now.keys() if then.get(name) != now.get(name)}
+    if differing == {"threads"}:  # the same machine and libraries: only the threads differ
+        raise ValueError(f"the baseline was recorded with threads={then['threads']} and this run "
+                         f"uses threads={now['threads']}: a different measurement, not a "
+                         f"regression; use --device cpu:{then['threads']} (or leave --device "
+                         "out: regress then uses the baseline's)")
+
+
 def _positive(text: str) -> float:
     try:
         value = float(text)
@@ -187,17 +221,21 @@ def _positive(text: str) -> float:
     return value
 
 
-def _common(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--budget", type=_positive, default=DEFAULT_RANK_BUDGET,
-                        metavar="SECONDS",
-                        help=f"timed repeats per candidate (default {DEFAULT_RANK_BUDGET})")
-    parser.add_argument("--device", default="cpu", help="device (default cpu)")
+def _common(parser: argparse.ArgumentParser, from_baseline: bool = False) -> None:
+    default = "the baseline's" if from_baseline else None
+    parser.add_argument("--budget", type=_positive,
+                        default=None if from_baseline else DEFAULT_RANK_BUDGET,
+                        metavar="SECONDS", help="timed repeats per candidate (default "
+                        f"{default or DEFAULT_RANK_BUDGET})")
+    device_default = f"{default} kind and thread count" if default else "cpu"
+    parser.add_argument("--device", default=None if from_baseline else "cpu",
+                        help=f"device (default {device_default})")
     parser.add_argument("--early-stop", action="store_true",
                         help="stop timing clearly slower candidates early, as a search does "
                              "(faster, but their times rest on two runs)")
-    parser.add_argument("--rounds", type=int, default=DEFAULT_ROUNDS, metavar="N",
-                        help="measure the suite N times and keep each algorithm's fastest "
-                             f"round (default {DEFAULT_ROUNDS})")
+    parser.add_argument("--rounds", type=int, default=None if from_baseline else DEFAULT_ROUNDS,
+                        metavar="N", help="measure the suite N times and keep each algorithm's "
+                        f"fastest round (default {default or DEFAULT_ROUNDS})")
     parser.add_argument("--json", action="store_true", help="print one JSON object")
 
 
@@ -231,5 +269,5 @@ def add_parser(commands: Any) -> None:
                               "each algorithm's fastest round over all; only regressions that "
                               f"persist count (default {DEFAULT_CONFIRM_ROUNDS}; 0: off)")
     regress.add_argument("-o", "--output", help="also write this run's rankings here")
-    _common(regress)
+    _common(regress, from_baseline=True)
     regress.set_defaults(handler=_cmd_regress)
