@@ -193,6 +193,7 @@ def run(args: argparse.Namespace) -> int:
                       strategy=strategy_from(args), workspace_limit=args.workspace_limit,
                       budget_s=args.budget,
                       progress=False if args.no_progress else None)
+    args.session = session  # for the Ctrl-C message
     given = _read_inputs(args.input)
     started = time.perf_counter()
     model = load(args.model, session,
@@ -295,11 +296,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"load_and_run: error: {error}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
-        where = (f"are in {args.algo_policy}" if args.algo_policy
-                 else "were not saved (no --algo-policy)")
-        print(f"load_and_run: interrupted; the measurements made so far {where}",
-              file=sys.stderr)
-        return 130
+        return unsaved.interrupted(getattr(args, "session", None), args.algo_policy,
+                                   "load_and_run")
 
 
 if __name__ == "__main__":

@@ -108,6 +108,7 @@ def _cmd_profile(args: argparse.Namespace) -> int:
         budget_s=args.budget,
         progress=None if not args.json else False,
     )
+    args.session = session  # for the Ctrl-C message
     shapes, params = list(args.inputs), dict(args.attrs)
     if args.bias:
         if len(shapes) < 2 or not shapes[1]:
@@ -269,9 +270,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"fastrun: error: {error}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
-        print("fastrun: interrupted; measurements made so far are in the cache, if one was "
-              "given", file=sys.stderr)
-        return 130
+        return unsaved.interrupted(getattr(args, "session", None),
+                                   getattr(args, "algo_policy", None), "fastrun")
 
 
 if __name__ == "__main__":

@@ -43,3 +43,20 @@ def finish(cache: object, save_to: str | None, program: str) -> None:
     hint = ("" if save_to else "; rerun with --save-cache-to FILE to keep them")
     print(f"{program}: warning: {count} problem(s) measured in this run were not saved "
           f"({cache.unwritable or reason}){hint}", file=sys.stderr)
+
+
+def interrupted(session: object, path: str | None, program: str) -> int:
+    """One line for Ctrl-C: how many problems were measured and where they are, so the user
+    knows that running again resumes; returns the exit status (130, 128 + SIGINT)."""
+    from fastrun.cache import FileCache
+
+    count = session.stats.profiled if session is not None else 0
+    cache = getattr(session, "cache", None)
+    if path and isinstance(cache, FileCache) and cache.unwritable is None:
+        where = f"saved to {path}; run again to resume"
+    elif path:
+        where = f"not saved to {path} ({cache.unwritable if cache else 'not opened'})"
+    else:
+        where = "not saved (no --algo-policy)"
+    print(f"{program}: interrupted: {count} problem(s) measured, {where}", file=sys.stderr)
+    return 130

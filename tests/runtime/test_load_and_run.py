@@ -192,6 +192,8 @@ def test_ctrl_c_during_a_search_exits_cleanly_with_the_measurements_saved(tmp_pa
     _, stderr = searching.communicate(timeout=120)
     text = stderr.decode()
     assert searching.returncode == 130, text
-    assert "interrupted; the measurements made so far are in" in text
+    assert "interrupted: " in text and f"problem(s) measured, saved to {cache}; run again to " \
+        "resume" in text
+    assert text.count("\n") == 1, "one line"
     assert "Traceback" not in text
     assert len(FileCache(cache)) >= 2
