@@ -51,9 +51,9 @@ def cli(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
     return code, captured.out, captured.err
 
 
-def cli_json(capsys: pytest.CaptureFixture[str], *argv: str) -> dict:
+def cli_json(capsys: pytest.CaptureFixture[str], *argv: str, expect: int = 0) -> dict:
     code, out, err = cli(capsys, *argv, "--json")
-    assert code == 0, err
+    assert code == expect, err
     return json.loads(out)
 
 
@@ -242,7 +242,7 @@ def test_diff_same_device_flags_time_changes_and_winner_changes(cache_file: Path
     b[category]["float32[1x1],float32[1x1]"] = [blas]
     write(tmp_path / "b.bin", b)
 
-    report = cli_json(capsys, "diff", str(cache_file), str(tmp_path / "b.bin"))
+    report = cli_json(capsys, "diff", str(cache_file), str(tmp_path / "b.bin"), expect=1)
     assert not report["cross_device"] and "absolute times" in report["note"]
     assert report["keys_only_in_a"] == [{"category": category, "key": gone}]
     assert report["keys_only_in_b"] == [{"category": category,
@@ -260,8 +260,12 @@ def test_diff_same_device_flags_time_changes_and_winner_changes(cache_file: Path
 
     code, text, _ = cli(capsys, "diff", str(cache_file), str(tmp_path / "b.bin"),
                         "--threshold", "3")
-    assert code == 0
+    assert code == 1, "a winner changed: exit status 1, as diff(1) for files that differ"
     assert "winner: blas -> strassen (CHANGED)" in text and "flagged ratios: 1" in text
+    lines = text.splitlines()
+    only_a = lines.index("keys only in A (1):")
+    assert lines[only_a + 1] == f"  [{category}]" and lines[only_a + 2] == f"    {gone}"
+    assert sum(category in line for line in lines) <= 6, "the category is not on every line"
 
 
 def test_diff_across_device_categories_compares_relative_times(cache_file: Path,

@@ -92,7 +92,7 @@ def add_parser(commands: Any) -> None:
                     "both measured, flagged beyond the threshold. Files from different device "
                     "categories are matched by operator@version and key across devices, and "
                     "times relative to a reference algorithm are compared instead of absolute "
-                    "times.")
+                    "times. Exit status 1 when a winner changed, 0 otherwise, 2 on bad input.")
     diff.add_argument("a", metavar="A", help="the old cache file")
     diff.add_argument("b", metavar="B", help="the new cache file")
     diff.add_argument("--threshold", type=_parse_threshold, default=0.1, metavar="FRACTION",
@@ -180,7 +180,8 @@ def _cmd_diff(args: argparse.Namespace) -> int:
         _print_json(report)
     else:
         print(diff_text(report))
-    return 0
+    # like diff(1): 1 when the files differ in what matters, a winner, so CI can act on it
+    return 1 if report["summary"]["winner_changes"] else 0
 
 
 def _cmd_prune(args: argparse.Namespace) -> int:
@@ -325,8 +326,12 @@ def diff_text(report: dict[str, Any]) -> str:
         keys = report[f"keys_only_in_{side}"]
         if keys:
             lines.append(f"keys only in {side.upper()} ({len(keys)}):")
-            lines += [f"  {printable(item['key'])}  [{printable(item['category'])}]"
-                      for item in keys]
+            shown = None
+            for item in keys:  # grouped by category, which is printed once per group
+                if item["category"] != shown:
+                    lines.append(f"  [{printable(item['category'])}]")
+                    shown = item["category"]
+                lines.append(f"    {printable(item['key'])}")
     lines.append(f"common keys: {summary['common_keys']}, winner changes: "
                  f"{summary['winner_changes']}, flagged ratios: {summary['flagged']} "
                  f"(threshold {report['threshold']:.0%})")
