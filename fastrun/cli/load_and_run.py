@@ -15,10 +15,12 @@ import os
 import sys
 import time
 from collections.abc import Sequence
+from datetime import UTC, datetime
 from typing import Any
 
 import numpy as np
 
+from fastrun._version import __version__
 from fastrun.cli import formatting, pipes, unsaved
 from fastrun.cli.main import add_strategy_arguments, strategy_from
 
@@ -30,8 +32,6 @@ MISMATCH_SHARE = 0.5
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from fastrun._version import __version__
-
     parser = argparse.ArgumentParser(
         prog="load_and_run",
         description="Run an ONNX model (a file, or zoo:NAME for a built-in one) with fastrun's "
@@ -43,6 +43,9 @@ def build_parser() -> argparse.ArgumentParser:
                         help="an input from a .npy file (repeatable); others are random")
     parser.add_argument("--batch", type=int, default=None,
                         help="batch size for inputs whose first dimension is symbolic")
+    parser.add_argument("--shapes", type=_parse_shapes, default={}, metavar="NAME:DIMS,...",
+                        help="input shapes, e.g. input:1x3x224x224,mask:1x128 (for symbolic "
+                             "dimensions other than the batch)")
     parser.add_argument("--seed", type=int, default=0, help="seed of the random inputs")
     add_strategy_arguments(parser)
     parser.add_argument("--weight-preprocess", action="store_true",
@@ -53,6 +56,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--device", default="cpu", help="cpu (default), cpu:THREADS, "
                         "opencl[:PLATFORM:DEVICE]")
     parser.add_argument("--iter", type=int, default=10, help="timed iterations (default 10)")
+    parser.add_argument("--duration", type=float, default=None, metavar="SECONDS",
+                        help="time iterations for this long instead of --iter of them")
     parser.add_argument("--warmup-iter", type=int, default=1,
                         help="untimed iterations first (default 1)")
     parser.add_argument("--verbose", action="store_true",
@@ -62,8 +67,30 @@ def build_parser() -> argparse.ArgumentParser:
                         help="compare the outputs with onnxruntime (exit 1 on a mismatch; needs "
                              "onnxruntime: pip install 'fastrun[check]')")
     parser.add_argument("--summary-json", metavar="FILE", help="write the summary as JSON")
+    parser.add_argument("--profile-json", metavar="FILE",
+                        help="write each step's algorithm, source, profiled time and in-run "
+                             "time as JSON")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
     return parser
+
+
+def _parse_shapes(text: str) -> dict[str, tuple[int, ...]]:
+    shapes = {}
+    for item in filter(None, text.split(",")):
+        name, sep, dims = item.rpartition(":")
+        try:
+            shape = tuple(int(d) for d in dims.lower().split("x"))
+        except ValueError:
+            shape = ()
+        if not sep or not name or not shape or min(shape) < 0:
+            raise argparse.ArgumentTypeError(
+                f"bad --shapes item {item!r}: expected NAME:DIMS, e.g. input:1x3x224x224")
+        shapes[name] = shape
+    return shapes
+
+
+def _percentile(values: Sequence[float], q: float) -> float:
+    return float(np.percentile(np.asarray(values), q))
 
 
 def _read_inputs(specs: Sequence[str]) -> dict[str, np.ndarray]:
@@ -79,13 +106,17 @@ def _read_inputs(specs: Sequence[str]) -> dict[str, np.ndarray]:
     return feeds
 
 
-def _time_iterations(model, feeds, iterations: int, warmup: int, per_step: bool
+def _time_iterations(model, feeds, iterations: int, warmup: int, per_step: bool,
+                     duration: float | None = None,
                      ) -> tuple[dict[str, np.ndarray], list[float], list[list[float]]]:
+    """``iterations`` timed runs, or as many as fit in ``duration`` seconds (at least one)."""
     outputs = {}
     for _ in range(warmup):
         outputs = model.run(feeds)
     totals, step_times = [], []
-    for _ in range(iterations):
+    ends = None if duration is None else time.perf_counter() + duration
+    while (len(totals) < iterations) if ends is None else (
+            not totals or time.perf_counter() < ends):
         started = time.perf_counter()
         if per_step:
             outputs, times = model.run_timed(feeds)
@@ -99,16 +130,17 @@ def _time_iterations(model, feeds, iterations: int, warmup: int, per_step: bool
 def _node_table(model, step_times: list[list[float]]) -> str:
     medians = (np.median(np.asarray(step_times), axis=0) if step_times
                else [None] * len(model.reports))
-    rows = [("node", "op", "inputs -> output", "algorithm", "source", "time")]
+    rows = [("node", "op", "inputs -> output", "algorithm", "source", "profiled", "in run")]
     for report, seconds in zip(model.reports, medians, strict=True):
         step = report.step
         shapes = ",".join("x".join(map(str, v.shape)) + ("c" if v.is_const else "")
                           for v in step.inputs)
         shapes += " -> " + "x".join(map(str, step.output.shape))
+        profiled = None if report.decision is None else report.decision.policy.time_s
         rows.append((step.node, step.op_type, shapes, report.algorithm, report.source,
-                     formatting.human_seconds(seconds)))
+                     formatting.human_seconds(profiled), formatting.human_seconds(seconds)))
     widths = [min(max(len(r[i]) for r in rows), cap)
-              for i, cap in enumerate((28, 28, 48, 40, 9, 12))]
+              for i, cap in enumerate((28, 28, 48, 40, 9, 12, 12))]
     lines = []
     for row in rows:
         cells = [cell if len(cell) <= width else cell[:width - 1] + "~"
@@ -118,7 +150,9 @@ def _node_table(model, step_times: list[list[float]]) -> str:
     return "\n".join(lines)
 
 
-def _check_with_onnxruntime(model_spec: str, model, feeds, outputs) -> tuple[bool, str]:
+def _check_with_onnxruntime(model_spec: str, model, feeds, outputs
+                            ) -> tuple[bool, str, float | None]:
+    """(every output within tolerance, the report, the largest relative difference)."""
     try:
         import onnxruntime
     except ImportError:
@@ -130,8 +164,11 @@ def _check_with_onnxruntime(model_spec: str, model, feeds, outputs) -> tuple[boo
     options.log_severity_level = 3
     session = onnxruntime.InferenceSession(proto.SerializeToString(), options,
                                            providers=["CPUExecutionProvider"])
-    expected = session.run(None, feeds)
-    lines, ok = [], True
+    try:
+        expected = session.run(None, feeds)
+    except Exception as error:  # onnxruntime's own error types; the message says what
+        raise ValueError(f"--check: onnxruntime could not run the model: {error}") from None
+    lines, ok, worst = [], True, None
     for name, reference in zip(model.graph.outputs, expected, strict=True):
         got = outputs[name]
         if got.shape != reference.shape:
@@ -144,9 +181,10 @@ def _check_with_onnxruntime(model_spec: str, model, feeds, outputs) -> tuple[boo
         tolerance = 1e-3 if got.dtype == np.float32 else 1e-9
         good = relative <= tolerance or diff == 0.0
         ok &= good
+        worst = relative if worst is None else max(worst, relative)
         lines.append(f"  {name}: max abs diff {diff:.3g} ({relative:.2e} of the largest "
                      f"output), {'ok' if good else 'MISMATCH'} (tolerance {tolerance:g})")
-    return ok, "check against onnxruntime:\n" + "\n".join(lines)
+    return ok, "check against onnxruntime:\n" + "\n".join(lines), worst
 
 
 NO_ONNXRUNTIME = ("--check compares with onnxruntime, which is not installed: "
@@ -197,7 +235,7 @@ def run(args: argparse.Namespace) -> int:
     given = _read_inputs(args.input)
     started = time.perf_counter()
     model = load(args.model, session,
-                 input_shapes={name: a.shape for name, a in given.items()},
+                 input_shapes={**args.shapes, **{name: a.shape for name, a in given.items()}},
                  batch=args.batch, weight_preprocess=args.weight_preprocess,
                  blocked_layout=True if args.blocked_layout else None)
     load_seconds = time.perf_counter() - started
@@ -209,8 +247,9 @@ def run(args: argparse.Namespace) -> int:
         unsaved.finish(session.cache, args.save_cache_to, "load_and_run")
     search_wall = time.perf_counter() - started
     stats = session.stats
-    outputs, totals, step_times = _time_iterations(model, feeds, max(args.iter, 1),
-                                                   args.warmup_iter, args.verbose)
+    outputs, totals, step_times = _time_iterations(
+        model, feeds, max(args.iter, 1), args.warmup_iter,
+        args.verbose or bool(args.profile_json), args.duration)
 
     if args.verbose:
         print(_node_table(model, step_times))
@@ -236,6 +275,14 @@ def run(args: argparse.Namespace) -> int:
         "iter_ms_median": float(np.median(totals) * 1e3),
         "iter_ms_min": float(np.min(totals) * 1e3),
         "iter_ms_max": float(np.max(totals) * 1e3),
+        "iter_ms_p50": _percentile(totals, 50) * 1e3,
+        "iter_ms_p90": _percentile(totals, 90) * 1e3,
+        "iter_ms_p99": _percentile(totals, 99) * 1e3,
+        "inferences_per_second": len(totals) / sum(totals),
+        "samples_per_second": len(totals) * _batch(model) / sum(totals),
+        "iter_ms": [t * 1e3 for t in totals],
+        "fastrun_version": __version__,
+        "measured_at": datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
     }
     print(f"model      {args.model}  inputs "
           + ", ".join(f"{n} {v.dtype}{list(v.shape)}" for n, v in model.inputs.items()))
@@ -248,7 +295,9 @@ def run(args: argparse.Namespace) -> int:
         print(f"layout     {model.layout_plan.blocked_steps} step(s) in nchw16c, "
               f"{model.layout_plan.reorders} conversion(s)")
     print(f"run        {len(totals)} iteration(s): median {summary['iter_ms_median']:.3f} ms, "
-          f"min {summary['iter_ms_min']:.3f} ms")
+          f"min {summary['iter_ms_min']:.3f} ms; p90 {summary['iter_ms_p90']:.3f} ms, "
+          f"p99 {summary['iter_ms_p99']:.3f} ms; {summary['inferences_per_second']:.1f} "
+          f"inferences/s ({summary['samples_per_second']:.1f} samples/s)")
     mismatches = _cache_mismatches(session) if args.algo_policy else []
     unusable = getattr(session.cache, "unwritable", None) is not None and not len(session.cache)
     if args.algo_policy and decided and stats.cache_hits < MISMATCH_SHARE * decided \
@@ -265,16 +314,47 @@ def run(args: argparse.Namespace) -> int:
             print(f"  {line}")
     status = 0
     if args.check:
-        ok, text = _check_with_onnxruntime(args.model, model, feeds, outputs)
+        ok, text, worst = _check_with_onnxruntime(args.model, model, feeds, outputs)
         print(text)
         summary["check"] = "ok" if ok else "mismatch"
+        summary["check_max_relative_diff"] = worst
         status = 0 if ok else 1
     if args.dump_output:
         np.savez(args.dump_output, **outputs)
     if args.summary_json:
         with open(args.summary_json, "w") as stream:
             json.dump(summary, stream, indent=2)
+    if args.profile_json:
+        with open(args.profile_json, "w") as stream:
+            json.dump(_profile(model, step_times), stream, indent=2)
     return status
+
+
+def _batch(model) -> int:
+    """The first input's first dimension: samples per inference."""
+    shapes = [v.shape for v in model.inputs.values()]
+    return int(shapes[0][0]) if shapes and shapes[0] else 1
+
+
+def _profile(model, step_times: list[list[float]]) -> dict[str, Any]:
+    """Each step's choice with its profiled time (what the search measured, the problem alone,
+    inputs warm in cache) beside its in-run time (the median inside whole inferences, after
+    the previous step): the two differ by the state each step inherits."""
+    medians = np.median(np.asarray(step_times), axis=0) if step_times else []
+    steps = []
+    for index, report in enumerate(model.reports):
+        step, decision = report.step, report.decision
+        in_run = float(medians[index]) if len(medians) else None
+        profiled = None if decision is None else decision.policy.time_s
+        steps.append({
+            "node": step.node, "op_type": step.op_type, "operator": step.operator,
+            "key": None if step.problem is None else step.problem.key,
+            "algorithm": report.algorithm, "source": report.source,
+            "profiled_ms": None if profiled is None else profiled * 1e3,
+            "in_run_ms": None if in_run is None else in_run * 1e3,
+        })
+    return {"format": "fastrun-profile", "version": 1, "iterations": len(step_times),
+            "steps": steps}
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -282,6 +362,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING,
                         format="%(levelname)s %(name)s: %(message)s")
     unsaved.quiet_warnings()
+    if args.duration is not None and not 0 < args.duration < float("inf"):
+        print("load_and_run: error: --duration must be a positive number of seconds",
+              file=sys.stderr)
+        return 2
     if args.iter < 1 or args.warmup_iter < 0:
         print("load_and_run: error: --iter must be >= 1 and --warmup-iter >= 0", file=sys.stderr)
         return 2

@@ -444,6 +444,13 @@ def _input_values(graph: Graph, shapes: dict[str, Sequence[int]],
     for spec in graph.inputs:
         if spec.name in shapes:
             shape = tuple(int(d) for d in shapes[spec.name])
+            fixed = list(spec.shape or ())
+            wrong = [i for i, (want, got) in enumerate(zip(fixed, shape, strict=False))
+                     if i > 0 and isinstance(want, int) and want > 0 and want != got]
+            if spec.shape is not None and (len(fixed) != len(shape) or wrong):
+                raise ModelError(f"input {spec.name!r} is given shape {list(shape)}, but the "
+                                 f"model fixes {[d if isinstance(d, int) else '?' for d in fixed]}"
+                                 " (only the batch and symbolic dimensions can be chosen)")
         elif spec.shape is None:
             raise ModelError(f"input {spec.name!r} has no shape in the model; give its shape")
         else:

@@ -197,3 +197,30 @@ def test_ctrl_c_during_a_search_exits_cleanly_with_the_measurements_saved(tmp_pa
     assert text.count("\n") == 1, "one line"
     assert "Traceback" not in text
     assert len(FileCache(cache)) >= 2
+
+
+def test_perf_tool_figures_shapes_duration_and_profile(tmp_path, cnn, capsys):
+    """What onnxruntime_perf_test and trtexec give: percentiles, throughput, a timed
+    duration, chosen input shapes, and a per-step profile with both times."""
+    profile = tmp_path / "profile.json"
+    started = time.monotonic()
+    result = summary(tmp_path, cnn, "--fast-run", "--budget", "0.005", "--no-progress",
+                     "--duration", "0.5", "--shapes", "x:2x3x12x12",
+                     "--profile-json", str(profile))
+    assert time.monotonic() - started < 120
+    out = capsys.readouterr().out
+    assert "p90" in out and "p99" in out and "inferences/s" in out and "samples/s" in out
+    assert result["inputs"] == {"x": [2, 3, 12, 12]}
+    assert result["iterations"] == len(result["iter_ms"]) >= 2
+    assert result["iter_ms_p50"] <= result["iter_ms_p90"] <= result["iter_ms_p99"]
+    assert result["samples_per_second"] == pytest.approx(2 * result["inferences_per_second"])
+    assert sum(result["iter_ms"]) >= 400  # about --duration of timed inferences
+    assert result["fastrun_version"] and result["measured_at"].endswith("Z")
+    steps = json.loads(profile.read_text())["steps"]
+    convs = [s for s in steps if s["operator"] == "conv"]
+    assert convs and all(s["profiled_ms"] > 0 and s["in_run_ms"] > 0 for s in convs)
+    assert all(s["source"] in ("profiled", "only", "-", "cache", "heuristic") for s in steps)
+
+    assert main([cnn, "--shapes", "x:2x3x99x12"]) == 2
+    assert "the model fixes" in capsys.readouterr().err
+    assert main([cnn, "--duration", "-1"]) == 2
