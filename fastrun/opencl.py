@@ -56,7 +56,8 @@ def _pyopencl() -> Any:
     except ImportError as error:
         raise OpenCLUnavailableError(
             f"the OpenCL device needs pyopencl, which cannot be imported ({error}); "
-            "pip install 'pyopencl[pocl]' (PoCL gives a CPU platform), or use device 'cpu'"
+            "pip install 'fastrun[opencl]' (a GPU's driver), 'fastrun[pocl]' (PoCL, a CPU "
+            "platform), or use device 'cpu'"
         ) from None
     return pyopencl
 

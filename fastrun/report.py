@@ -163,6 +163,11 @@ class ModelData:
     views: int = 0  #: steps that are views (reshape, cast), not decided
 
 
+def _count(number: int, word: str) -> str:
+    """'1 view step', '2 view steps'."""
+    return f"{number} {word}{'' if number == 1 else 's'}"
+
+
 def problem_anchor(category: str, key: str) -> str:
     """A stable, HTML-safe id for a problem (keys contain brackets, commas, '=')."""
     digest = hashlib.sha1(f"{category}\0{key}".encode()).hexdigest()[:12]
@@ -935,10 +940,10 @@ def _model_section(model: ModelData, shown: set[str]) -> str:
         sources[row.source] = sources.get(row.source, 0) + 1
     badges = " ".join(f'<span class="badge {esc(s)}">{esc(s)}: {n}</span>'
                       for s, n in sorted(sources.items()))
+    views = f" and {_count(model.views, 'view step')}" if model.views else ""
     out = ['<section id="model"><h2>Model: ' + esc(model.name) + "</h2>",
-           f'<p class="meta">{len(model.layers)} decided layers'
-           f'{f" and {model.views} view steps" if model.views else ""}, decided in cache-only '
-           f'mode (no timing) for the category <code>{esc(model.device)}</code>. '
+           f'<p class="meta">{_count(len(model.layers), "decided layer")}{views}, decided in '
+           f'cache-only mode (no timing) for the category <code>{esc(model.device)}</code>. '
            f'{badges}</p>',
            '<p class="legend">cache: the input measured this problem on this category · '
            'heuristic: not in the input, a rule of thumb chose · only: a single eligible '

@@ -133,3 +133,9 @@ def test_other_device_candidates_collapse_and_algorithms_filter_by_device(capsys
     assert main(["algorithms", "matmul", "--device", "opencl"]) == 0
     listed = capsys.readouterr().out.splitlines()
     assert listed[0].startswith("matmul") and all("[opencl]" in line for line in listed[1:])
+
+
+def test_python_dash_m_fastrun_runs_the_command():
+    done = subprocess.run([sys.executable, "-m", "fastrun", "--version"], capture_output=True,
+                          text=True, timeout=60)
+    assert done.returncode == 0 and done.stdout.startswith("fastrun ")
