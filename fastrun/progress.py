@@ -3,14 +3,21 @@
 The profiler only calls :class:`Progress`; whether that draws a bar is decided by whoever
 creates the session (a terminal, ``FASTRUN_PROGRESS``), so library code never writes to the
 screen on its own.
+
+Two levels: a *job* (a model's problems searched one after another: ``job`` / ``job_item`` /
+``job_end``) and the *problem* being profiled (``begin`` / ``step`` / ``end``, nested when a
+candidate's sub-problems are searched first).  The bar is tqdm's (sized to the terminal,
+redrawn in place, with elapsed time and an ETA): over the job's problems when there is a job,
+else over the candidates of the outermost problem; the current problem and candidate go after
+it.  Counts never pass their totals: confirmation rounds and sub-problems are not counted as
+candidates.
 """
 
 from __future__ import annotations
 
 import logging
 import sys
-import time
-from typing import TextIO
+from typing import Any, TextIO
 
 from fastrun import config
 
@@ -21,8 +28,19 @@ class Progress:
     """Logs each search step; subclasses may also draw."""
 
     #: Where the search stands in a larger job, e.g. "[3/21 layer1.0.conv1]" while a runtime
-    #: searches a model's problems one after another; shown before each problem.
+    #: searches a model's problems one after another; shown before each problem in the log.
     context: str = ""
+
+    def job(self, total: int, title: str) -> None:
+        """A sequence of ``total`` problems begins (a model's search)."""
+        log.info("%s: %d problem(s)", title, total)
+
+    def job_item(self, index: int, total: int, label: str) -> None:
+        """Problem ``index`` (from 1) of the job, e.g. a model's step, is being decided."""
+        self.context = f"[{index}/{total} {label}]"
+
+    def job_end(self) -> None:
+        self.context = ""
 
     def begin(self, title: str, total: int) -> None:
         log.info("%ssearching %s: %d candidate(s)", _prefix(self.context), title, total)
@@ -34,42 +52,86 @@ class Progress:
         log.info("  -> %s", summary)
 
 
-class TerminalProgress(Progress):
-    """A one-line bar redrawn in place: ``[#####-----] 5/10 matmul(...) blocked(...)``."""
+#: The label of the profiler's confirmation round: not a candidate of its own.
+CONFIRMATION = "confirmed"
 
-    def __init__(self, stream: TextIO, width: int = 24):
+
+class TerminalProgress(Progress):
+    """tqdm's bar on ``stream``: ``3/21  14%|█▍        | 00:04<00:28 layer1.0.conv1:
+    conv(...) 5/12 winograd_f4x3``: problems (or candidates) done, elapsed time and ETA, then
+    where the search is, the problem, its candidates done and the last one timed."""
+
+    def __init__(self, stream: TextIO):
         self.stream = stream
-        self.width = width
-        self.total = 0
-        self.done = 0
-        self.title = ""
-        self._last_draw = 0.0
+        self._bar: Any = None
+        self._where = ""  # the job's current item, or "searching"
+        self._job = False
+        self._depth = 0
+        self._title = ""
+        self._done = 0
+        self._total = 0
+
+    def _new_bar(self, total: int, unit: str, description: str) -> None:
+        from tqdm import tqdm
+
+        self._close()
+        # The counts and times first, then what is being searched (tqdm cuts the line at the
+        # terminal's width, so a long node or problem name loses its end, not the figures).
+        self._bar = tqdm(total=total, unit=unit, desc=description, file=self.stream,
+                         dynamic_ncols=True, leave=False, mininterval=0.1,
+                         bar_format="{n_fmt}/{total_fmt} {percentage:3.0f}%|{bar:10}| "
+                                    "{elapsed}<{remaining} {desc}")
+        self._where = description
+
+    def _close(self) -> None:
+        if self._bar is not None:
+            self._bar.close()
+            self._bar = None
+
+    def job(self, total: int, title: str) -> None:
+        super().job(total, title)
+        self._job = True
+        self._new_bar(total, "problem", title)
+
+    def job_item(self, index: int, total: int, label: str) -> None:
+        super().job_item(index, total, label)
+        self._where = label
+        if self._bar is not None:
+            self._bar.n = min(index - 1, total)  # the ones before it are decided
+            self._bar.refresh()
+
+    def job_end(self) -> None:
+        super().job_end()
+        self._job = False
+        self._close()
 
     def begin(self, title: str, total: int) -> None:
         super().begin(title, total)
-        self.title, self.total, self.done = title, total, 0
-        self._draw("", force=True)
+        self._depth += 1
+        if self._depth == 1:
+            self._title, self._done, self._total = title, 0, total
+            if not self._job:
+                self._new_bar(total, "candidate", "searching")
+        self._show("")
 
     def step(self, label: str, outcome: str) -> None:
         super().step(label, outcome)
-        self.done += 1
-        self._draw(label)
+        if self._depth == 1 and label != CONFIRMATION and self._done < self._total:
+            self._done += 1
+            if not self._job and self._bar is not None:
+                self._bar.update(1)
+        self._show(label)
 
     def end(self, summary: str) -> None:
         super().end(summary)
-        self.stream.write("\r\x1b[2K")
-        self.stream.flush()
+        self._depth = max(0, self._depth - 1)
+        if self._depth == 0 and not self._job:
+            self._close()
 
-    def _draw(self, label: str, force: bool = False) -> None:
-        now = time.monotonic()
-        if not force and now - self._last_draw < 0.05 and self.done < self.total:
-            return
-        self._last_draw = now
-        filled = self.width * self.done // max(self.total, 1)
-        bar = "#" * filled + "-" * (self.width - filled)
-        text = f"[{bar}] {self.done}/{self.total} {_prefix(self.context)}{self.title} {label}"
-        self.stream.write("\r\x1b[2K" + text[:160])
-        self.stream.flush()
+    def _show(self, label: str) -> None:
+        if self._bar is not None:
+            self._bar.set_description_str(
+                f"{self._where}: {self._title} {self._done}/{self._total} {label}".rstrip())
 
 
 def _prefix(context: str) -> str:

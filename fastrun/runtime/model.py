@@ -123,6 +123,8 @@ class Model:
         runner = _StepRunner(self) if in_context else None
         reports, calls = [], {}
         done = 0
+        if progress is not None:
+            progress.job(total, "searching" if in_context else "deciding")
         try:
             for index, step in enumerate(self.steps):
                 if step.problem is None:
@@ -132,7 +134,7 @@ class Model:
                     continue
                 done += 1
                 if progress is not None:
-                    progress.context = f"[{done}/{total} {step.node}]"
+                    progress.job_item(done, total, step.node)
                 prelude = runner.previous if runner is not None else None
                 try:
                     call = chooser.prepare(
@@ -146,7 +148,7 @@ class Model:
                     runner.run(index, call, remember=True)
         finally:
             if progress is not None:
-                progress.context = ""
+                progress.job_end()
         self._compile(calls)
         self.reports = reports
         return reports

@@ -23,9 +23,10 @@ def test_terminal_bar_counts_every_candidate_and_clears_its_line():
     stream = io.StringIO()
     _search(TerminalProgress(stream))
     text = stream.getvalue()
-    assert "[------------------------] 0/3 fake(float64[8])" in text
-    assert "[########################] 3/3 fake(float64[8]) a2" in text
-    assert text.endswith("\r\x1b[2K")
+    assert "0/3   0%" in text and "fake(float64[8]) 0/3" in text
+    assert "3/3 100%" in text and "fake(float64[8]) 3/3 a2" in text
+    assert "4/3" not in text  # the confirmation round is no candidate
+    assert text.endswith("\r")  # the bar is cleared when the search ends
 
 
 def test_search_is_logged_whatever_the_display(caplog):

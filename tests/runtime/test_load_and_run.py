@@ -224,3 +224,45 @@ def test_perf_tool_figures_shapes_duration_and_profile(tmp_path, cnn, capsys):
     assert main([cnn, "--shapes", "x:2x3x99x12"]) == 2
     assert "the model fixes" in capsys.readouterr().err
     assert main([cnn, "--duration", "-1"]) == 2
+
+
+def test_progress_on_a_narrow_terminal_fits_and_never_overshoots(tmp_path):
+    """load_and_run on a real pseudo-terminal 80 columns wide: every redraw of the bar fits
+    the line (no wrapped debris), the problem count never passes its total, and the bar is
+    gone at the end."""
+    import fcntl
+    import pty
+    import re
+    import struct
+    import termios
+
+    model = tmp_path / "cnn.onnx"
+    onnx.save(_models.small_cnn(widths=(4, 8, 12, 16), size=12), model)
+    leader, follower = pty.openpty()
+    fcntl.ioctl(follower, termios.TIOCSWINSZ, struct.pack("HHHH", 24, 80, 0, 0))
+    env = {k: v for k, v in os.environ.items() if k != "FASTRUN_PROGRESS"}
+    process = subprocess.Popen(
+        [sys.executable, "-m", "fastrun.cli.load_and_run", str(model), "--fast-run",
+         "--budget", "0.01", "--iter", "1"], stdin=follower, stdout=subprocess.DEVNULL,
+        stderr=follower, env=env, cwd=os.path.dirname(os.path.dirname(_models.__file__)))
+    os.close(follower)
+    chunks = []
+    while True:
+        try:
+            data = os.read(leader, 65536)
+        except OSError:  # EIO: the child closed the terminal
+            break
+        if not data:
+            break
+        chunks.append(data)
+    assert process.wait(timeout=300) == 0
+    os.close(leader)
+    text = b"".join(chunks).decode("utf-8", "replace")
+    plain = re.sub(r"\x1b\[[0-9;]*[A-Za-z]", "", text)
+    redraws = [part for line in plain.split("\n") for part in line.split("\r")]
+    assert any("problem" in part or "/" in part for part in redraws), text[:500]
+    assert max(len(part.rstrip()) for part in redraws) <= 80
+    counts = [tuple(map(int, m.groups())) for part in redraws
+              if (m := re.match(r"\s*(\d+)/(\d+) +\d+%", part))]
+    assert counts and all(done <= total for done, total in counts)
+    assert re.search(r"\d\d:\d\d<(\d\d:\d\d|\?)", plain)  # elapsed<remaining
