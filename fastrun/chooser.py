@@ -32,6 +32,7 @@ from fastrun.progress import Progress
 from fastrun.registry import Registry
 from fastrun.strategy import ExecutionPolicy, SearchOptions
 from fastrun.tuning import budgeted_candidates
+from fastrun.units import human_bytes
 
 log = logging.getLogger(__name__)
 
@@ -363,7 +364,8 @@ class AlgoChooser:
         total = _total_workspace(algorithm, problem, children)
         limit = self.options.workspace_limit
         if limit is not None and total > limit:
-            excluded[name] = f"needs {total} B of workspace, over the limit of {limit} B"
+            excluded[name] = (f"needs {human_bytes(total)} of workspace, over the limit of "
+                              f"{human_bytes(limit)}")
             return None
         return children
 

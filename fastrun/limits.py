@@ -20,6 +20,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from fastrun import config
+from fastrun.units import human_bytes
 
 
 class TensorTooLargeError(ValueError):
@@ -38,14 +39,6 @@ def memory_limit() -> int | None:
     return config.memory_limit(default=physical_memory())
 
 
-def human(size: float) -> str:
-    for unit in ("B", "KiB", "MiB", "GiB", "TiB", "PiB"):
-        if size < 1024 or unit == "PiB":
-            return f"{size:.0f} {unit}" if unit == "B" else f"{size:.1f} {unit}"
-        size /= 1024
-    return f"{size:.1f} PiB"
-
-
 def check_tensor(shape: Sequence[int], dtype: object, what: str) -> None:
     """Raise :class:`TensorTooLargeError` naming ``what`` when a tensor of ``shape`` and
     ``dtype`` would not fit the memory limit (or has a negative dimension)."""
@@ -56,6 +49,6 @@ def check_tensor(shape: Sequence[int], dtype: object, what: str) -> None:
     limit = memory_limit()
     if limit is not None and size > limit:
         raise TensorTooLargeError(
-            f"{what}: a tensor of shape {dims} ({np.dtype(dtype)}) needs {human(size)}, more "
-            f"than the memory limit of {human(limit)} (FASTRUN_MEMORY_LIMIT; default: this "
+            f"{what}: a tensor of shape {dims} ({np.dtype(dtype)}) needs {human_bytes(size)}, more "
+            f"than the memory limit of {human_bytes(limit)} (FASTRUN_MEMORY_LIMIT; default: this "
             "machine's memory)")

@@ -9,6 +9,7 @@ from typing import Any
 
 from fastrun import config
 from fastrun.attribute import AlgoAttribute
+from fastrun.units import human_bytes
 
 
 class Strategy(enum.Flag):
@@ -55,7 +56,17 @@ class Strategy(enum.Flag):
         return AlgoAttribute.NAIVE if self & Strategy.OPTIMIZED else AlgoAttribute.NONE
 
     def text(self) -> str:
-        return "+".join(m.name.lower() for m in Strategy if m in self) or "none"
+        """In the words a user types: ``fast-run``, ``full-run+reproducible``, ``heuristic``
+        (:meth:`parse` reads it back)."""
+        base = self & ~Strategy.REPRODUCIBLE
+        if base & Strategy.PROFILE:
+            words = ["fast-run" if base & Strategy.OPTIMIZED else "full-run"]
+        else:
+            words = [m.name.lower() for m in Strategy
+                     if m in base and m is not Strategy.REPRODUCIBLE] or ["heuristic"]
+        if self & Strategy.REPRODUCIBLE:
+            words.append("reproducible")
+        return "+".join(words)
 
 
 _WORDS = {
@@ -110,8 +121,8 @@ class SearchOptions:
         return replace(self, **changes)
 
     def describe(self) -> str:
-        limit = "unlimited" if self.workspace_limit is None else f"{self.workspace_limit} B"
-        return f"strategy={self.strategy.text()}, workspace limit={limit}"
+        return (f"strategy={self.strategy.text()}, "
+                f"workspace limit={human_bytes(self.workspace_limit)}")
 
 
 @dataclass(frozen=True)
@@ -140,7 +151,7 @@ class ExecutionPolicy:
     def render(self, indent: str = "") -> str:
         timing = f" {self.time_s * 1e3:.3f} ms" if self.time_s is not None else ""
         lines = [f"{indent}{self.operator}({self.key}) -> {self.algorithm} "
-                 f"[{self.source}{timing}, workspace {self.workspace_bytes} B]"]
+                 f"[{self.source}{timing}, workspace {human_bytes(self.workspace_bytes)}]"]
         lines.extend(child.render(indent + "  ") for child in self.children)
         return "\n".join(lines)
 

@@ -4,25 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from fastrun.units import human_bytes, human_seconds
 
-def human_bytes(count: int | None) -> str:
-    if count is None:
-        return "unlimited"
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if count < 1024 or unit == "GiB":
-            return f"{count:.0f} {unit}" if unit == "B" else f"{count:.1f} {unit}"
-        count /= 1024
-    return f"{count} B"
-
-
-def human_seconds(seconds: float | None) -> str:
-    if seconds is None:
-        return "-"
-    if seconds < 1e-3:
-        return f"{seconds * 1e6:.2f} us"
-    if seconds < 1:
-        return f"{seconds * 1e3:.3f} ms"
-    return f"{seconds:.3f} s"
+__all__ = ["decision_dict", "decision_text", "human_bytes", "human_seconds"]
 
 
 def decision_dict(decision, session) -> dict[str, Any]:

@@ -177,7 +177,7 @@ def test_heuristic_respects_required_attributes_and_workspace(clock):
                 workspace_limit=1024)
     decision = c.decide(problem())
     assert decision.algorithm is ok
-    assert "over the limit of 1024 B" in decision.excluded["big"]
+    assert "over the limit of 1.0 KiB" in decision.excluded["big"]
     assert "lacks REPRODUCIBLE" in decision.excluded["nonrepro"]
 
 
@@ -223,7 +223,7 @@ def test_workspace_limit_excludes_from_profiling_and_from_cache_choice(clock):
     greedy.runs = 0
     fresh = chooser(registry, clock, workspace_limit=1024).decide(problem())
     assert fresh.algorithm is frugal and greedy.runs == 0
-    assert "needs 4096 B of workspace" in fresh.excluded["greedy"]
+    assert "needs 4.0 KiB of workspace" in fresh.excluded["greedy"]
 
 
 def test_cache_without_eligible_entry_triggers_profiling(clock):
@@ -271,10 +271,10 @@ def test_no_usable_algorithm_names_problem_strategy_and_every_reason(clock):
         c.decide(problem())
     message = str(info.value)
     assert "fake(float64[8])" in message
-    assert "strategy=profile+optimized" in message and "workspace limit=1000 B" in message
+    assert "strategy=fast-run" in message and "workspace limit=1000 B" in message
     assert "naive: NAIVE excluded by strategy" in message
     assert "odd: not usable: needs even n" in message
-    assert "big: needs 1000000000 B of workspace, over the limit of 1000 B" in message
+    assert "big: needs 953.7 MiB of workspace, over the limit of 1000 B" in message
     assert "crash: raised RuntimeError" in message
     assert "hint: --full-run" in message
 
@@ -330,7 +330,7 @@ def test_workspace_of_a_parent_includes_its_sub_problems(clock):
     c = chooser(make_registry(child, parent, other), clock, workspace_limit=1000)
     decision = c.decide(problem())
     assert decision.algorithm is other
-    assert "needs 1100 B of workspace" in decision.excluded["parent"]
+    assert "needs 1.1 KiB of workspace" in decision.excluded["parent"]
 
 
 def test_cycle_is_detected_and_excludes_the_candidate(clock):
