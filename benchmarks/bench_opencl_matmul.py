@@ -127,7 +127,7 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="small shapes (PoCL smoke run)")
     parser.add_argument("--device", default="opencl", help="OpenCL device spec (opencl:P:D)")
     parser.add_argument("--tuning-budget", type=int, default=None,
-                        help="candidates timed fully per shape (default: FASTRUN_TUNING_BUDGET "
+                        help="candidates timed fully per shape (default: FASTRUN_TUNING_CANDIDATES "
                              "or 24)")
     parser.add_argument("--budget-s", type=float, default=0.05,
                         help="seconds of timed repeats per fully timed candidate")

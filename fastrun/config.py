@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import re
+import warnings
 from collections.abc import Callable
 from typing import TypeVar
 
@@ -27,9 +28,11 @@ VARIABLES: dict[str, str] = {
     "64GiB (default: this machine's memory); larger ones are refused before allocation",
     "FASTRUN_WORKSPACE_LIMIT": "default workspace limit, e.g. 64MiB",
     "FASTRUN_NUM_THREADS": "thread count the CPU device reports in its category and gives numba",
-    "FASTRUN_PROFILE_BUDGET": "seconds of timed repeats per candidate (default 0.2)",
+    "FASTRUN_PROFILE_SECONDS": "seconds of timed repeats per candidate (default 0.2; "
+    "formerly FASTRUN_PROFILE_BUDGET, still read with a deprecation warning)",
     "FASTRUN_PROGRESS": "1 forces a progress bar, 0 hides it (default: on a terminal)",
-    "FASTRUN_TUNING_BUDGET": "candidates of one problem timed fully; larger spaces are sampled "
+    "FASTRUN_TUNING_CANDIDATES": "candidates of one problem timed fully (formerly "
+    "FASTRUN_TUNING_BUDGET, still read with a deprecation warning); larger spaces are sampled "
     "and halved first (default 24, 0 = time all)",
     "FASTRUN_VECTOR_BITS": "vector width of numba's CPU kernels on AVX-512 processors: 512 "
     "(default), 256, or auto (LLVM's choice for the processor)",
@@ -65,6 +68,15 @@ def parse_size(text: str | int | None) -> int | None:
     return int(float(match.group(1)) * _SIZE_UNITS[match.group(2)])
 
 
+def renamed(variable: str, old: str) -> str:
+    """The variable to read: ``variable``, or the ``old`` name it replaced when only that is
+    set (with a DeprecationWarning: a budget's name now says its unit)."""
+    if variable not in os.environ and old in os.environ:
+        warnings.warn(f"{old} is deprecated; use {variable}", DeprecationWarning, stacklevel=3)
+        return old
+    return variable
+
+
 def setting(explicit: T | None, variable: str, default: T, parse: Callable[[str], T]) -> T:
     """Resolve one setting: explicit argument, then environment variable, then default."""
     if explicit is not None:
@@ -91,7 +103,8 @@ def num_threads(explicit: int | None = None) -> int:
 
 
 def profile_budget(explicit: float | None = None) -> float:
-    budget = setting(explicit, "FASTRUN_PROFILE_BUDGET", 0.2, float)
+    budget = setting(explicit, renamed("FASTRUN_PROFILE_SECONDS", "FASTRUN_PROFILE_BUDGET"),
+                     0.2, float)
     if not 0 < budget < float("inf"):
         raise ValueError(f"profiling budget {budget} is not a positive number of seconds")
     return budget
@@ -99,7 +112,8 @@ def profile_budget(explicit: float | None = None) -> float:
 
 def tuning_budget(explicit: int | None = None, default: int = 24) -> int:
     """Candidates timed fully per problem (see fastrun.tuning); 0 or less: no budget."""
-    return setting(explicit, "FASTRUN_TUNING_BUDGET", default, int)
+    return setting(explicit, renamed("FASTRUN_TUNING_CANDIDATES", "FASTRUN_TUNING_BUDGET"),
+                   default, int)
 
 
 def vector_bits(explicit: str | None = None) -> str:

@@ -102,7 +102,7 @@ class SearchOptions:
     #: Seed of the random profiling inputs (and of the budgeted search's sample).
     seed: int = 0
     #: Candidates of one problem timed fully; a problem with more is sampled and narrowed by
-    #: successive halving first (:mod:`fastrun.tuning`).  None: FASTRUN_TUNING_BUDGET, else 24;
+    #: successive halving first (:mod:`fastrun.tuning`).  None: FASTRUN_TUNING_CANDIDATES, else 24;
     #: 0: time every candidate fully.
     tuning_budget: int | None = None
 

@@ -3,7 +3,7 @@
 A tunable kernel family registers one algorithm per configuration (``cl_gemm`` has a few
 hundred); timing each of them fully (warm-up plus ``min_repeats`` to ``max_repeats`` within
 ``budget_s``) would make a search take minutes.  When a problem has more candidates than the
-tuning budget (:attr:`SearchOptions.tuning_budget`, ``FASTRUN_TUNING_BUDGET``, default
+tuning budget (:attr:`SearchOptions.tuning_budget`, ``FASTRUN_TUNING_CANDIDATES``, default
 :data:`DEFAULT_BUDGET`), :func:`budgeted_candidates` narrows them down before the full timing:
 
 1. **sample**: the heuristic's first ``budget`` candidates plus a seeded random sample of the
@@ -34,14 +34,14 @@ from fastrun.profiler import Profiler
 
 log = logging.getLogger(__name__)
 
-#: Candidates timed fully when the options do not say (FASTRUN_TUNING_BUDGET overrides it).
+#: Candidates timed fully when the options do not say (FASTRUN_TUNING_CANDIDATES overrides it).
 DEFAULT_BUDGET = 24
 #: The first round times this many times the budget (heuristic's first ones + random sample).
 SAMPLE_FACTOR = 4
 
 
 def resolve_budget(explicit: int | None) -> int:
-    """The tuning budget in effect: the option, else FASTRUN_TUNING_BUDGET, else
+    """The tuning budget in effect: the option, else FASTRUN_TUNING_CANDIDATES, else
     :data:`DEFAULT_BUDGET`.  0 (or less) means no budget: every candidate is timed fully."""
     return config.tuning_budget(explicit, DEFAULT_BUDGET)
 

@@ -85,7 +85,7 @@ def add_strategy_arguments(parser: argparse.ArgumentParser) -> None:
                         help="cache file; alone: read it and use heuristics for misses; with "
                              "--fast-run/--full-run: search what is missing, saving as it goes")
     parser.add_argument("--budget", type=_parse_budget, default=None, metavar="SECONDS",
-                        help="timed repeats per candidate (default 0.2 s, FASTRUN_PROFILE_BUDGET)")
+                        help="timed repeats per candidate (default 0.2 s, FASTRUN_PROFILE_SECONDS)")
     unsaved.add_argument(parser)
 
 

@@ -100,12 +100,26 @@ def test_failures_in_a_brief_round_are_excluded_with_their_reason(clock):
 def test_budget_zero_times_everything_and_the_variable_sets_the_default(clock, monkeypatch):
     algorithms = space(clock, [100 + i for i in range(30)])
     assert len(chooser(algorithms, clock, tuning_budget=0).decide(problem()).entries) == 30
-    monkeypatch.setenv("FASTRUN_TUNING_BUDGET", "7")
+    monkeypatch.setenv("FASTRUN_TUNING_CANDIDATES", "7")
     assert tuning.resolve_budget(None) == 7
     assert tuning.resolve_budget(3) == 3
     local = FakeClock()
     decision = chooser(space(local, [100 + i for i in range(30)]), local).decide(problem())
     assert len(decision.entries) == 7
-    monkeypatch.delenv("FASTRUN_TUNING_BUDGET")
+    monkeypatch.delenv("FASTRUN_TUNING_CANDIDATES")
     assert tuning.resolve_budget(None) == tuning.DEFAULT_BUDGET
+    monkeypatch.setenv("FASTRUN_TUNING_BUDGET", "5")  # the old name still works, with a warning
+    with pytest.warns(DeprecationWarning, match="use FASTRUN_TUNING_CANDIDATES"):
+        assert tuning.resolve_budget(None) == 5
 
+
+
+def test_profile_seconds_variable_and_its_old_name(monkeypatch):
+    from fastrun import config
+
+    monkeypatch.setenv("FASTRUN_PROFILE_SECONDS", "0.3")
+    assert config.profile_budget() == 0.3
+    monkeypatch.delenv("FASTRUN_PROFILE_SECONDS")
+    monkeypatch.setenv("FASTRUN_PROFILE_BUDGET", "0.4")
+    with pytest.warns(DeprecationWarning, match="use FASTRUN_PROFILE_SECONDS"):
+        assert config.profile_budget() == 0.4
