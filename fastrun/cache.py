@@ -293,8 +293,8 @@ def _lock_holder(lock_path: str) -> int | None:
     return None
 
 
-#: What identifies the version of the file whose records are loaded: a compaction replaces
-#: the inode; appends grow the size (``FileCache._end``); mtime catches a rewrite in place.
+#: Which file the loaded records came from, (inode, device): a compaction replaces the inode,
+#: appends only grow the file past ``FileCache._end``.
 _FileSignature = tuple[int, int] | None
 
 #: The log is folded into a new snapshot once it is larger than this and than the snapshot.
@@ -342,7 +342,8 @@ class FileCache:
         #: Why this cache keeps its measurements in memory (None: it writes its file).
         self.unwritable: str | None = None
         self._unsaved: list[tuple[str, str, list[Entry]]] = []
-        #: (category, key, why) of every stored entry or record that was skipped on reading.
+        #: (category, key, why) of the log's records and entries skipped on reading (snapshot
+        #: entries are checked when they are used, and skipped there with a log line).
         self.skipped: list[tuple[str, str, str]] = []
         self.reload()
 
