@@ -578,7 +578,9 @@ def scatter_chart(problem: ProblemData) -> str:
         parts.append(svg_line(x, top, x, height - bottom, GRID))
         parts.append(svg_text(x, height - bottom + 15, fmt_time(tick) if tick else "0",
                               "middle", 11, AXIS))
-    for tick in ys.ticks():
+    # No algorithm needs workspace: one tick at 0 (fractions of a byte would read '0 B' again)
+    y_ticks = ys.ticks() if any(m.workspace_bytes for m in entries) else [0.0]
+    for tick in y_ticks:
         y = ys(tick)
         parts.append(svg_line(left, y, width - right, y, GRID))
         parts.append(svg_text(left - 6, y + 4, fmt_bytes(tick), "end", 11, AXIS))
@@ -1011,6 +1013,13 @@ def render(data: ReportData, model: ModelData | None = None,
     facts.extend((esc(label), esc(value)) for label, value in data.meta.items())
     out.append('<dl class="facts">' + "".join(f"<dt>{label}</dt><dd>{value}</dd>"
                                                for label, value in facts) + "</dl>")
+    if data.kind == "cache":
+        out.append('<p class="notice">A cache keeps only what a lookup can choose: for each set '
+                   "of attributes, the algorithms that no faster one beats on workspace (the "
+                   "Pareto front), so a problem often shows one or two. For every candidate's "
+                   "time, rank a suite and draw the rankings file instead: <code>fastrun rank "
+                   "zoo:resnet18 -o ranks.msgpack; fastrun report ranks.msgpack -o "
+                   "report.html</code>.</p>")
     if len(shown_problems) < len(data.problems):
         out.append(f'<p class="notice">Showing the {len(shown_problems)} most expensive of '
                    f'{len(data.problems)} problems (fastest time × weight); use '

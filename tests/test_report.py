@@ -271,3 +271,21 @@ def test_output_over_the_input_is_refused(searched, capsys):
     assert main(["report", str(cache), "-o", str(cache)]) == 2
     assert "is the input file" in capsys.readouterr().err
     assert cache.read_bytes() == before
+
+
+def test_a_cache_report_says_where_every_candidate_is_and_a_zero_axis_reads_zero(tmp_path):
+    import re
+
+    from fastrun.attribute import AlgoAttribute
+    from fastrun.cache import Entry
+
+    cache = tmp_path / "flat.bin"
+    FileCache(cache).put("cpu;processor=X|matmul@4", "float32[8x8],float32[8x8]", [
+        Entry("blas", AlgoAttribute.REPRODUCIBLE, 1e-6, 0.0, 0, 0.0, 10, 1.7e9, "0.1.0"),
+        Entry("gemv", AlgoAttribute.NONE, 5e-7, 0.0, 0, 0.0, 10, 1.7e9, "0.1.0")])
+    page = report(tmp_path, cache)
+    assert "fastrun rank" in page and "Pareto front" in page
+    scatter = page[page.index("time against workspace"):]
+    scatter = scatter[:scatter.index("</svg>")]
+    labels = re.findall(r">(\d+ B)<", scatter)
+    assert labels == ["0 B"], labels  # not '1 B, 0 B, 0 B'
