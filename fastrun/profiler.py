@@ -156,7 +156,7 @@ class Profiler:
                         reason, error_value = check.outputs(outputs)
                 except (KeyboardInterrupt, SystemExit) as error:
                     if interrupts.by_user:  # Ctrl-C: stop here, keep what was measured
-                        log.warning("search of %s interrupted during %s", problem, label)
+                        log.info("search of %s interrupted during %s", problem, label)
                         result.interrupted = True
                         break
                     reason, error_value = f"raised {type(error).__name__}: {error}", None

@@ -127,6 +127,16 @@ def test_a_candidate_raising_systemexit_or_keyboardinterrupt_is_only_excluded(er
 
 
 def test_ctrl_c_stops_the_search_and_keeps_what_was_measured():
+    # Python's own handler, as in an interactive program: a test run started in the background
+    # of a non-interactive shell inherits SIGINT ignored, and then no Ctrl-C reaches anything.
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        _ctrl_c_during_a_search()
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
+def _ctrl_c_during_a_search():
     cache = InMemoryCache()
     session = _session(Correct("measured"), PressesCtrlC("interrupted"), Correct("never"),
                        cache=cache)

@@ -131,9 +131,13 @@ def test_missing_and_corrupt_model_files(tmp_path, capsys):
 
 
 def _run_cli(*args: str, **kwargs) -> subprocess.Popen:
+    """load_and_run as a user starts it from a terminal: SIGINT at its default disposition
+    even when this test run inherited it ignored (started in the background of a shell)."""
     env = {**os.environ, "FASTRUN_PROGRESS": "0"}
     return subprocess.Popen([sys.executable, "-m", "fastrun.cli.load_and_run", *args],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env, **kwargs)
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+                            **kwargs)
 
 
 def test_a_killed_search_resumes_with_only_the_missing_problems(tmp_path):
