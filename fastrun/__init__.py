@@ -14,7 +14,7 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
-from fastrun import _memory, _threads  # noqa: F401  (must run before numpy is imported)
+from fastrun import _memory  # noqa: F401  (must run before numpy is imported)
 from fastrun._version import __version__
 
 _EXPORTS = {
@@ -41,6 +41,7 @@ _EXPORTS = {
     "call": "fastrun.api",
     "current_session": "fastrun.api",
     "get_device": "fastrun.device",
+    "configure_threads": "fastrun._threads",
 }
 
 __all__ = ["__version__", *_EXPORTS]

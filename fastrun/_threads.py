@@ -39,14 +39,17 @@ So the defaults make numba's pool the only parallel one and keep it awake briefl
 * ``OPENBLAS_THREAD_TIMEOUT=20`` (~0.4 ms of spinning instead of ~0.1 s) for a user who gives
   OpenBLAS more threads.
 
-The variables are read when the runtimes start, so they are set here, when ``fastrun`` is
-imported, before numpy loads OpenBLAS (numba's OpenMP layer starts at its first parallel
-kernel, later).  A value the user set is kept, and so is the intent: ``OMP_WAIT_POLICY`` set by
-the user leaves ``GOMP_SPINCOUNT`` alone, and ``OMP_NUM_THREADS`` or ``GOTO_NUM_THREADS`` (which
-OpenBLAS also reads) leave ``OPENBLAS_NUM_THREADS`` alone.  A program that imported numpy first
-has an OpenBLAS that already read its variables: then its thread count is set through
-OpenBLAS's own call, under the same rule.  ``OPENBLAS_THREAD_TIMEOUT`` cannot be changed late
-(see docs/performance.md).
+These defaults are applied by :func:`configure_threads`, which creating a CPU device calls
+(every session, ``load_and_run`` and the ``fastrun`` command create one), and which a program
+may call itself; ``import fastrun`` changes nothing.  A value the user set is kept, and so is
+the intent: ``OMP_WAIT_POLICY`` set by the user leaves ``GOMP_SPINCOUNT`` alone, and
+``OMP_NUM_THREADS`` or ``GOTO_NUM_THREADS`` (which OpenBLAS also reads) leave
+``OPENBLAS_NUM_THREADS`` alone.  By then numpy has loaded OpenBLAS, which read its variables
+when it loaded: its thread count is set through OpenBLAS's own call, under the same rule (its
+idle threads stay asleep), and the variables are set too, for child processes and for numba's
+OpenMP layer, which starts at its first parallel kernel.  ``OPENBLAS_THREAD_TIMEOUT`` cannot
+be changed once OpenBLAS is loaded (see docs/performance.md); it only matters to a user who
+gives OpenBLAS more than one thread, and such a user can set it before starting Python.
 """
 
 import contextlib
@@ -57,9 +60,6 @@ import sys
 
 from fastrun import openblas
 
-#: numpy (and with it OpenBLAS) was loaded before fastrun: its variables were read already.
-_NUMPY_FIRST = "numpy" in sys.modules
-
 #: variable -> (default, other variables whose presence means the user already decided)
 DEFAULTS = {
     "GOMP_SPINCOUNT": ("20000", ("OMP_WAIT_POLICY",)),
@@ -67,15 +67,18 @@ DEFAULTS = {
     "OPENBLAS_THREAD_TIMEOUT": ("20", ()),
 }
 
-_USER_SET_BLAS_THREADS = any(name in os.environ for name in
-                             ("OPENBLAS_NUM_THREADS", *DEFAULTS["OPENBLAS_NUM_THREADS"][1]))
 
-for _name, (_value, _user_decided) in DEFAULTS.items():
-    if not any(other in os.environ for other in _user_decided):
-        os.environ.setdefault(_name, _value)
-
-if _NUMPY_FIRST and not _USER_SET_BLAS_THREADS:
-    openblas.set_num_threads(int(DEFAULTS["OPENBLAS_NUM_THREADS"][0]))
+@functools.cache
+def configure_threads() -> None:
+    """Make numba's pool the only spinning one (OpenBLAS on the calling thread), keeping every
+    choice the user made (see the module docstring).  Idempotent; called by ``CPUDevice``."""
+    user_set_blas = any(name in os.environ for name in
+                        ("OPENBLAS_NUM_THREADS", *DEFAULTS["OPENBLAS_NUM_THREADS"][1]))
+    for name, (value, user_decided) in DEFAULTS.items():
+        if not any(other in os.environ for other in user_decided):
+            os.environ.setdefault(name, value)
+    if "numpy" in sys.modules and not user_set_blas:
+        openblas.set_num_threads(int(DEFAULTS["OPENBLAS_NUM_THREADS"][0]))
 
 
 def blas_threads() -> int:

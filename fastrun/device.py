@@ -17,7 +17,7 @@ from typing import Any, TypeVar
 import numpy as np
 
 from fastrun import config
-from fastrun._threads import blas_threads, threading_layer
+from fastrun._threads import blas_threads, configure_threads, threading_layer
 from fastrun.category import DEVICE, device_text
 
 T = TypeVar("T")
@@ -149,6 +149,7 @@ class CPUDevice(Device):
     kind = "cpu"
 
     def __init__(self, threads: int | None = None):
+        configure_threads()  # before the category reads how many threads OpenBLAS has
         self.threads = config.num_threads(threads)
 
     @property

@@ -58,13 +58,22 @@ def _environment_after_import(numpy_first: bool = False, **given: str
     names = ("GOMP_SPINCOUNT", "OMP_WAIT_POLICY", "OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS",
              "GOTO_NUM_THREADS", "OPENBLAS_THREAD_TIMEOUT")
     values, category = _json_after_import(
-        "from fastrun.device import CPUDevice; "
-        f"print(json.dumps([{{n: os.environ.get(n) for n in {names!r}}}, "
-        "CPUDevice(1).category]))", names, numpy_first, **given)
+        "from fastrun.device import CPUDevice; category = CPUDevice(1).category; "
+        f"print(json.dumps([{{n: os.environ.get(n) for n in {names!r}}}, category]))",
+        names, numpy_first, **given)
     return {**values, "category": category}
 
 
-def test_import_makes_numba_the_one_spinning_pool_but_keeps_the_users_choices():
+def test_import_alone_changes_no_thread_setting():
+    """An embedding program that only imports fastrun keeps its environment and its BLAS."""
+    names = ("GOMP_SPINCOUNT", "OPENBLAS_NUM_THREADS", "OPENBLAS_THREAD_TIMEOUT")
+    values = _json_after_import(f"print(json.dumps({{n: os.environ.get(n) for n in {names!r}}}))",
+                                names)
+    assert values == dict.fromkeys(names)
+
+
+def test_a_cpu_device_makes_numba_the_one_spinning_pool_but_keeps_the_users_choices():
+    """configure_threads, which creating a CPU device (every session, every command) calls."""
     got = _environment_after_import()
     assert (got["GOMP_SPINCOUNT"], got["OPENBLAS_NUM_THREADS"],
             got["OPENBLAS_THREAD_TIMEOUT"]) == ("20000", "1", "20")
