@@ -321,6 +321,12 @@ def run(args: argparse.Namespace) -> int:
         status = 0 if ok else 1
     if args.dump_output:
         np.savez(args.dump_output, **outputs)
+    gain = _gain_over_heuristic(model, session) if stats.profiled or stats.cache_hits else None
+    summary["gain_over_heuristic"] = gain
+    if gain is not None:
+        print(f"gain       {gain['speedup']:.2f}x over the heuristic's picks on the "
+              f"{gain['steps']} step(s) where both were measured (profiled times: "
+              f"{gain['heuristic_ms']:.3f} ms -> {gain['chosen_ms']:.3f} ms)")
     if args.summary_json:
         with open(args.summary_json, "w") as stream:
             json.dump(summary, stream, indent=2)
@@ -328,6 +334,33 @@ def run(args: argparse.Namespace) -> int:
         with open(args.profile_json, "w") as stream:
             json.dump(_profile(model, step_times), stream, indent=2)
     return status
+
+
+def _gain_over_heuristic(model, session) -> dict[str, Any] | None:
+    """What the search's choices gain over the rules of thumb, where both were measured: for
+    every step whose heuristic pick is among its measured entries, the sum of those picks'
+    profiled times over the sum of the chosen ones' (None when no step qualifies)."""
+    from fastrun.api import Session
+    from fastrun.cache import InMemoryCache
+
+    rules = Session(device=session.device, cache=InMemoryCache(), strategy="heuristic",
+                    workspace_limit=session.options.workspace_limit, progress=False)
+    heuristic_s = chosen_s = 0.0
+    steps = 0
+    for report in model.reports:
+        decision = report.decision
+        if decision is None or decision.source not in ("profiled", "cache"):
+            continue
+        times = {e.algorithm: e.time_s for e in decision.entries}
+        picked = rules.decide(decision.problem).policy.algorithm
+        if picked in times and decision.policy.time_s is not None:
+            heuristic_s += times[picked]
+            chosen_s += decision.policy.time_s
+            steps += 1
+    if not steps or not chosen_s:
+        return None
+    return {"steps": steps, "heuristic_ms": heuristic_s * 1e3, "chosen_ms": chosen_s * 1e3,
+            "speedup": heuristic_s / chosen_s}
 
 
 def _batch(model) -> int:

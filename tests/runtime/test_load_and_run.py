@@ -220,6 +220,9 @@ def test_perf_tool_figures_shapes_duration_and_profile(tmp_path, cnn, capsys):
     assert result["samples_per_second"] == pytest.approx(2 * result["inferences_per_second"])
     assert sum(result["iter_ms"]) >= 400  # about --duration of timed inferences
     assert result["fastrun_version"] and result["measured_at"].endswith("Z")
+    gain = result["gain_over_heuristic"]  # the search's picks against the rules', both timed
+    assert gain["steps"] >= 1 and gain["speedup"] >= 0.999
+    assert gain["speedup"] == pytest.approx(gain["heuristic_ms"] / gain["chosen_ms"])
     steps = json.loads(profile.read_text())["steps"]
     convs = [s for s in steps if s["operator"] == "conv"]
     assert convs and all(s["profiled_ms"] > 0 and s["in_run_ms"] > 0 for s in convs)
