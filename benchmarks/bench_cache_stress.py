@@ -240,7 +240,7 @@ def damaged(directory: str) -> dict:
             with contextlib.suppress(cachefile.CacheFormatError, OSError):
                 read_cache_file(path)  # the tools' reader: a clear error or the contents
             kind = cachefile.probe(path).kind if os.path.lexists(path) else "moved"
-            if before and cachefile._classify(before[:64], len(before)).kind in (
+            if before and cachefile._classify(before[:64]).kind in (
                     cachefile.FOREIGN, cachefile.NEWER):
                 assert Path(path).read_bytes() == before, "a foreign file was changed"
             handled.append((name, kind))

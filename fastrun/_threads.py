@@ -125,14 +125,13 @@ def _preload_tbb() -> None:
     from importlib import metadata
 
     try:
-        files = metadata.distribution("tbb").files or []
+        tbb = metadata.distribution("tbb")
     except metadata.PackageNotFoundError:
         return
-    for name in files:
+    for name in tbb.files or []:
         if os.path.basename(str(name)) == "libtbb.so.12":
             with contextlib.suppress(OSError):  # numba's import then decides: OpenMP is kept
-                ctypes.CDLL(str(metadata.distribution("tbb").locate_file(name)),
-                            mode=ctypes.RTLD_GLOBAL)
+                ctypes.CDLL(str(tbb.locate_file(name)), mode=ctypes.RTLD_GLOBAL)
             return
 
 

@@ -353,7 +353,7 @@ class FileCache:
         """Replace the in-memory state with the file's current contents."""
         with self._lock:
             found = cachefile.probe(self.target)
-            problem = found.detail if found.kind == cachefile.DAMAGED else self._load(found)
+            problem = self._load(found)
             if problem is not None and self.read_only:
                 self._raw = {}
                 self._set_unwritable(f"it is a damaged fastrun cache ({problem}); it is left "
@@ -379,7 +379,9 @@ class FileCache:
         self._seen = _seen(_status(self.target))
         if found.kind in (cachefile.MISSING, cachefile.EMPTY):
             return None
-        if found.kind not in (cachefile.CURRENT, cachefile.FORMAT1, cachefile.DAMAGED):
+        if found.kind == cachefile.DAMAGED:
+            return found.detail  # known from its header: nothing more to read
+        if found.kind not in (cachefile.CURRENT, cachefile.FORMAT1):
             self._set_unwritable(f"it {found.detail}; it is left untouched")
             return None
         try:
@@ -389,8 +391,6 @@ class FileCache:
         except OSError as error:
             self._set_unwritable(f"it cannot be read ({_reason(error)})")
             return None
-        if found.kind == cachefile.DAMAGED:
-            return found.detail
         try:
             if found.kind == cachefile.FORMAT1:
                 self._raw = cachefile.read_format1(data)
@@ -411,7 +411,7 @@ class FileCache:
     def _load_or_move_aside(self) -> None:
         """Load the file (the file lock must be held); a damaged cache is moved aside."""
         found = cachefile.probe(self.target)
-        problem = found.detail if found.kind == cachefile.DAMAGED else self._load(found)
+        problem = self._load(found)
         if problem is None:
             return
         self._raw = {}

@@ -93,8 +93,6 @@ class Probe:
 
     kind: str
     detail: str = ""
-    size: int = 0
-    version: int | None = None
 
 
 def max_bytes() -> int:
@@ -111,7 +109,7 @@ def probe(path: str, limit: int | None = None) -> Probe:
     except FileNotFoundError:
         return Probe(MISSING, "does not exist")
     except OSError as error:
-        return Probe(UNREADABLE, f"cannot be read ({error.strerror or error}: {path})")
+        return _unreadable(path, error)
     if stat.S_ISDIR(status.st_mode):
         return Probe(NOT_A_FILE, "is a directory, not a cache file")
     if not stat.S_ISREG(status.st_mode):
@@ -120,34 +118,36 @@ def probe(path: str, limit: int | None = None) -> Probe:
                 else "a socket" if stat.S_ISSOCK(status.st_mode) else "not a regular file")
         return Probe(NOT_A_FILE, f"is {what}, not a cache file")
     if status.st_size == 0:
-        return Probe(EMPTY, "is empty", 0)
+        return Probe(EMPTY, "is empty")
     if status.st_size > limit:
         return Probe(TOO_LARGE, f"is {status.st_size} bytes, over the {limit}-byte limit on "
-                     "cache files (FASTRUN_CACHE_MAX_BYTES)", status.st_size)
+                     "cache files (FASTRUN_CACHE_MAX_BYTES)")
     try:
         with open(path, "rb") as file:
             head = file.read(64)
     except OSError as error:
-        return Probe(UNREADABLE, f"cannot be read ({error.strerror or error}: {path})",
-                     status.st_size)
-    return _classify(head, status.st_size)
+        return _unreadable(path, error)
+    return _classify(head)
 
 
-def _classify(head: bytes, size: int) -> Probe:
+def _unreadable(path: str, error: OSError) -> Probe:
+    return Probe(UNREADABLE, f"cannot be read ({error.strerror or error}: {path})")
+
+
+def _classify(head: bytes) -> Probe:
     if head.startswith(MAGIC):
         if len(head) < HEADER_SIZE:
-            return Probe(DAMAGED, "is a fastrun cache cut short inside its header", size)
+            return Probe(DAMAGED, "is a fastrun cache cut short inside its header")
         _, version, _ = _HEADER.unpack_from(head)
         if version > VERSION:
             return Probe(NEWER, f"was written by a newer fastrun (cache format {version}; this "
-                         f"fastrun reads formats 1 to {VERSION})", size, version)
+                         f"fastrun reads formats 1 to {VERSION})")
         if version != VERSION:
-            return Probe(DAMAGED, f"is a fastrun cache with an unknown format {version}", size,
-                         version)
-        return Probe(CURRENT, "", size, VERSION)
+            return Probe(DAMAGED, f"is a fastrun cache with an unknown format {version}")
+        return Probe(CURRENT)
     if FORMAT1_NAME.encode() in head[:40] and head[:1] in (b"\x83", b"\x82", b"\x84", b"\x85"):
-        return Probe(FORMAT1, "", size, 1)  # a msgpack map naming the format-1 document
-    return Probe(FOREIGN, f"is not a fastrun cache ({_looks_like(head)})", size)
+        return Probe(FORMAT1)  # a msgpack map naming the format-1 document
+    return Probe(FOREIGN, f"is not a fastrun cache ({_looks_like(head)})")
 
 
 def _looks_like(head: bytes) -> str:

@@ -33,6 +33,7 @@ import msgpack
 from fastrun import cache as cache_module
 from fastrun import cachefile
 from fastrun import category as category_module
+from fastrun.units import plural
 
 #: The ``format`` field of a rankings file (see :mod:`fastrun.rankings`).
 RANKINGS_FORMAT = "fastrun-rankings"
@@ -161,11 +162,6 @@ class ModelData:
     device: str  #: the category the model was decided for (this machine's)
     layers: list[LayerRow]
     views: int = 0  #: steps that are views (reshape, cast), not decided
-
-
-def _count(number: int, word: str) -> str:
-    """'1 view step', '2 view steps'."""
-    return f"{number} {word}{'' if number == 1 else 's'}"
 
 
 def problem_anchor(category: str, key: str) -> str:
@@ -942,9 +938,9 @@ def _model_section(model: ModelData, shown: set[str]) -> str:
         sources[row.source] = sources.get(row.source, 0) + 1
     badges = " ".join(f'<span class="badge {esc(s)}">{esc(s)}: {n}</span>'
                       for s, n in sorted(sources.items()))
-    views = f" and {_count(model.views, 'view step')}" if model.views else ""
+    views = f" and {plural(model.views, 'view step')}" if model.views else ""
     out = ['<section id="model"><h2>Model: ' + esc(model.name) + "</h2>",
-           f'<p class="meta">{_count(len(model.layers), "decided layer")}{views}, decided in '
+           f'<p class="meta">{plural(len(model.layers), "decided layer")}{views}, decided in '
            f'cache-only mode (no timing) for the category <code>{esc(model.device)}</code>. '
            f'{badges}</p>',
            '<p class="legend">cache: the input measured this problem on this category · '

@@ -1,4 +1,5 @@
-"""Sizes and durations as people read them: one place for every message, table and log."""
+"""Sizes, durations and counts as people read them: one place for every message, table and
+log."""
 
 from __future__ import annotations
 
@@ -23,3 +24,8 @@ def human_seconds(seconds: float | None) -> str:
     if seconds < 1:
         return f"{seconds * 1e3:.3f} ms"
     return f"{seconds:.3f} s"
+
+
+def plural(count: int, word: str, words: str | None = None) -> str:
+    """'1 key', '3 keys'; ``words`` for an irregular plural ('entry', 'entries')."""
+    return f"{count} {word}" if count == 1 else f"{count} {words or word + 's'}"

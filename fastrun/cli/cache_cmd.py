@@ -18,6 +18,7 @@ from fastrun._files import atomic_write
 from fastrun.category import printable
 from fastrun.category import split as split_category
 from fastrun.cli.formatting import human_bytes, human_seconds
+from fastrun.units import plural
 
 MERGE_RULE = ("for each key, entries are combined by algorithm; of two measurements of the same "
               "algorithm the one with more repeats wins, then the newer one (measured_at), then "
@@ -234,20 +235,16 @@ def _cmd_export(args: argparse.Namespace) -> int:
 # text output
 
 
-def _plural(count: int, word: str, words: str | None = None) -> str:
-    return f"{count} {word}" if count == 1 else f"{count} {words or word + 's'}"
-
-
 def _summary(counts: dict[str, int]) -> str:
-    return (f"{_plural(counts['categories'], 'category', 'categories')}, "
-            f"{_plural(counts['keys'], 'key')}, "
-            f"{_plural(counts['entries'], 'entry', 'entries')}")
+    return (f"{plural(counts['categories'], 'category', 'categories')}, "
+            f"{plural(counts['keys'], 'key')}, "
+            f"{plural(counts['entries'], 'entry', 'entries')}")
 
 
 def show_text(report: dict[str, Any]) -> str:
     lines = [f"cache file {report['file']}: {_summary(report['summary'])}"]
     if report["skipped"]:
-        count = _plural(len(report["skipped"]), "invalid entry", "invalid entries")
+        count = plural(len(report["skipped"]), "invalid entry", "invalid entries")
         lines.append(f"skipped {count}:")
         lines += [f"  {printable(item['key'])} [{printable(item['category'])}]: "
                   f"{printable(item['why'])}" for item in report["skipped"]]
@@ -283,13 +280,13 @@ def show_text(report: dict[str, Any]) -> str:
 def merge_text(report: dict[str, Any]) -> str:
     count = sum(1 for s in report["sources"] if not s["path"].endswith("(existing contents)"))
     if report["written"]:
-        head = f"merged {_plural(count, 'file')} into {report['output']}"
+        head = f"merged {plural(count, 'file')} into {report['output']}"
     else:
-        head = (f"{report['output']} already holds the merge of {_plural(count, 'file')} "
+        head = (f"{report['output']} already holds the merge of {plural(count, 'file')} "
                 "(not rewritten)")
     lines = [f"{head}: {_summary(report['result'])}"]
     for source in report["sources"]:
-        lines.append(f"  {source['path']}: {_plural(source['keys'], 'key')} "
+        lines.append(f"  {source['path']}: {plural(source['keys'], 'key')} "
                      f"({source['keys_only_here']} only there), {source['entries_kept']} of its "
                      f"{source['entries']} entries kept")
     by = report["resolved_by"]
@@ -319,7 +316,7 @@ def diff_text(report: dict[str, Any]) -> str:
             lines.append(f"categories only in {side.upper()} ({len(items)}):")
             other = "b" if side == "a" else "a"
             for item in items:
-                lines.append(f"  {printable(item['category'])} ({_plural(item['keys'], 'key')})")
+                lines.append(f"  {printable(item['category'])} ({plural(item['keys'], 'key')})")
                 if item.get(f"differs_from_{other}"):
                     lines.append(f"    differs from {other.upper()}: "
                                  f"{printable(item[f'differs_from_{other}'])}")
@@ -388,7 +385,7 @@ def prune_text(report: dict[str, Any]) -> str:
     shown = [item for item in report["removed_keys"] if item["category"] not in whole]
     hidden = len(shown) - 50
     shown = shown[:50]
-    lines += [f"  key {printable(item['key'])} ({_plural(item['entries'], 'entry', 'entries')})"
+    lines += [f"  key {printable(item['key'])} ({plural(item['entries'], 'entry', 'entries')})"
               f"  [{printable(item['category'])}]" for item in shown]
     if hidden > 0:
         lines.append(f"  ... and {hidden} more keys")

@@ -236,12 +236,12 @@ def test_a_model_given_as_its_own_cache_is_not_moved(tmp_path: Path) -> None:
 
 def test_a_damaged_cache_is_still_set_aside() -> None:
     # (the cases are in test_cache.py; here only that the two kinds stay apart)
-    assert cachefile._classify(cachefile.header(), 12).kind == cachefile.CURRENT
+    assert cachefile._classify(cachefile.header()).kind == cachefile.CURRENT
     with pytest.raises(cachefile.CacheFormatError, match="snapshot"):
         cachefile.read(cachefile.header() + b"x")
-    assert cachefile._classify(cachefile.MAGIC + b"\x01\x00", 10).kind == cachefile.DAMAGED
-    assert cachefile._classify(b"\x83\xa6format\xadfastrun-cache", 20).kind == cachefile.FORMAT1
-    assert cachefile._classify(b"PK\x03\x04", 4).kind == cachefile.FOREIGN
+    assert cachefile._classify(cachefile.MAGIC + b"\x01\x00").kind == cachefile.DAMAGED
+    assert cachefile._classify(b"\x83\xa6format\xadfastrun-cache").kind == cachefile.FORMAT1
+    assert cachefile._classify(b"PK\x03\x04").kind == cachefile.FOREIGN
 
 
 # -- every field of every entry is range-checked -------------------------------------------
