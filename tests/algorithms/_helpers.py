@@ -35,6 +35,51 @@ def traced_peak() -> Iterator[list[int]]:
         tracemalloc.stop()
 
 
+def assert_allocates_its_workspace(algorithm: Any, problem: Any, call: Any) -> Any:
+    """``call()``'s peak allocation is the algorithm's workspace plus its output (within
+    :data:`TRACEMALLOC_SLACK`).  An algorithm that keeps its buffers between calls (a
+    ``scratch`` pool) allocates them on its first call of a problem, and on the next calls
+    only the output, which must not change.  Returns the output."""
+    scratch = getattr(algorithm, "scratch", None)
+    if scratch is not None:
+        scratch.clear()
+    with traced_peak() as peak:
+        output = call()
+    expected = algorithm.workspace_bytes(problem) + output.nbytes
+    assert expected <= peak[0] <= expected + TRACEMALLOC_SLACK
+    if scratch is not None:
+        with traced_peak() as peak:
+            again = call()
+        assert again.nbytes <= peak[0] <= again.nbytes + TRACEMALLOC_SLACK
+        np.testing.assert_array_equal(again, output)
+    return output
+
+
+def assert_same_bits_across_threads_and_concurrent_calls(call: Any, expected: np.ndarray
+                                                         ) -> None:
+    """``call()`` gives ``expected`` on 1 and 2 numba threads, and from three Python threads
+    calling it at once: what an algorithm that keeps buffers between calls must keep."""
+    import threading
+
+    for threads in (1, 2):
+        with numba_threads(threads):
+            np.testing.assert_array_equal(call(), expected)
+    results: list[np.ndarray] = []
+
+    def call_repeatedly() -> None:
+        for _ in range(20):
+            results.append(call())
+
+    workers = [threading.Thread(target=call_repeatedly) for _ in range(3)]
+    for worker in workers:
+        worker.start()
+    for worker in workers:
+        worker.join()
+    assert len(results) == 60
+    for result in results:
+        np.testing.assert_array_equal(result, expected)
+
+
 @contextmanager
 def numba_threads(count: int) -> Iterator[None]:
     """Run numba's parallel kernels on ``count`` threads inside the block."""

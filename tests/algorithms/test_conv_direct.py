@@ -24,10 +24,10 @@ from fastrun.operator import Problem
 from fastrun_algorithms.conv import depthwise, direct, implicit_gemm, naive
 from fastrun_algorithms.conv.operator import ConvOperator
 from tests.algorithms._helpers import (
-    TRACEMALLOC_SLACK,
+    assert_allocates_its_workspace,
     assert_matches_reference,
+    assert_same_bits_across_threads_and_concurrent_calls,
     numba_threads,
-    traced_peak,
 )
 
 OPERATOR = ConvOperator()
@@ -228,7 +228,9 @@ WORKSPACE_CASES = [
 @pytest.mark.parametrize("strided_x", [False, True])
 def test_workspace_is_what_run_allocates(algorithm: Algorithm, shapes: list, params: dict,
                                          strided_x: bool) -> None:
-    """Exact whatever the inputs' layout: a strided X is read in place, never copied."""
+    """Exact whatever the inputs' layout: a strided X is read in place, never copied.  An
+    algorithm that keeps its buffers between calls (``scratch``) allocates its workspace on the
+    first call of a problem and only the output on the next ones."""
     problem = OPERATOR.problem(shapes, ["float64"] * len(shapes), **params)
     if not algorithm.usable(problem):
         pytest.skip(algorithm.unusable_reason(problem))
@@ -236,10 +238,7 @@ def test_workspace_is_what_run_allocates(algorithm: Algorithm, shapes: list, par
     if strided_x:
         inputs[0] = strided(inputs[0])
     run(algorithm, problem, inputs)  # warm-up: compile or load the kernel
-    with traced_peak() as peak:
-        output = run(algorithm, problem, inputs)
-    expected = algorithm.workspace_bytes(problem) + output.nbytes
-    assert expected <= peak[0] <= expected + TRACEMALLOC_SLACK
+    assert_allocates_its_workspace(algorithm, problem, lambda: run(algorithm, problem, inputs))
     if algorithm in PARALLEL:
         assert algorithm.workspace_bytes(problem) > 0
     else:
@@ -279,18 +278,23 @@ def test_kernels_allocate_nothing_themselves() -> None:
 
 
 def test_workspace_counts_only_busy_workers() -> None:
-    """A problem with a single task keeps one worker's buffers, whatever the thread count:
-    one group of four accumulator rows of (3 - 1) * 5 + 3 positions, rounded up to 16, and one
-    staged 5x5 block with 16 values of slack; 64 bytes more each for their alignment."""
+    """direct: a problem with a single task keeps one worker's buffers, whatever the thread
+    count: one group of four accumulator rows of (3 - 1) * 5 + 3 positions, rounded up to 16,
+    and one staged 5x5 block with 16 values of slack; 64 bytes more each for their alignment.
+    depthwise deals its tasks to whichever thread is free, so it keeps one set per thread."""
     problem = OPERATOR.problem([(1, 1, 5, 5), (1, 1, 3, 3)], ["float32"] * 2)
-    assert DIRECT[0].workspace_bytes(problem) == (4 * 16 + 16) * 4 + (25 + 16 + 16) * 4
-    # depthwise: a 3-column output takes flat mode, with one accumulator row and the int64
-    # index maps of the 5x5 input and 3x3 output planes (64 bytes more each)
-    assert DEPTHWISE[0].workspace_bytes(problem) == ((16 + 16) * 4 + (25 + 16 + 16) * 4
-                                                     + (25 + 8) * 8 + (9 + 8) * 8)
-    # outside flat mode a 3x3 depthwise kernel needs no accumulator: a one-position placeholder
-    wide = OPERATOR.problem([(1, 1, 5, 40), (1, 1, 3, 3)], ["float32"] * 2)
-    assert DEPTHWISE[0].workspace_bytes(wide) == (1 + 16) * 4 + (5 * 40 + 16 + 16) * 4
+    with numba_threads(2):
+        assert DIRECT[0].workspace_bytes(problem) == (4 * 16 + 16) * 4 + (25 + 16 + 16) * 4
+        # depthwise: a 3-column output takes flat mode, with one accumulator row per thread and
+        # the int64 index maps of the 5x5 input and 3x3 output planes (64 bytes more each)
+        assert DEPTHWISE[0].workspace_bytes(problem) == ((2 * 16 + 16) * 4
+                                                         + (2 * (25 + 16) + 16) * 4
+                                                         + (25 + 8) * 8 + (9 + 8) * 8)
+        # outside flat mode a 3x3 depthwise kernel needs no accumulator: a one-position
+        # placeholder per thread
+        wide = OPERATOR.problem([(1, 1, 5, 40), (1, 1, 3, 3)], ["float32"] * 2)
+        assert DEPTHWISE[0].workspace_bytes(wide) == ((2 + 16) * 4
+                                                      + (2 * (5 * 40 + 16) + 16) * 4)
 
 
 # -- usability, identity, attributes ---------------------------------------------------------
@@ -351,3 +355,22 @@ def test_reproducible(algorithm: Algorithm, shapes: list, params: dict) -> None:
     with numba_threads(1):
         single = run(algorithm, problem, inputs)
     np.testing.assert_array_equal(single, first)
+
+
+@pytest.mark.parametrize(("spatial", "stride"), [(7, 1), (14, 2), (30, 1), (61, 2)])
+def test_depthwise_keeps_its_buffers_correct_across_threads_and_concurrent_calls(
+        spatial: int, stride: int) -> None:
+    """Buffers kept between calls (flat mode for the small planes, staged row blocks for the
+    large ones) give the same bits whatever ran before: another thread count, the same
+    problem from two Python threads at once, another problem in between."""
+    algorithm = DEPTHWISE[0]
+    problem = OPERATOR.problem([[2, 24, spatial, spatial], [24, 1, 3, 3], [24]],
+                               ["float32"] * 3, group=24, strides=[stride, stride],
+                               pads=[1, 1, 1, 1], activation="relu")
+    other = OPERATOR.problem([[1, 24, spatial + 3, spatial], [24, 1, 3, 3], [24]],
+                             ["float32"] * 3, group=24, pads=[1, 1, 1, 1])
+    inputs = OPERATOR.random_inputs(problem, np.random.default_rng(6))
+    first = check(algorithm, problem, inputs)
+    run(algorithm, other, OPERATOR.random_inputs(other, np.random.default_rng(7)))
+    assert_same_bits_across_threads_and_concurrent_calls(
+        lambda: run(algorithm, problem, inputs), first)

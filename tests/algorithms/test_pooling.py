@@ -17,11 +17,11 @@ from fastrun.attribute import AlgoAttribute
 from fastrun.operator import Problem
 from fastrun_algorithms import pooling
 from tests.algorithms._helpers import (
-    TRACEMALLOC_SLACK,
+    assert_allocates_its_workspace,
     assert_matches_reference,
+    assert_same_bits_across_threads_and_concurrent_calls,
     cpu_registry,
     numba_threads,
-    traced_peak,
 )
 from tests.onnx_cases import node_attributes, node_cases
 
@@ -379,10 +379,8 @@ def test_workspace_is_what_run_allocates(algorithm: Algorithm, name: str, shape:
     if strided_x:
         inputs[0] = strided(inputs[0])
     algorithm.run(problem, inputs, None)  # warm-up: compile or load the kernel
-    with traced_peak() as peak:
-        output = algorithm.run(problem, inputs, None)
-    expected = algorithm.workspace_bytes(problem) + output.nbytes
-    assert expected <= peak[0] <= expected + TRACEMALLOC_SLACK
+    assert_allocates_its_workspace(algorithm, problem,
+                                   lambda: algorithm.run(problem, inputs, None))
 
 
 def test_workspace_figures():
@@ -456,3 +454,20 @@ def test_reproducible(algorithm: Algorithm, count_include_pad: int) -> None:
     np.testing.assert_array_equal(algorithm.run(problem, inputs, None), first)
     with numba_threads(1):
         np.testing.assert_array_equal(algorithm.run(problem, inputs, None), first)
+
+
+@pytest.mark.parametrize("name", ["maxpool", "avgpool"])
+def test_direct_keeps_its_staging_buffers_correct_across_threads_and_concurrent_calls(name):
+    """The staging buffers' padding (-inf for max, 0 for the sums) is written when they are
+    made and kept between calls: the same bits whatever ran before."""
+    direct = next(a for a in REGISTRY.algorithms(name) if a.name == "direct")
+    problem = op(name).problem([(2, 6, 29, 31)], ["float32"], kernel_shape=[3, 3],
+                               strides=[2, 2], pads=[1] * 4)
+    other = op(name).problem([(1, 6, 12, 12)], ["float32"], kernel_shape=[2, 2],
+                             strides=[2, 2])
+    inputs = op(name).random_inputs(problem, np.random.default_rng(8))
+    first = direct.run(problem, inputs, None)
+    np.testing.assert_allclose(first, op(name).reference(problem, inputs), rtol=1e-5, atol=1e-6)
+    direct.run(other, op(name).random_inputs(other, np.random.default_rng(9)), None)
+    assert_same_bits_across_threads_and_concurrent_calls(
+        lambda: direct.run(problem, inputs, None), first)

@@ -165,6 +165,13 @@ def aligned_nbytes(shape: tuple[int, ...], dtype: np.dtype) -> int:
     return (math.prod(shape) + ALIGN // dtype.itemsize) * dtype.itemsize
 
 
+def aligned_zeros(shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:
+    """:func:`aligned_empty`, zeroed."""
+    out = aligned_empty(shape, dtype)
+    out.fill(0)
+    return out
+
+
 def block_rows(geo: ConvGeometry, ob: int) -> int:
     """Rows of each phase plane of a block of ``ob`` output rows (``hb``)."""
     return ob + (geo.r - 1) * geo.dil_h // geo.stride_h

@@ -22,14 +22,13 @@ from numba import prange, types
 from fastrun.algorithm import Algorithm, RunContext
 from fastrun.attribute import AlgoAttribute
 from fastrun.operator import Problem
-from fastrun_algorithms._common import U
+from fastrun_algorithms._common import PARTS_PER_THREAD, ScratchPool, U
 from fastrun_algorithms.conv._gemm_common import (
     buffer,
     epilogue_in_place,
     item_type,
     matmul_problem,
     operands,
-    worker_count,
 )
 from fastrun_algorithms.conv._kernels_common import stage_row
 from fastrun_algorithms.conv.base import ConvAlgorithm
@@ -43,8 +42,9 @@ def _unfold_kernel(x: np.ndarray, n: int, r: int, s: int, sh: int, sw: int, dh: 
     """``cols[(c*R + i)*S + j, y*OW + z] = x[n, c, y*sh + i*dh - pt, z*sw + j*dw - pl]``, zero
     where that falls into the padding.
 
-    Tasks are (channel, kernel row i), split evenly between workers.  For a task the worker first
-    stages the OH input rows that kernel row i reads into ``staged[w]``, padded and split into
+    Tasks are (channel, kernel row i), dealt in parts (:data:`PARTS_PER_THREAD`) to whichever
+    thread is free.  For a task, thread ``t`` first stages the OH input rows that kernel row i
+    reads into ``staged[t]``, padded and split into
     ``sw`` column phases (:func:`stage_row`: phase p holds padded columns ``m*sw + p``), so that
     tap (i, j) reads phase ``(j*dw) % sw`` from position ``(j*dw) // sw`` on: every row of
     ``cols`` is then filled by plain contiguous copies of OW values, one per output row, with
@@ -52,21 +52,21 @@ def _unfold_kernel(x: np.ndarray, n: int, r: int, s: int, sh: int, sw: int, dh: 
     the input in all), and pays for itself many times at stride 2, where copying straight from
     the input meant a strided read per value; it pays at stride 1 too (measured 3x on a 3x3
     layer), because each row is then a branch-free copy.  The padding columns are the same for
-    every row, so a worker zeroes its buffer once and stage_row only ever writes input values;
-    output rows whose input row lies in the padding are zero-filled in ``cols`` directly.
+    every row, so the buffers are zeroed once, when they are made (they are kept from one call
+    of the problem to the next, see :class:`ScratchPool`), and stage_row only ever writes input
+    values; output rows whose input row lies in the padding are zero-filled in ``cols``
+    directly.
     """
     channels, height = x.shape[1], x.shape[2]
-    workers = staged.shape[0]
     wq = staged.shape[1] // (sw * oh)  # positions per phase row
     pitch = oh * wq  # values per phase
     tasks = channels * r
+    parts = min(tasks, PARTS_PER_THREAD * staged.shape[0])
     pixels = oh * ow
     flat = cols.reshape(cols.size)
-    for wk in prange(workers):
-        buf = staged[wk]
-        for q in range(buf.shape[0]):
-            buf[q] = 0
-        for task in range(wk * tasks // workers, (wk + 1) * tasks // workers):
+    for part in prange(parts):
+        buf = staged[numba.get_thread_id()]
+        for task in range(part * tasks // parts, (part + 1) * tasks // parts):
             c = task // r
             i = task - c * r
             for y in range(oh):
@@ -100,10 +100,10 @@ def _compiled_unfold(dtype: np.dtype, layout: str) -> Callable[..., None]:
 
 
 def _staged_shape(geo: ConvGeometry) -> tuple[int, int]:
-    """One staging buffer per worker: ``sw`` column phases of OH rows, each wide enough for
-    every tap of every output column."""
+    """One staging buffer per numba thread (any thread may run any task): ``sw`` column phases
+    of OH rows, each wide enough for every tap of every output column."""
     wq = geo.ow + (geo.s - 1) * geo.dil_w // geo.stride_w
-    return worker_count(geo.c * geo.r), geo.stride_w * geo.oh * wq
+    return numba.get_num_threads(), geo.stride_w * geo.oh * wq
 
 
 def _shapes(geo: ConvGeometry) -> tuple[tuple[int, ...], tuple[int, ...]]:
@@ -123,6 +123,10 @@ def _product(problem: Problem) -> Problem:
     return matmul_problem(a_shape, b_shape, geo.dtype)
 
 
+#: The per-thread staging buffers of the problems run so far, zeroed once (ScratchPool).
+_SCRATCH = ScratchPool()
+
+
 class Im2colConv(ConvAlgorithm):
     """Unfold + one matmul sub-problem per image; usable for every parameter set.
 
@@ -140,6 +144,8 @@ class Im2colConv(ConvAlgorithm):
     operator = "conv"
     name = "im2col"
     attributes = AlgoAttribute.REPRODUCIBLE
+    #: where the unfold's per-thread staging buffers are kept between calls
+    scratch = _SCRATCH
 
     def sub_problems(self, problem: Problem) -> Sequence[Problem]:
         """One product per image, all of the same shape."""
@@ -166,7 +172,8 @@ class Im2colConv(ConvAlgorithm):
         dtype = x.dtype
         out = None if geo.n == 1 else np.empty((geo.n, geo.k, geo.oh, geo.ow), dtype=dtype)
         cols = np.empty(cols_shape, dtype=dtype)
-        staged = np.empty(_staged_shape(geo), dtype=dtype)
+        key = (problem.key, numba.get_num_threads())
+        staged = _SCRATCH.take(key, lambda: np.zeros(_staged_shape(geo), dtype=dtype))
         unfold = _compiled_unfold(dtype, "C" if x.flags.c_contiguous else "A")
         cols2 = cols.reshape(-1, geo.oh * geo.ow)
         z = residual_operand(geo, inputs)
@@ -181,6 +188,7 @@ class Im2colConv(ConvAlgorithm):
                 np.copyto(out[n], result.reshape(geo.k, geo.oh, geo.ow))
                 del result  # before the next product is allocated: one alive at a time
                 epilogue_in_place(out[n:n + 1], bias, geo, z[n:n + 1] if geo.has_residual else z)
+        _SCRATCH.give(key, staged)
         return geo.output_view(out)
 
 

@@ -19,7 +19,7 @@ How the transforms vectorise.  The product wants V and M element-major (value (a
 tile in one contiguous row), while a tile's input values lie in rows of the image, its tile
 rows m apart and overlapping.  The transforms work on chunks of :data:`CHUNK` consecutive
 tiles (crossing tile rows, channels and images alike, so that loops stay long even for 7x7
-images) in a small per-worker buffer:
+images) in a small per-thread buffer, kept from one call to the next:
 
 * input: each tile row of each tile (alpha contiguous values) is copied into the chunk, still
   tile by tile (a vectorised copy; gathering element-major instead costs one scalar store per
@@ -53,7 +53,7 @@ from numba import prange, types
 from fastrun.algorithm import Algorithm, RunContext
 from fastrun.attribute import AlgoAttribute
 from fastrun.operator import Problem
-from fastrun_algorithms._common import FASTMATH, U
+from fastrun_algorithms._common import FASTMATH, PARTS_PER_THREAD, ScratchPool, U
 from fastrun_algorithms.conv._gemm_common import (
     buffer,
     item_type,
@@ -299,21 +299,30 @@ def _rows4(chunk, count, v, pitch, f0):
             v[U(dst + 3 * pitch + u)] = e3
 
 
+@numba.njit(inline="always")
+def _parts(planes, tiles, threads):
+    """Parts of a transform: :data:`PARTS_PER_THREAD` per thread, but no more than there are
+    full chunks of tiles (a part's chunks do not cross into the next part, and a part of two
+    7x7 planes would transform 32 tiles at a time instead of :data:`CHUNK`)."""
+    return max(1, min(planes, PARTS_PER_THREAD * threads, planes * tiles // CHUNK))
+
+
 def _input_kernel(x: np.ndarray, m: int, pt: int, pl: int, tiles_h: int, tiles_w: int,
                   v: np.ndarray, padded: np.ndarray, chunks: np.ndarray,
                   offsets: np.ndarray) -> None:
     """``v[a*alpha + b, c, n*tiles + tile] = (B^T d B)[a, b]`` for the input tile ``d`` of every
     tile (row-major) of every image n and channel c.
 
-    Parallel over planes (channel, image) in V's order, a contiguous range per worker, so that
-    each worker writes one contiguous stretch of every V row.  For each plane a worker
+    Parallel over planes (channel, image) in V's order, dealt in contiguous ranges (parts, see
+    :data:`PARTS_PER_THREAD`) to whichever thread is free, so that each part writes one
+    contiguous stretch of every V row.  For each plane, thread ``t``
 
-    1. copies it into its zero-padded plane ``padded[w]`` (the padding is zeroed once: every
-       plane writes the same interior positions);
-    2. gathers its tiles into the chunk ``chunks[w]`` (:func:`_gather6`), tile rows as
+    1. copies it into its zero-padded plane ``padded[t]`` (the padding was zeroed when the
+       buffer was made: every plane writes the same interior positions);
+    2. gathers its tiles into the chunk ``chunks[t]`` (:func:`_gather6`), tile rows as
        contiguous runs, starting each tile at ``offsets[tile]`` (computed once per call);
 
-    and whenever the chunk is full (and after its last plane) it applies B^T along the tile
+    and whenever the chunk is full (and after the part's last plane) it applies B^T along the tile
     columns (:func:`_columns6`, contiguous) and B along the tile rows, writing V
     (:func:`_rows6`).  A chunk of CHUNK tiles stays in the L1 cache with the plane, and its
     loops are long even for 7x7 images, whose planes hold only 16 tiles.  Each value is
@@ -331,14 +340,13 @@ def _input_kernel(x: np.ndarray, m: int, pt: int, pl: int, tiles_h: int, tiles_w
         th = t // tiles_w
         offsets[t] = th * m * pw + (t - th * tiles_w) * m
     planes = channels * n_images
-    workers = padded.shape[0]
+    parts = _parts(planes, tiles, padded.shape[0])
     rows_inside = min(height, ph - pt)  # input rows that land in the padded plane
     cols_inside = min(width, pw - pl)
-    for wk in prange(workers):
-        pad, chunk = padded[wk], chunks[wk]
-        for f in range(pad.shape[0]):
-            pad[f] = 0
-        first, last = wk * planes // workers, (wk + 1) * planes // workers
+    for part in prange(parts):
+        thread = numba.get_thread_id()
+        pad, chunk = padded[thread], chunks[thread]
+        first, last = part * planes // parts, (part + 1) * planes // parts
         s = 0  # tiles in the chunk
         f0 = first * tiles  # V position of the chunk's first tile
         for p in range(first, last):
@@ -492,9 +500,10 @@ def _output_kernel(mm: np.ndarray, m: int, bias: np.ndarray, has_bias: bool, cod
     dropped.  With a residual, the chunk gets the bias only and the merge adds ``z`` and
     applies the activation.
 
-    Parallel over planes (output channel, image), a contiguous range per worker: the product's
-    columns for the range are contiguous in every row.  A worker takes its tiles CHUNK at a
-    time into ``chunks[w]``: it writes each tile's bias into ``biases[w]``, applies A^T along
+    Parallel over planes (output channel, image), dealt in contiguous ranges (parts) to
+    whichever thread is free: the product's columns for a range are contiguous in every row.
+    Thread ``t`` takes a part's tiles CHUNK at a time into ``chunks[t]``: it writes each
+    tile's bias into ``biases[t]``, applies A^T along
     the tile columns (:func:`_left6`), then A along the tile rows with the epilogue
     (:func:`_right6`, in place: long contiguous loops whatever the image size), and finally
     merges the m tile columns of each tile row into the output rows (:func:`_merge4`).  The
@@ -510,13 +519,14 @@ def _output_kernel(mm: np.ndarray, m: int, bias: np.ndarray, has_bias: bool, cod
     flat_out = out.reshape(out.size)
     flat_z = z.reshape(z.size)
     planes = out_channels * n_images
-    workers = chunks.shape[0]
+    parts = _parts(planes, tiles, chunks.shape[0])
     low_v, high_v = out.dtype.type(low), out.dtype.type(high)
     chunk_code = 0 if has_residual else code  # the activation waits for the residual
-    for wk in prange(workers):
-        chunk, bias_row = chunks[wk], biases[wk]
-        f = wk * planes // workers * tiles
-        end = (wk + 1) * planes // workers * tiles
+    for part in prange(parts):
+        thread = numba.get_thread_id()
+        chunk, bias_row = chunks[thread], biases[thread]
+        f = part * planes // parts * tiles
+        end = (part + 1) * planes // parts * tiles
         while f < end:
             count = min(CHUNK, end - f)
             g = f
@@ -610,15 +620,15 @@ class _Plan:
         self.m_shape = (points, geo.k, self.tiles)
         self.filter_workers = worker_count(geo.k)
         self.filter_scratch = (self.filter_workers, 12, geo.c)
-        workers = worker_count(geo.c * geo.n)
+        # the transforms deal their parts to any thread: one set of buffers per numba thread
+        threads = numba.get_num_threads()
         plane = ((self.tiles_h - 1) * m + alpha) * ((self.tiles_w - 1) * m + alpha)
-        self.input_padded = (workers, plane)
-        self.input_chunks = (workers, points * CHUNK)
+        self.input_padded = (threads, plane)
+        self.input_chunks = (threads, points * CHUNK)
         # uint32 positions in a padded plane: a plane would need 4 G elements to overflow them
         self.input_offsets = (per_plane,)
-        workers = worker_count(geo.k * geo.n)
-        self.output_chunks = (workers, m * alpha * CHUNK)
-        self.output_biases = (workers, CHUNK)
+        self.output_chunks = (threads, m * alpha * CHUNK)
+        self.output_biases = (threads, CHUNK)
 
 
 def _plan(problem: Problem, m: int) -> _Plan:
@@ -629,6 +639,19 @@ def _plan(problem: Problem, m: int) -> _Plan:
 @functools.lru_cache(maxsize=1024)
 def _cached_plan(problem: Problem, m: int, threads: int) -> _Plan:
     return _Plan(geometry(problem), m)
+
+
+#: The transforms' per-thread buffers of the problems run so far (see :class:`ScratchPool`).
+_SCRATCH = ScratchPool()
+
+
+def _make_scratch(plan: _Plan, dtype: np.dtype) -> tuple[np.ndarray, ...]:
+    """The transforms' per-thread buffers: the padded planes (zeroed here, once: every plane
+    writes the same interior positions), the input chunks, the tile offsets, the output chunks
+    and biases."""
+    return (np.zeros(plan.input_padded, dtype=dtype), np.empty(plan.input_chunks, dtype=dtype),
+            np.empty(plan.input_offsets, dtype=np.uint32),
+            np.empty(plan.output_chunks, dtype=dtype), np.empty(plan.output_biases, dtype=dtype))
 
 
 class _Winograd(ConvAlgorithm):
@@ -644,6 +667,8 @@ class _Winograd(ConvAlgorithm):
     operator = "conv"
     attributes = AlgoAttribute.REPRODUCIBLE
     m = 0
+    #: where the transforms' per-thread buffers are kept between calls
+    scratch = _SCRATCH
 
     def conv_unusable_reason(self, problem: Problem) -> str | None:
         geo = geometry(problem)
@@ -670,24 +695,24 @@ class _Winograd(ConvAlgorithm):
     def workspace_bytes(self, problem: Problem) -> int:
         """The peak of what :meth:`run` holds besides the output, phase by phase: the
         transformed filters U (only when not preprocessed) with the filter transform's scratch,
-        then U, the transformed input V and the input transform's scratch, then U, V and the
-        product M, then M and the output transform's scratch (U and V are dropped once M
-        exists)."""
+        then U and the transformed input V, then U, V and the product M, then M (U and V are
+        dropped once M exists); the transforms' per-thread buffers throughout (made on the
+        first call of the problem and kept for the next, see :class:`ScratchPool`)."""
         plan = _plan(problem, self.m)
         size = math.prod
         u = 0 if problem.weight_preprocess else size(plan.u_shape)
         filter_scratch = size(plan.filter_scratch) if u else 0
         v, product = size(plan.v_shape), size(plan.m_shape)
         itemsize = np.dtype(problem.dtypes[0]).itemsize
-        input_scratch = ((size(plan.input_padded) + size(plan.input_chunks)) * itemsize
-                         + size(plan.input_offsets) * 4)
+        scratch = ((size(plan.input_padded) + size(plan.input_chunks) + size(plan.output_chunks)
+                    + size(plan.output_biases)) * itemsize + size(plan.input_offsets) * 4)
         phases = (
             (u + filter_scratch) * itemsize,
-            (u + v) * itemsize + input_scratch,
+            (u + v) * itemsize,
             (u + v + product) * itemsize,
-            (product + size(plan.output_chunks) + size(plan.output_biases)) * itemsize,
+            product * itemsize,
         )
-        return max(phases)
+        return max(phases) + scratch
 
     def preprocess(self, problem: Problem, inputs: Sequence[Any]) -> np.ndarray:
         """The transformed filters U (alpha^2, K, C) for the given weights."""
@@ -715,18 +740,19 @@ class _Winograd(ConvAlgorithm):
 
         u = self._filter_transform(problem, w) if prepared is None else prepared
         v = np.empty(plan.v_shape, dtype=dtype)
+        key = (self.name, problem.key, numba.get_num_threads())
+        scratch = _SCRATCH.take(key, lambda: _make_scratch(plan, dtype))
+        padded, input_chunks, offsets, output_chunks, output_biases = scratch
         input_kernel(x, self.m, geo.pad_top, geo.pad_left, plan.tiles_h, plan.tiles_w, v,
-                     np.empty(plan.input_padded, dtype=dtype),
-                     np.empty(plan.input_chunks, dtype=dtype),
-                     np.empty(plan.input_offsets, dtype=np.uint32))
+                     padded, input_chunks, offsets)
         product = ctx.call(self._product(problem), u, v)
         del u, v  # only the product is needed from here on
         output_kernel(np.ascontiguousarray(product), self.m,
                       no_bias(dtype) if bias is None else bias, bias is not None,
                       activation_code(geo), float(geo.clip_min), float(geo.clip_max),
-                      plan.tiles_h, plan.tiles_w, out, np.empty(plan.output_chunks, dtype=dtype),
-                      np.empty(plan.output_biases, dtype=dtype), residual_operand(geo, inputs),
-                      geo.has_residual)
+                      plan.tiles_h, plan.tiles_w, out, output_chunks, output_biases,
+                      residual_operand(geo, inputs), geo.has_residual)
+        _SCRATCH.give(key, scratch)
         return geo.output_view(out)
 
 

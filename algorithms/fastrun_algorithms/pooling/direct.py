@@ -1,4 +1,4 @@
-"""maxpool and avgpool in parallel numba, the planes shared out among the workers.
+"""maxpool and avgpool in parallel numba, each plane on whichever thread is free.
 
 Made for the pooling layers of CNNs (3x3 stride 2 after the first convolution), where the
 numpy algorithm first copies X into a padded buffer.  Each worker stages an input plane's
@@ -29,12 +29,17 @@ from numba import prange, types
 from fastrun.algorithm import Algorithm, RunContext
 from fastrun.attribute import AlgoAttribute
 from fastrun.operator import Problem
-from fastrun_algorithms._common import U, floor_div
+from fastrun_algorithms._common import ScratchPool, U, floor_div
 from fastrun_algorithms.conv._kernels_common import stage_row
 from fastrun_algorithms.pooling.geometry import pool_geometry
 
 #: ``mode`` argument of the kernel
 MAX, AVERAGE, AVERAGE_WITH_PAD = 0, 1, 2
+
+#: The per-thread staging buffers of the problems run so far, their padding written once (see
+#: :class:`ScratchPool`): filling sixteen threads' buffers of ResNet's stem maxpool (51 KB
+#: each) on every call cost more than a thread's share of the pooling itself.
+_SCRATCH = ScratchPool()
 
 
 @numba.njit(cache=True, inline="always")
@@ -70,8 +75,8 @@ def _combine_row(out, n, c, oh, count, staged, s0, is_max):
 def _pool_plane(x, out, plane, staged, wq, kh, kw, sh, sw, dh, dw, pt, pl, pb, pr, mode):
     """Pool plane ``plane`` (image ``plane // C``, channel ``plane % C``) of ``x`` into
     ``out``.  Each input row is first staged split into its ``sw`` column phases (``staged``
-    row r, phase q at ``(r*sw + q)*wq``; the padding columns hold the pad value, written once
-    per worker), so that a kernel tap reads the outputs' inputs of a row as one contiguous
+    row r, phase q at ``(r*sw + q)*wq``; the padding columns hold the pad value, written when
+    the buffer was made), so that a kernel tap reads the outputs' inputs of a row as one contiguous
     run: tap j of output ow is phase (j*dw) % sw at index ow + (j*dw) // sw.  Then each output
     row is its own accumulator, combined with one staged run per tap inside the input rows.
     A plain function called from the parallel loop: numba's parallel passes then see a
@@ -118,19 +123,13 @@ def _pool_plane(x, out, plane, staged, wq, kh, kw, sh, sw, dh, dw, pt, pl, pb, p
 
 
 def _pool_kernel(x, out, staged, wq, kh, kw, sh, sw, dh, dw, pt, pl, pb, pr, mode):
-    """out = pool(x): worker w takes its contiguous share of the (image, channel) planes with
-    its own staging buffer ``staged[w]``, filled with the pad value (-inf for max, 0 for the
-    sums, whose divisors count only the real taps) before its first plane."""
-    workers = staged.shape[0]
-    planes = out.shape[0] * out.shape[1]
-    pad = out.dtype.type(-np.inf) if mode == MAX else out.dtype.type(0)
-    for worker in prange(workers):
-        buffer = staged[worker]
-        for e in range(buffer.shape[0]):
-            buffer[e] = pad
-        for plane in range(worker * planes // workers, (worker + 1) * planes // workers):
-            _pool_plane(x, out, plane, buffer, wq, kh, kw, sh, sw, dh, dw, pt, pl, pb, pr,
-                        mode)
+    """out = pool(x): each (image, channel) plane on whichever thread is free (a fixed share
+    per thread waits for its slowest thread), thread ``t`` staging into ``staged[t]``, whose
+    padding already holds the pad value (-inf for max, 0 for the sums, whose divisors count
+    only the real taps): see :meth:`DirectPool.run`."""
+    for plane in prange(out.shape[0] * out.shape[1]):
+        _pool_plane(x, out, plane, staged[numba.get_thread_id()], wq, kh, kw, sh, sw, dh, dw,
+                    pt, pl, pb, pr, mode)
 
 
 @functools.cache
@@ -164,13 +163,15 @@ def _phase_length(geo: Any) -> int:
 class DirectPool(Algorithm):
     """maxpool or avgpool by the parallel numba kernel; 1-D and 2-D only.
 
-    Workspace: one staging buffer per numba worker, the input plane's rows split into column
-    phases (see :func:`_pool_plane`).
+    Workspace: one staging buffer per numba thread, the input plane's rows split into column
+    phases (see :func:`_pool_plane`), kept for the next call of the same problem.
     """
 
     name = "direct"
     # usability is decided by kernel_shape's length alone, not by the sizes
     attributes = AlgoAttribute.REPRODUCIBLE
+    #: where its per-thread buffers are kept between calls
+    scratch = _SCRATCH
 
     def __init__(self, operator: str):
         self.operator = operator
@@ -202,10 +203,14 @@ class DirectPool(Algorithm):
             x4, out4 = x, out
         (kh, kw), (sh, sw), (dh, dw), (pt, pl), (pb, pr), _ = _as_2d(geo)
         mode = (AVERAGE_WITH_PAD if geo.count_include_pad else AVERAGE) if geo.average else MAX
-        staged = np.empty(self._staging_shape(geo), dtype=geo.dtype)
+        key = (problem.key, numba.get_num_threads())
+        pad = -np.inf if mode == MAX else 0
+        staged = _SCRATCH.take(key, lambda: (np.full(self._staging_shape(geo), pad,
+                                                     dtype=geo.dtype),))
         layout = "C" if x4.flags.c_contiguous else "A"
-        _compiled(np.dtype(geo.dtype), layout)(x4, out4, staged, _phase_length(geo), kh, kw,
+        _compiled(np.dtype(geo.dtype), layout)(x4, out4, staged[0], _phase_length(geo), kh, kw,
                                                sh, sw, dh, dw, pt, pl, pb, pr, mode)
+        _SCRATCH.give(key, staged)
         return out
 
 
