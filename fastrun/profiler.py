@@ -140,6 +140,9 @@ class Profiler:
         timed: dict[str, tuple[Algorithm, object, list[object]]] = {}
         with _UserInterrupts() as interrupts:
             for algorithm in candidates:
+                if interrupts.by_user:  # a Ctrl-C that a finalizer swallowed (see _handler)
+                    result.interrupted = True
+                    break
                 label = algorithm.desc.text
                 # Each candidate gets its own copy, on the device once and untimed: one that
                 # writes into its inputs must not spoil the next candidate's check.
@@ -189,6 +192,7 @@ class Profiler:
                 stopped = " (stopped early: clearly slower)" if timing.early_stopped else ""
                 self.progress.step(label, f"{timing.median_s * 1e3:.4f} ms "
                                           f"x{len(timing.times_ns)}{stopped}")
+            result.interrupted = result.interrupted or interrupts.by_user
 
         result.entries.sort(key=lambda e: e.time_s)
         guess = candidates[0].desc.text if candidates else None
@@ -361,6 +365,9 @@ class _UserInterrupts:
         self._previous: object = None
 
     def _handler(self, signum: int, frame: object) -> None:
+        # Remembered as well as raised: raised inside an object's finalizer (numba compiling
+        # a kernel frees llvmlite objects that way), the exception is printed and dropped, and
+        # the search stops at the next candidate instead.
         self.by_user = True
         raise KeyboardInterrupt
 

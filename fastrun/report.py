@@ -162,6 +162,10 @@ class ModelData:
     device: str  #: the category the model was decided for (this machine's)
     layers: list[LayerRow]
     views: int = 0  #: steps that are views (reshape, cast), not decided
+    run_ms: float | None = None  #: median of the timed inferences (None: not run)
+    iterations: int = 0  #: inferences timed for run_ms
+    #: what the measured choices gain over the heuristic's, as Model.gain_over_heuristic
+    gain: dict[str, Any] | None = None
 
 
 def problem_anchor(category: str, key: str) -> str:
@@ -808,6 +812,7 @@ td.num, th.num { text-align: right; font-variant-numeric: tabular-nums; }
 tr.chosen td { background: #eff6ff; font-weight: 600; }
 tr.failure td { color: #b91c1c; }
 .legend { color: #475569; font-size: 12px; margin: 4px 0 0; }
+.figures { font-size: 13.5px; margin: 6px 0; }
 .swatch { display: inline-block; width: 10px; height: 10px; border-radius: 2px;
   vertical-align: -1px; margin: 0 4px 0 10px; }
 .top { float: right; font-size: 12px; }
@@ -932,6 +937,39 @@ def _index(groups: dict[str, list[ProblemData]]) -> str:
     return "".join(out)
 
 
+def _model_figures(model: ModelData) -> str:
+    """The numbers a user opens the model section for: the run's measured total beside the
+    layers' profiled times, and what the measured choices gain over the heuristic's."""
+    lines = []
+    profiled = [r.time_s for r in model.layers if r.time_s is not None]
+    if model.run_ms is not None:
+        line = (f"Measured run: <b>{esc(fmt_time(model.run_ms / 1e3))}</b> per inference "
+                f"(median of {plural(model.iterations, 'inference')} on random inputs, on "
+                "this machine).")
+        if profiled:
+            line += (f" The profiled times of {plural(len(profiled), 'layer')} sum to "
+                     f"{esc(fmt_time(sum(profiled)))}: each was timed alone, its inputs in "
+                     "cache and its threads awake, while in the run a layer inherits the "
+                     "caches and threads the previous one left (see docs/runtime.md).")
+        lines.append(line)
+    gain = model.gain
+    if gain is not None:
+        line = (f"Gain over the heuristic: <b>{gain['speedup']:.2f}x</b> on "
+                f"{plural(gain['steps'], 'layer')} where both picks were measured (profiled "
+                f"{esc(fmt_time(gain['heuristic_ms'] / 1e3))} &rarr; "
+                f"{esc(fmt_time(gain['chosen_ms'] / 1e3))}).")
+        if gain.get("unmatched"):
+            line += (f" {plural(gain['unmatched'], 'measured layer')} not compared: the "
+                     "heuristic's pick is not among the kept measurements (a cache keeps each "
+                     "problem's Pareto front; <code>fastrun rank</code> keeps every candidate).")
+        lines.append(line)
+    elif any(r.source == "cache" for r in model.layers):
+        lines.append("Gain over the heuristic: not measurable from this input (no layer's "
+                     "heuristic pick is among its kept measurements; <code>fastrun rank</code> "
+                     "keeps every candidate).")
+    return "".join(f'<p class="figures">{line}</p>' for line in lines)
+
+
 def _model_section(model: ModelData, shown: set[str]) -> str:
     sources: dict[str, int] = {}
     for row in model.layers:
@@ -941,8 +979,9 @@ def _model_section(model: ModelData, shown: set[str]) -> str:
     views = f" and {plural(model.views, 'view step')}" if model.views else ""
     out = ['<section id="model"><h2>Model: ' + esc(model.name) + "</h2>",
            f'<p class="meta">{plural(len(model.layers), "decided layer")}{views}, decided in '
-           f'cache-only mode (no timing) for the category <code>{esc(model.device)}</code>. '
-           f'{badges}</p>',
+           f'cache-only mode (nothing searched) for the category '
+           f'<code>{esc(model.device)}</code>. {badges}</p>',
+           _model_figures(model),
            '<p class="legend">cache: the input measured this problem on this category · '
            'heuristic: not in the input, a rule of thumb chose · only: a single eligible '
            'algorithm. Layers without a measured time are drawn as dashed boxes.</p>']
@@ -996,6 +1035,10 @@ def render(data: ReportData, model: ModelData | None = None,
         out.append(_card("failures", failures))
     if model is not None:
         out.append(_card("model layers", len(model.layers)))
+        if model.run_ms is not None:
+            out.append(_card("model run", fmt_time(model.run_ms / 1e3)))
+        if model.gain is not None:
+            out.append(_card("gain over heuristic", f"{model.gain['speedup']:.2f}x"))
     out.append("</div>")
 
     facts = [("device categories",

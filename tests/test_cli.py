@@ -139,3 +139,26 @@ def test_python_dash_m_fastrun_runs_the_command():
     done = subprocess.run([sys.executable, "-m", "fastrun", "--version"], capture_output=True,
                           text=True, timeout=60)
     assert done.returncode == 0 and done.stdout.startswith("fastrun ")
+
+
+def test_a_ctrl_c_that_lands_in_a_finalizer_is_delivered_again_not_printed():
+    """Python drops a KeyboardInterrupt raised inside ``__del__`` after printing "Exception
+    ignored in" with a traceback (numba compiling a kernel runs llvmlite's finalizers); the
+    command line's hook sends the signal again, so the program stops cleanly instead of
+    sleeping on."""
+    code = ("from fastrun.cli import unsaved\n"
+            "unsaved.quiet_interrupted_finalizers()\n"
+            "class Finalized:\n"
+            "    def __del__(self):\n"
+            "        raise KeyboardInterrupt\n"
+            "try:\n"
+            "    Finalized()\n"
+            "    import time\n"
+            "    time.sleep(30)\n"
+            "    print('went on')\n"
+            "except KeyboardInterrupt:\n"
+            "    print('interrupted')\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=60)
+    assert done.stdout.strip() == "interrupted"
+    assert done.stderr == ""

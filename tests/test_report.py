@@ -138,6 +138,31 @@ def test_model_section_shows_each_layer_decided_from_the_cache(searched, tmp_pat
         assert f'<section class="problem" id="{anchor}">' in page
     assert section.count('<g class="layer">') == 2
     assert section.count('<g class="stack">') == 2
+    # the run's measured total beside the profiled sum, and the gain over the heuristic where
+    # the cache kept the heuristic's pick (or why it cannot say)
+    assert re.search(r"Measured run: <b>[\d.]+ [µm]s</b> per inference \(median of 10 "
+                     r"inferences", section)
+    assert "The profiled times of 2 layers sum to" in section
+    assert "Gain over the heuristic:" in section
+    assert '<div class="name">model run</div>' in page
+
+
+def test_model_gain_over_the_heuristic_comes_from_every_candidate_of_a_rankings_file(
+        searched, tmp_path):
+    """A rankings file keeps every candidate, so the heuristic's pick is always measured; a
+    cache keeps each problem's Pareto front, and the section says how many it could not
+    compare.  --iterations 0 leaves the run out."""
+    _, model_path = searched
+    path = tmp_path / "ranks.msgpack"
+    assert main(["rank", f"model:{model_path}", "-o", str(path), "--budget", "0.002",
+                 "--rounds", "1"]) == 0
+    page = report(tmp_path, path, "--model", model_path, "--iterations", "0")
+    section = page.split('<section id="model">', 1)[1].split("</section>", 1)[0]
+    assert "Measured run" not in section and "model run" not in page
+    gain = re.search(r"Gain over the heuristic: <b>([\d.]+)x</b> on (\d+) layers?", section)
+    assert gain is not None, section
+    assert float(gain.group(1)) >= 1.0 and int(gain.group(2)) == 2
+    assert "not compared" not in section
 
 
 def test_model_missing_from_the_input_is_decided_by_the_heuristic(tmp_path):

@@ -147,6 +147,9 @@ def _node_table(model, step_times: list[list[float]]) -> str:
                  for cell, width in zip(row, widths, strict=True)]
         lines.append("  ".join(cell.ljust(width) for cell, width in zip(cells, widths,
                                                                          strict=True)))
+    lines.append("profiled: the search's time for the step alone, its inputs in cache and its "
+                 "threads awake; in run: its median inside whole inferences, after the step "
+                 "before it (docs/runtime.md says why they differ)")
     return "\n".join(lines)
 
 
@@ -321,7 +324,7 @@ def run(args: argparse.Namespace) -> int:
         status = 0 if ok else 1
     if args.dump_output:
         np.savez(args.dump_output, **outputs)
-    gain = _gain_over_heuristic(model, session) if stats.profiled or stats.cache_hits else None
+    gain = model.gain_over_heuristic() if stats.profiled or stats.cache_hits else None
     summary["gain_over_heuristic"] = gain
     if gain is not None:
         print(f"gain       {gain['speedup']:.2f}x over the heuristic's picks on the "
@@ -334,33 +337,6 @@ def run(args: argparse.Namespace) -> int:
         with open(args.profile_json, "w") as stream:
             json.dump(_profile(model, step_times), stream, indent=2)
     return status
-
-
-def _gain_over_heuristic(model, session) -> dict[str, Any] | None:
-    """What the search's choices gain over the rules of thumb, where both were measured: for
-    every step whose heuristic pick is among its measured entries, the sum of those picks'
-    profiled times over the sum of the chosen ones' (None when no step qualifies)."""
-    from fastrun.api import Session
-    from fastrun.cache import InMemoryCache
-
-    rules = Session(device=session.device, cache=InMemoryCache(), strategy="heuristic",
-                    workspace_limit=session.options.workspace_limit, progress=False)
-    heuristic_s = chosen_s = 0.0
-    steps = 0
-    for report in model.reports:
-        decision = report.decision
-        if decision is None or decision.source not in ("profiled", "cache"):
-            continue
-        times = {e.algorithm: e.time_s for e in decision.entries}
-        picked = rules.decide(decision.problem).policy.algorithm
-        if picked in times and decision.policy.time_s is not None:
-            heuristic_s += times[picked]
-            chosen_s += decision.policy.time_s
-            steps += 1
-    if not steps or not chosen_s:
-        return None
-    return {"steps": steps, "heuristic_ms": heuristic_s * 1e3, "chosen_ms": chosen_s * 1e3,
-            "speedup": heuristic_s / chosen_s}
 
 
 def _batch(model) -> int:
@@ -395,6 +371,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING,
                         format="%(levelname)s %(name)s: %(message)s")
     unsaved.quiet_warnings()
+    unsaved.quiet_interrupted_finalizers()
     if args.duration is not None and not 0 < args.duration < float("inf"):
         print("load_and_run: error: --duration must be a positive number of seconds",
               file=sys.stderr)

@@ -259,6 +259,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     level = {0: logging.WARNING, 1: logging.INFO}.get(args.verbose, logging.DEBUG)
     logging.basicConfig(level=level, format="%(levelname)s %(name)s: %(message)s")
     unsaved.quiet_warnings()
+    unsaved.quiet_interrupted_finalizers()
     from fastrun.chooser import NoUsableAlgorithmError
     from fastrun.registry import RegistryError
 

@@ -2,14 +2,17 @@
 
 The page is built by :mod:`fastrun.report`; this module only parses arguments, loads the
 optional model and writes the file. With ``--model``, the model is decided in cache-only mode
-(the heuristic strategy: nothing is timed) from exactly the measurements the page shows, so its
-per-layer section says what a cache-only run of the model would dispatch to on this machine.
+(the heuristic strategy: no problem is searched) from exactly the measurements the page shows,
+so its per-layer section says what a cache-only run of the model would dispatch to on this
+machine; then the model runs ``--iterations`` times on random inputs, so that the section can
+show the run's measured total beside the layers' profiled times.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import statistics
 import sys
 import time
 from typing import Any
@@ -35,7 +38,11 @@ def add_parser(commands: Any) -> argparse.ArgumentParser:
                         help="the HTML file to write")
     parser.add_argument("--model", metavar="MODEL",
                         help="an ONNX file or zoo:NAME: show its per-layer decisions, looked up "
-                             "in the input (cache-only, nothing is timed)")
+                             "in the input (cache-only, nothing is searched), its measured run "
+                             "and what the measured choices gain over the heuristic's")
+    parser.add_argument("--iterations", type=int, default=10, metavar="N",
+                        help="with --model: time N inferences on random inputs for the run's "
+                             "measured total (default 10; 0 = do not run the model)")
     parser.add_argument("--batch", type=int, default=None,
                         help="with --model: the batch size (default: the model's, or 1)")
     parser.add_argument("--operator", action="append", default=None, metavar="NAME",
@@ -57,7 +64,9 @@ def run(args: argparse.Namespace) -> int:
     if args.operator:
         wanted = set(args.operator)
         data.problems = [p for p in data.problems if p.operator in wanted]
-    model = _model_data(args.model, data, args.batch) if args.model else None
+    if args.iterations < 0:
+        raise ValueError(f"--iterations must be 0 or more, got {args.iterations}")
+    model = _model_data(args.model, data, args.batch, args.iterations) if args.model else None
     page = report.render(data, model,
                          max_problems=args.max_problems if args.max_problems > 0 else None,
                          title=args.title, generated_at=time.time())
@@ -74,8 +83,9 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _model_data(spec: str, data: Any, batch: int | None) -> Any:
-    """Load and decide the model from the input's measurements, timing nothing.
+def _model_data(spec: str, data: Any, batch: int | None, iterations: int) -> Any:
+    """Load and decide the model from the input's measurements, searching nothing, then time
+    ``iterations`` inferences (after one to warm up) on random inputs.
 
     The session's cache is an in-memory copy of what the page shows (the same entries a
     ``fastrun.session(cache=path, strategy="heuristic")`` would read), so that a rankings file
@@ -89,4 +99,21 @@ def _model_data(spec: str, data: Any, batch: int | None) -> Any:
     model = load(spec, session, batch=batch)
     rows, views = model_rows(model.search())
     name = spec if spec.startswith("zoo:") else os.path.basename(spec)
-    return ModelData(name=name, device=session.device.category, layers=rows, views=views)
+    run_ms = None
+    if iterations:
+        feeds = model.random_inputs(seed=0)
+        model.run(feeds)
+        times = []
+        for _ in range(iterations):
+            started = time.perf_counter()
+            model.run(feeds)
+            times.append(time.perf_counter() - started)
+        run_ms = statistics.median(times) * 1e3
+    # every measurement of the input, not the Pareto front the session's cache kept of them
+    measurements = {(p.category, p.key): {m.algorithm: m.time_s for m in p.entries}
+                    for p in data.problems}
+    gain = model.gain_over_heuristic(
+        lambda decision: measurements.get((decision.category, decision.problem.key), {}))
+    return ModelData(name=name, device=session.device.category, layers=rows, views=views,
+                     run_ms=run_ms, iterations=iterations if run_ms is not None else 0,
+                     gain=gain)

@@ -9,7 +9,10 @@ writable, and the user is told in one line where they went or that they are lost
 from __future__ import annotations
 
 import argparse
+import os
+import signal
 import sys
+import threading
 import warnings
 
 
@@ -26,6 +29,25 @@ def quiet_warnings() -> None:
 
     warnings.simplefilter("ignore", CacheCorruptWarning)
     warnings.simplefilter("ignore", CacheUnwritableWarning)
+
+
+def quiet_interrupted_finalizers() -> None:
+    """A Ctrl-C that lands while Python runs an object's finalizer (numba compiling a kernel
+    frees llvmlite's strings that way) cannot stop the program there: Python prints it as
+    "Exception ignored in ..." with a traceback, and drops it.  This hook sends the signal
+    again instead, from a short-lived thread a moment later (sent from the hook itself, it
+    would be raised inside the hook and dropped the same way), so that it stops the program at
+    the next point that can stop, with the usual one line and exit status 130.  Other
+    unraisable errors are reported as before."""
+    default = sys.unraisablehook
+
+    def hook(unraisable: object) -> None:
+        if isinstance(getattr(unraisable, "exc_value", None), KeyboardInterrupt):
+            threading.Timer(0.01, os.kill, (os.getpid(), signal.SIGINT)).start()
+        else:
+            default(unraisable)
+
+    sys.unraisablehook = hook
 
 
 def finish(cache: object, save_to: str | None, program: str) -> None:

@@ -91,6 +91,7 @@ def test_verbose_check_dump_and_input_file(tmp_path, cnn, capsys):
     assert result["inputs"] == {"x": [2, 3, 12, 12]} and result["check"] == "ok"
     text = capsys.readouterr().out
     assert "conv0" in text and "Conv+Relu" in text and "heuristic" in text
+    assert "profiled: the search's time for the step alone" in text  # the columns explained
     assert "ok (tolerance" in text
     assert np.load(dump)["y"].shape == (2, 5)
 
