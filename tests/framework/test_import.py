@@ -48,9 +48,12 @@ def _json_after_import(body: str, cleared: tuple[str, ...], numpy_first: bool = 
     code = ("import numpy; " if numpy_first else "") + "import json, os, fastrun; " + body
     env = {k: v for k, v in os.environ.items() if k not in cleared}
     env.update(given)
-    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
-                         check=True).stdout
-    return json.loads(out)
+    # A crash names its place: one run of the threading-layer test died of SIGSEGV once in
+    # about 500 (not reproduced since); faulthandler prints the Python stack if it recurs.
+    env.setdefault("PYTHONFAULTHANDLER", "1")
+    done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
+    assert done.returncode == 0, f"exit status {done.returncode}:\n{done.stderr[-4000:]}"
+    return json.loads(done.stdout)
 
 
 def _environment_after_import(numpy_first: bool = False, **given: str
