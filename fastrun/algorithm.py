@@ -86,6 +86,17 @@ class Algorithm:
     #: kind are candidates.  A CPU algorithm takes and returns numpy arrays; an "opencl" one
     #: takes and returns ``pyopencl.array.Array`` values on ``ctx.device``.
     device_kind: str = "cpu"
+    #: The implementation's version.  Bump it when a change to this algorithm alone makes the
+    #: measurements taken before it wrong (a faster kernel, other attributes): with the names
+    #: of the registered algorithms it makes the operator's algorithm-set version
+    #: (:meth:`fastrun.registry.Registry.algorithm_set_version`), part of the cache category,
+    #: so the entries of this operator, and of operators whose algorithms call it, are
+    #: measured again, and no other entry is.
+    version: int = 1
+    #: The operators of the problems :meth:`sub_problems` returns.  Their algorithm sets'
+    #: versions are part of this operator's: a faster matmul changes what winograd's entries
+    #: measured.  Checked when the sub-problems are decided: an undeclared one is an error.
+    sub_operators: tuple[str, ...] = ()
 
     def __init__(self, param: dict[str, Any] | None = None):
         self.param = dict(param or {})

@@ -29,6 +29,7 @@ from fastrun.device import Device
 from fastrun.operator import Operator, Problem
 from fastrun.profiler import Failure, Profiler, ProfileResult
 from fastrun.progress import Progress
+from fastrun.reasons import Exclusion, Source, Why, why_of
 from fastrun.registry import Registry
 from fastrun.strategy import ExecutionPolicy, SearchOptions
 from fastrun.tuning import budgeted_candidates
@@ -56,12 +57,13 @@ class NoUsableAlgorithmError(RuntimeError):
 
 
 def _hint(options: SearchOptions, excluded: dict[str, str]) -> str:
-    reasons = " ".join(excluded.values())
-    if excluded and all(reason.startswith("runs on ") for reason in excluded.values()):
+    kinds = {why_of(reason) for reason in excluded.values()}
+    if kinds == {Why.OTHER_DEVICE}:
         return "hint: none of the operator's algorithms runs on this device; pick another device"
-    if "NAIVE" in reasons:
+    if Why.STRATEGY in kinds and any(
+            why_of(reason) is Why.STRATEGY and "NAIVE" in reason for reason in excluded.values()):
         return "hint: --full-run (strategy 'full-run') also considers NAIVE algorithms"
-    if "workspace" in reasons:
+    if Why.WORKSPACE in kinds:
         return "hint: raise the workspace limit"
     return ""
 
@@ -90,6 +92,17 @@ class PreparedCall:
         return f"<PreparedCall {self.problem} -> {self.algorithm.desc.text}>"
 
 
+class UndeclaredSubOperatorError(RuntimeError):
+    """An algorithm's sub-problems belong to operators its ``sub_operators`` does not name:
+    its cache entries would outlive a change to those operators' algorithms."""
+
+    def __init__(self, operators: Sequence[str]):
+        self.operators = list(operators)
+        super().__init__(f"its sub-problems call {', '.join(self.operators)}, which its "
+                         "sub_operators does not declare (the cache could not tell when they "
+                         "change)")
+
+
 class SubProblemCycleError(RuntimeError):
     """An algorithm's sub-problems lead back to a problem that is still being decided."""
 
@@ -115,7 +128,7 @@ class Decision:
     search_seconds: float = 0.0
 
     @property
-    def source(self) -> str:
+    def source(self) -> Source:
         return self.policy.source
 
 
@@ -160,7 +173,8 @@ class AlgoChooser:
     # -- public --------------------------------------------------------------------------------
     def category(self, operator: Operator) -> str:
         """Cache namespace: the device's facts, the operator and its algorithm-set version."""
-        return category_text(self.device.category, operator.name, operator.version)
+        return category_text(self.device.category, operator.name,
+                             self.registry.algorithm_set_version(operator.name, self.device.kind))
 
     def decide(self, problem: Problem, prelude: Callable[[], object] | None = None) -> Decision:
         """How ``problem`` is computed: decided once per process (see the module docstring).
@@ -280,7 +294,7 @@ class AlgoChooser:
                 self._deciding.pop()
             result = self.profiler.profile(problem, operator, timed, self, workspace, prelude)
         for failure in result.failures:
-            excluded[failure.algorithm] = failure.reason
+            excluded[failure.algorithm] = Exclusion(Why.FAILED, failure.reason)
         return result, excluded
 
     # -- deciding ------------------------------------------------------------------------------
@@ -297,7 +311,7 @@ class AlgoChooser:
         else:
             decision = self._from_cache(problem, category, candidates, excluded)
         if decision is not None:
-            if decision.source == "cache":
+            if decision.source is Source.CACHE:
                 self.stats.cache_hits += 1
         elif self.options.strategy.profiles:
             started = time.perf_counter()
@@ -324,16 +338,16 @@ class AlgoChooser:
             if algorithm.device_kind != kind:
                 # Checked first: usability rules of another device's algorithms may ask
                 # things (work-group limits, ...) only a device of their kind can answer.
-                excluded[algorithm.desc.text] = f"runs on {algorithm.device_kind} devices"
+                excluded[algorithm.desc.text] = Exclusion.other_device(algorithm.device_kind)
                 continue
             reason = (algorithm.unusable_reason(problem)
                       or algorithm.device_unusable_reason(self.device, problem))
             if reason is not None:
-                excluded[algorithm.desc.text] = f"not usable: {reason}"
+                excluded[algorithm.desc.text] = Exclusion(Why.UNUSABLE, f"not usable: {reason}")
             elif algorithm.attributes & forbidden:
-                excluded[algorithm.desc.text] = (
-                    f"{(algorithm.attributes & forbidden).text()} excluded by strategy "
-                    f"{self.options.strategy.text()}")
+                excluded[algorithm.desc.text] = Exclusion(
+                    Why.STRATEGY, f"{(algorithm.attributes & forbidden).text()} excluded by "
+                    f"strategy {self.options.strategy.text()}")
             else:
                 candidates.append(algorithm)
         return candidates
@@ -341,6 +355,9 @@ class AlgoChooser:
     def _children(self, algorithm: Algorithm, problem: Problem) -> tuple[ExecutionPolicy, ...]:
         """Decide every distinct sub-problem first (children before parents)."""
         unique = {(sub.operator, sub.key): sub for sub in algorithm.sub_problems(problem)}
+        undeclared = sorted({operator for operator, _ in unique} - set(algorithm.sub_operators))
+        if undeclared:
+            raise UndeclaredSubOperatorError(undeclared)
         return tuple(self.decide(sub).policy for sub in unique.values())
 
     def _fit(self, algorithm: Algorithm, problem: Problem, excluded: dict[str, str],
@@ -349,23 +366,28 @@ class AlgoChooser:
         name = algorithm.desc.text
         required = self.options.strategy.required()
         if check_required and (algorithm.attributes & required) != required:
-            excluded[name] = (f"lacks {required.text()} required by strategy "
-                              f"{self.options.strategy.text()}")
+            excluded[name] = Exclusion(Why.STRATEGY, f"lacks {required.text()} required by "
+                                                     f"strategy {self.options.strategy.text()}")
             return None
         try:
             children = self._children(algorithm, problem)
         except SubProblemCycleError as error:
-            excluded[name] = str(error)
+            excluded[name] = Exclusion(Why.SUB_PROBLEM, str(error))
             log.warning("%s on %s excluded: %s", name, problem, error)
             return None
         except NoUsableAlgorithmError as error:
-            excluded[name] = f"sub-problem {error.problem} has no usable algorithm"
+            excluded[name] = Exclusion(Why.SUB_PROBLEM,
+                                       f"sub-problem {error.problem} has no usable algorithm")
+            return None
+        except UndeclaredSubOperatorError as error:
+            excluded[name] = Exclusion(Why.SUB_PROBLEM, str(error))
+            log.warning("%s on %s excluded: %s", name, problem, error)
             return None
         total = _total_workspace(algorithm, problem, children)
         limit = self.options.workspace_limit
         if limit is not None and total > limit:
-            excluded[name] = (f"needs {human_bytes(total)} of workspace, over the limit of "
-                              f"{human_bytes(limit)}")
+            excluded[name] = Exclusion(Why.WORKSPACE, f"needs {human_bytes(total)} of workspace, "
+                                                      f"over the limit of {human_bytes(limit)}")
             return None
         return children
 
@@ -399,7 +421,7 @@ class AlgoChooser:
         children = self._fit(algorithm, problem, probe)
         if children is None:
             return None  # the regular paths report why
-        policy = self._policy(algorithm, problem, "only", children, None)
+        policy = self._policy(algorithm, problem, Source.ONLY, children, None)
         return Decision(problem, algorithm, policy, category, [], [], excluded)
 
     def _from_cache(self, problem: Problem, category: str, candidates: list[Algorithm],
@@ -407,7 +429,7 @@ class AlgoChooser:
         entries = self.cache.get(category, problem.key)
         if not entries:
             return None
-        picked = self._pick(problem, entries, candidates, excluded, "cache")
+        picked = self._pick(problem, entries, candidates, excluded, Source.CACHE)
         if picked is None:
             log.info("cache entries for %s satisfy neither strategy nor limit; ignoring them",
                      problem)
@@ -435,12 +457,12 @@ class AlgoChooser:
         result: ProfileResult = self.profiler.profile(problem, operator, timed, self, workspace,
                                                       prelude)
         for failure in result.failures:
-            excluded[failure.algorithm] = failure.reason
+            excluded[failure.algorithm] = Exclusion(Why.FAILED, failure.reason)
         if result.entries:
             self.cache.put(category, problem.key, result.entries)
         if result.interrupted:  # Ctrl-C: what was measured is saved; stop the search
             raise KeyboardInterrupt
-        picked = self._pick(problem, result.entries, timed, excluded, "profiled")
+        picked = self._pick(problem, result.entries, timed, excluded, Source.PROFILED)
         if picked is None:
             raise NoUsableAlgorithmError(problem, self.options, excluded)
         algorithm, policy = picked
@@ -452,6 +474,6 @@ class AlgoChooser:
         for algorithm in operator.heuristic_order(problem, candidates):
             children = self._fit(algorithm, problem, excluded)
             if children is not None:
-                policy = self._policy(algorithm, problem, "heuristic", children, None)
+                policy = self._policy(algorithm, problem, Source.HEURISTIC, children, None)
                 return Decision(problem, algorithm, policy, category, [], [], excluded)
         raise NoUsableAlgorithmError(problem, self.options, excluded)

@@ -77,9 +77,11 @@ class Operator:
 
     #: Registry name, e.g. "matmul".
     name: str = ""
-    #: Version of this operator's algorithm set.  Bump it when an algorithm is added, removed or
-    #: changes attributes: it is part of the cache category, so only this operator's cache
-    #: entries are invalidated.
+    #: The operator's own version: bump it when what its problems mean changes (canonical
+    #: parameters, the reference).  The cache category carries the *algorithm set's* version,
+    #: derived from this, the registered algorithms' names and versions and those of the
+    #: operators they call (:meth:`fastrun.registry.Registry.algorithm_set_version`): adding,
+    #: removing or changing an algorithm needs no edit here.
     version: int = 1
     #: The parameter names the operator takes; None: it checks them itself in
     #: :meth:`validate`.  A parameter it does not know is refused rather than silently put

@@ -7,6 +7,7 @@ are loaded on the first lookup, not at import, so ``import fastrun`` stays cheap
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import threading
 from importlib.metadata import entry_points
@@ -34,6 +35,8 @@ class Registry:
         self._lock = threading.RLock()
         #: plugin name -> error text, for plugins that failed to load
         self.plugin_errors: dict[str, str] = {}
+        #: (operator, device kind) -> derived algorithm-set version; cleared on registration
+        self._versions: dict[tuple[str, str], str] = {}
 
     # -- registration ------------------------------------------------------------------------
     def register_operator(self, operator: Operator) -> Operator:
@@ -42,6 +45,7 @@ class Registry:
                 raise RegistryError(f"operator {operator.name!r} is already registered")
             self._operators[operator.name] = operator
             self._algorithms[operator.name] = {}
+            self._versions.clear()
         return operator
 
     def register_algorithm(self, algorithm: Algorithm) -> Algorithm:
@@ -59,6 +63,7 @@ class Registry:
             if algorithm.desc.text in table:
                 raise RegistryError(f"algorithm {algorithm.desc} is already registered")
             table[algorithm.desc.text] = algorithm
+            self._versions.clear()
         return algorithm
 
     # -- lookup ------------------------------------------------------------------------------
@@ -77,6 +82,35 @@ class Registry:
     def algorithms(self, operator: str) -> list[Algorithm]:
         self.operator(operator)
         return list(self._algorithms[operator].values())
+
+    def algorithm_set_version(self, operator: str, device_kind: str) -> str:
+        """The version of ``operator``'s algorithm set on devices of ``device_kind``: a short
+        hash of the operator's own version, the names and versions of its algorithms of that
+        kind, and the algorithm-set versions of the operators they call (``sub_operators``,
+        followed to any depth; an operator calling itself, like Strassen's matmul, counts
+        once).  It is the cache category's ``algorithms`` fact, so a change to matmul's
+        algorithms invalidates conv's entries by itself, an OpenCL configuration added does
+        not touch CPU entries, and an unchanged operator's entries stay valid."""
+        key = (operator, device_kind)
+        version = self._versions.get(key)
+        if version is None:
+            with self._lock:
+                version = self._versions[key] = self._derive_version(operator, device_kind,
+                                                                     frozenset())
+        return version
+
+    def _derive_version(self, operator: str, device_kind: str, calling: frozenset[str]) -> str:
+        lines = [f"{operator} {self.operator(operator).version}"]
+        called: set[str] = set()
+        for algorithm in sorted(self.algorithms(operator), key=lambda a: a.desc.text):
+            if algorithm.device_kind == device_kind:
+                lines.append(f"{algorithm.desc.text} {algorithm.version}")
+                called.update(algorithm.sub_operators)
+        for sub in sorted(called - calling - {operator}):
+            sub_version = (self._derive_version(sub, device_kind, calling | {operator})
+                           if sub in self._operators else "not registered")
+            lines.append(f"calls {sub} {sub_version}")
+        return hashlib.sha1("\n".join(lines).encode()).hexdigest()[:10]
 
     # -- plugins -----------------------------------------------------------------------------
     def _ensure_plugins(self) -> None:

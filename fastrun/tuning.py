@@ -31,6 +31,7 @@ from fastrun import config
 from fastrun.algorithm import Algorithm, RunContext
 from fastrun.operator import Operator, Problem
 from fastrun.profiler import Profiler
+from fastrun.reasons import Exclusion, Why
 
 log = logging.getLogger(__name__)
 
@@ -70,9 +71,9 @@ def budgeted_candidates(problem: Problem, operator: Operator, candidates: Sequen
     pool = first + [a for a in rest if a.desc.text in chosen]
     for algorithm in rest:
         if algorithm.desc.text not in chosen:
-            excluded[algorithm.desc.text] = (
-                f"not in the budgeted search's sample ({pool_size} of {len(candidates)} "
-                f"candidates, tuning budget {budget})")
+            excluded[algorithm.desc.text] = Exclusion(
+                Why.BUDGET, f"not in the budgeted search's sample ({pool_size} of "
+                f"{len(candidates)} candidates, tuning budget {budget})")
     log.info("%s: %d candidates over the tuning budget of %d; halving a sample of %d",
              problem, len(candidates), budget, len(pool))
 
@@ -87,7 +88,7 @@ def budgeted_candidates(problem: Problem, operator: Operator, candidates: Sequen
                          progress=profiler.progress)
         result = timer.profile(problem, operator, pool, ctx, workspace, prelude)
         for failure in result.failures:
-            excluded[failure.algorithm] = failure.reason
+            excluded[failure.algorithm] = Exclusion(Why.FAILED, failure.reason)
         ranked = result.entries  # fastest first; failures are not in it
         for entry in ranked:
             done[entry.algorithm] = done.get(entry.algorithm, 0) + entry.repeats
@@ -95,9 +96,9 @@ def budgeted_candidates(problem: Problem, operator: Operator, candidates: Sequen
         best = ranked[0].time_s if ranked else 0.0
         for entry in ranked[keep:]:
             ratio = entry.time_s / best if best > 0 else float("inf")
-            excluded[entry.algorithm] = (
-                f"dropped by successive halving after {done[entry.algorithm]} repeats: "
-                f"{ratio:.1f} times the best")
+            excluded[entry.algorithm] = Exclusion(
+                Why.BUDGET, f"dropped by successive halving after {done[entry.algorithm]} "
+                f"repeats: {ratio:.1f} times the best")
         survivors = {entry.algorithm for entry in ranked[:keep]}
         order = {entry.algorithm: index for index, entry in enumerate(ranked)}
         pool = sorted((a for a in pool if a.desc.text in survivors),

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from fastrun.reasons import Why, why_of
 from fastrun.units import human_bytes, human_seconds
 
 __all__ = ["decision_dict", "decision_text", "human_bytes", "human_seconds"]
@@ -63,8 +64,8 @@ def _excluded_lines(excluded: dict[str, str]) -> list[str]:
     other_devices: dict[str, int] = {}
     lines = []
     for name, reason in excluded.items():
-        if reason.startswith("runs on ") and reason.endswith(" devices"):
-            kind = reason.removeprefix("runs on ").removesuffix(" devices")
+        if why_of(reason) is Why.OTHER_DEVICE:
+            kind = reason.device_kind
             other_devices[kind] = other_devices.get(kind, 0) + 1
         else:
             lines.append(f"  {name}: {reason}")

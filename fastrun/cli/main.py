@@ -138,12 +138,13 @@ def _cmd_algorithms(args: argparse.Namespace) -> int:
     registry = default_registry()
     names = [args.operator] if args.operator else registry.operators()
     for name in names:
-        operator = registry.operator(name)
         algorithms = [a for a in registry.algorithms(name)
                       if args.device is None or a.device_kind == args.device]
         if not algorithms:
             continue
-        print(f"{name} (algorithm set version {operator.version})")
+        versions = ", ".join(f"{kind} {registry.algorithm_set_version(name, kind)}"
+                             for kind in sorted({a.device_kind for a in algorithms}))
+        print(f"{name} (algorithm set version: {versions})")
         for algorithm in algorithms:
             where = "" if algorithm.device_kind == "cpu" else f"  [{algorithm.device_kind}]"
             print(f"  {algorithm.desc.text:<36} {algorithm.attributes.text()}{where}")

@@ -32,6 +32,7 @@ from fastrun.cache import InMemoryCache
 from fastrun.chooser import AlgoChooser, Decision, NoUsableAlgorithmError, PreparedCall
 from fastrun.device import CPUDevice
 from fastrun.operator import Problem
+from fastrun.reasons import Source
 from fastrun.runtime import fusion, layout
 from fastrun.runtime.errors import DeviceUnsupportedError, ModelError
 from fastrun.runtime.graph import Graph, from_onnx
@@ -263,7 +264,7 @@ class Model:
         steps = unmatched = 0
         for report in self.search():
             decision = report.decision
-            if decision is None or decision.source not in ("profiled", "cache") \
+            if decision is None or decision.source not in (Source.PROFILED, Source.CACHE) \
                     or decision.policy.time_s is None:
                 continue
             times = (measured(decision) if measured is not None

@@ -327,9 +327,10 @@ def test_fast_run_search_picks_an_opencl_algorithm_and_caches_it_by_device(devic
     assert any(r == "runs on cpu devices" for r in decision.excluded.values())
     assert all(d.algorithm.device_kind == "opencl" for d in decisions)
     categories = {category.split("|")[1]: category for category, _, _ in cache}
-    conv_at = f"conv@{REGISTRY.operator('conv').version}"
+    conv_at = f"conv@{REGISTRY.algorithm_set_version('conv', 'opencl')}"
     assert conv_at in categories
-    assert set(categories) <= {conv_at, f"matmul@{REGISTRY.operator('matmul').version}"}
+    assert set(categories) <= {conv_at,
+                               f"matmul@{REGISTRY.algorithm_set_version('matmul', 'opencl')}"}
     assert all(c.startswith(device.category + "|") for c in categories.values())
 
 

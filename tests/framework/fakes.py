@@ -76,6 +76,7 @@ class FakeAlgo(Algorithm):
         self.wrong = wrong
         self.raises = raises
         self.subs = subs or []
+        self.sub_operators = tuple(sorted({sub.operator for sub in self.subs}))
         self.unusable = unusable
         self.heuristic_rank = heuristic_rank
         self.warmup_extra_ns = warmup_extra_ns

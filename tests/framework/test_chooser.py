@@ -42,7 +42,8 @@ def test_profile_picks_fastest_and_records_exact_timings(clock):
     assert decision.entries[0].error == 0.0
     # written to the cache at once, under the device/operator category
     (category, key, entries), = list(cache)
-    assert category == "fake-device|fake@1"
+    version = c.registry.algorithm_set_version("fake", "cpu")  # derived (test_versions.py)
+    assert category == f"fake-device|fake@{version}"
     assert key == problem().key
     assert entries[0].algorithm == "fast"
 

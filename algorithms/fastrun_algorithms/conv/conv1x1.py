@@ -87,6 +87,7 @@ class Conv1x1(ConvAlgorithm):
     operator = "conv"
     name = "conv1x1"
     attributes = AlgoAttribute.REPRODUCIBLE
+    sub_operators = ("matmul",)
 
     def conv_unusable_reason(self, problem: Problem) -> str | None:
         geo = geometry(problem)

@@ -144,6 +144,7 @@ class Im2colConv(ConvAlgorithm):
     operator = "conv"
     name = "im2col"
     attributes = AlgoAttribute.REPRODUCIBLE
+    sub_operators = ("matmul",)
     #: where the unfold's per-thread staging buffers are kept between calls
     scratch = _SCRATCH
 

@@ -28,14 +28,6 @@ class ConvOperator(Operator):
     """
 
     name = "conv"
-    #: 2: the GEMM-based algorithms' timings include their matmul sub-problems, which gained
-    #: ``register_tiled`` (matmul version 2); entries measured before would rank them too low.
-    #: 3: ``implicit_gemm`` added.  4: the matmul sub-problems gained ``blas_split`` and OpenBLAS
-    #: runs on one thread (fastrun/_threads.py), which changes the GEMM-based algorithms' times.
-    #: 5: the GEMM-based algorithms' epilogue runs in parallel.  6: the ``nchw16c`` layout
-    #: (``blocked_depthwise``, ``via_nchw``), and float32 epilogues no longer round-trip through
-    #: float64, which changes several kernels' times.
-    version = 6
 
     def problem(self, shapes: Sequence[Sequence[int]], dtypes: Sequence[Any],
                 **params: Any) -> Problem:

@@ -65,6 +65,7 @@ class ViaNchwConv(ConvAlgorithm):
     name = "via_nchw"
     attributes = AlgoAttribute.REPRODUCIBLE
     layouts = (BLOCKED,)
+    sub_operators = ("conv", "reorder")
 
     def sub_problems(self, problem: Problem) -> Sequence[Problem]:
         return list(_problems(problem).values())

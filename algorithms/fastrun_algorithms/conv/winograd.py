@@ -666,6 +666,7 @@ class _Winograd(ConvAlgorithm):
 
     operator = "conv"
     attributes = AlgoAttribute.REPRODUCIBLE
+    sub_operators = ("matmul",)
     m = 0
     #: where the transforms' per-thread buffers are kept between calls
     scratch = _SCRATCH

@@ -56,9 +56,6 @@ class MatmulOperator(Operator):
     """
 
     name = "matmul"
-    #: 2: ``register_tiled`` added.  3: ``blas_split`` added (OpenBLAS now runs on one thread).
-    #: 4: ``gemv`` added.
-    version = 4
     parameters: frozenset[str] = frozenset()  # matmul takes none
 
     def validate(self, problem: Problem) -> None:

@@ -96,6 +96,7 @@ class StrassenMatmul(Algorithm):
     operator = "matmul"
     name = "strassen"
     attributes = AlgoAttribute.USABLE_DEPEND_ON_SHAPE | AlgoAttribute.REPRODUCIBLE
+    sub_operators = ("matmul",)
 
     def unusable_reason(self, problem: Problem) -> str | None:
         if any(len(shape) < 2 for shape in problem.shapes):

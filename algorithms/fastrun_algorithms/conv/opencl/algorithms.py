@@ -254,6 +254,7 @@ class _GemmCLConv(OpenCLConv):
     """
 
     source = _kernels.GEMM_HELPERS
+    sub_operators = ("matmul",)
 
     @staticmethod
     def batched(geo: ConvGeometry) -> bool:
