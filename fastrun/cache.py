@@ -78,6 +78,15 @@ class Entry:
     measured_at: float  #: unix time
     version: str  #: fastrun version that measured it
 
+    def to_dict(self) -> dict[str, object]:
+        """The JSON form every tool prints (``fastrun profile --json``, ``cache show
+        --json``, the export): the fields, attributes as their names."""
+        return {"algorithm": self.algorithm, "attributes": self.attributes.names(),
+                "time_s": self.time_s, "spread_s": self.spread_s,
+                "workspace_bytes": self.workspace_bytes, "error": self.error,
+                "repeats": self.repeats, "measured_at": self.measured_at,
+                "version": self.version}
+
 
 #: Decoded cache contents: category -> key -> entries (what :func:`read_cache_file` returns and
 #: what :meth:`FileCache.rewrite` hands to its transform).
@@ -88,7 +97,9 @@ Categories = dict[str, dict[str, list[Entry]]]
 # Pruning and merging
 
 
-def _sort_key(entry: Entry) -> tuple[float, int, str]:
+def entry_order(entry: Entry) -> tuple[float, int, str]:
+    """The order entries are kept and shown in: fastest first, then smaller workspace, then
+    the algorithm's name (a sort key)."""
     return (entry.time_s, entry.workspace_bytes, entry.algorithm)
 
 
@@ -105,7 +116,7 @@ def prune(entries: Iterable[Entry]) -> list[Entry]:
     # Smallest workspace among the kept entries of each attribute set. Every earlier entry in
     # sort order is no slower, so the new one is dominated iff that minimum is <= its workspace.
     smallest_workspace: dict[AlgoAttribute, int] = {}
-    for entry in sorted(entries, key=_sort_key):
+    for entry in sorted(entries, key=entry_order):
         smallest = smallest_workspace.get(entry.attributes)
         if smallest is not None and smallest <= entry.workspace_bytes:
             continue

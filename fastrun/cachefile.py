@@ -38,6 +38,7 @@ import msgpack
 
 from fastrun import category as categories_module
 from fastrun.category import CategoryError
+from fastrun.formats import CACHE_FORMAT1_NAME
 
 MAGIC = b"FASTRUN\x1a"  # \x1a: a text tool stops there; no text or msgpack file starts so
 VERSION = 2
@@ -46,8 +47,6 @@ HEADER_SIZE = _HEADER.size
 _RECORD = struct.Struct("<II")
 RECORD_HEADER_SIZE = _RECORD.size
 
-#: The format-1 document's name (its ``format`` field), still read and converted.
-FORMAT1_NAME = "fastrun-cache"
 #: Number of fields of a raw (on-disk) entry.
 RAW_ENTRY_FIELDS = 9
 
@@ -145,7 +144,8 @@ def _classify(head: bytes) -> Probe:
         if version != VERSION:
             return Probe(DAMAGED, f"is a fastrun cache with an unknown format {version}")
         return Probe(CURRENT)
-    if FORMAT1_NAME.encode() in head[:40] and head[:1] in (b"\x83", b"\x82", b"\x84", b"\x85"):
+    if CACHE_FORMAT1_NAME.encode() in head[:40] and head[:1] in (b"\x83", b"\x82", b"\x84",
+                                                                   b"\x85"):
         return Probe(FORMAT1)  # a msgpack map naming the format-1 document
     return Probe(FOREIGN, f"is not a fastrun cache ({_looks_like(head)})")
 
@@ -390,7 +390,7 @@ def read_format1(data: bytes) -> RawCategories:
         detail = f"{type(problem).__name__}: {problem}" if str(problem) else type(problem).__name__
         raise CacheFormatError(f"a format-1 cache that is not a whole msgpack document "
                                f"({detail})") from None
-    if not isinstance(document, dict) or document.get("format") != FORMAT1_NAME:
+    if not isinstance(document, dict) or document.get("format") != CACHE_FORMAT1_NAME:
         raise CacheFormatError("a format-1 cache without its format name")
     if document.get("version") != 1:
         raise CacheFormatError(f"format-1 document of version {document.get('version')!r}")

@@ -32,14 +32,11 @@ from fastrun.cache import (
     Categories,
     Entry,
     FileCache,
-    _sort_key,
+    entry_order,
     merge_entries,
     read_cache_file,
 )
-
-#: ``format`` of the JSON export document (see docs/cache-format.md).
-EXPORT_FORMAT = "fastrun-cache-json"
-EXPORT_VERSION = 1
+from fastrun.formats import CACHE_EXPORT_FORMAT, CACHE_EXPORT_VERSION
 
 
 class CacheToolError(ValueError):
@@ -91,7 +88,7 @@ def select(data: Categories, categories: Sequence[str] = (),
 def ranking(entries: Iterable[Entry]) -> list[Entry]:
     """Entries in the order a lookup tries them (fastest first; the file is normally already in
     this order, but a hand-edited or foreign file need not be)."""
-    return sorted(entries, key=_sort_key)
+    return sorted(entries, key=entry_order)
 
 
 def lookup_choice(entries: Sequence[Entry]) -> tuple[str | None, str | None]:
@@ -105,21 +102,6 @@ def lookup_choice(entries: Sequence[Entry]) -> tuple[str | None, str | None]:
 
 def _utc_text(timestamp: float) -> str:
     return datetime.fromtimestamp(timestamp, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
-def entry_dict(entry: Entry) -> dict[str, Any]:
-    """The JSON form of an entry: the same fields as ``fastrun profile --json``."""
-    return {
-        "algorithm": entry.algorithm,
-        "attributes": entry.attributes.names(),
-        "time_s": entry.time_s,
-        "spread_s": entry.spread_s,
-        "workspace_bytes": entry.workspace_bytes,
-        "error": entry.error,
-        "repeats": entry.repeats,
-        "measured_at": entry.measured_at,
-        "version": entry.version,
-    }
 
 
 def _count(data: Categories) -> dict[str, int]:
@@ -153,7 +135,7 @@ def show(path: str | os.PathLike[str], categories: Sequence[str] = (),
                 "key": key,
                 "lookup": fastest,
                 "lookup_reproducible": reproducible,
-                "entries": [{**entry_dict(e), "measured": _utc_text(e.measured_at)}
+                "entries": [{**e.to_dict(), "measured": _utc_text(e.measured_at)}
                             for e in ranked],
             })
         version = rest.partition("@")[2] or None
@@ -200,10 +182,10 @@ def export(path: str | os.PathLike[str]) -> dict[str, Any]:
     """The whole cache as one JSON-ready document (format in docs/cache-format.md)."""
     data = load(path)
     return {
-        "format": EXPORT_FORMAT,
-        "version": EXPORT_VERSION,
+        "format": CACHE_EXPORT_FORMAT,
+        "version": CACHE_EXPORT_VERSION,
         "categories": {
-            category: {key: [entry_dict(e) for e in entries] for key, entries in keys.items()}
+            category: {key: [e.to_dict() for e in entries] for key, entries in keys.items()}
             for category, keys in data.items()
         },
     }
@@ -215,11 +197,11 @@ def import_json(document: Any) -> Categories:
     The inverse of :func:`export`: it lets the export format be checked (and lets other tools
     build caches from JSON) without a second description of it.
     """
-    if not isinstance(document, dict) or document.get("format") != EXPORT_FORMAT:
-        raise CacheToolError(f"not a {EXPORT_FORMAT} document")
-    if document.get("version") != EXPORT_VERSION:
-        raise CacheToolError(f"{EXPORT_FORMAT} version {document.get('version')!r} is not the "
-                             f"supported version {EXPORT_VERSION}")
+    if not isinstance(document, dict) or document.get("format") != CACHE_EXPORT_FORMAT:
+        raise CacheToolError(f"not a {CACHE_EXPORT_FORMAT} document")
+    if document.get("version") != CACHE_EXPORT_VERSION:
+        raise CacheToolError(f"{CACHE_EXPORT_FORMAT} version {document.get('version')!r} is not "
+                             f"the supported version {CACHE_EXPORT_VERSION}")
     categories = document.get("categories")
     if not isinstance(categories, dict):
         raise CacheToolError("'categories' is missing or not an object")

@@ -72,6 +72,22 @@ class Problem:
         return f"{self.operator}({self.key})"
 
 
+@dataclass(frozen=True)
+class Epilogue:
+    """What a step of an operator can take into its own output loop, so that the runtime
+    fuses by capability rather than by the operator's name (:mod:`fastrun.runtime.fusion`).
+
+    An operator with an epilogue takes a weight at input 1 whose axis 0 is the output
+    channel (axis 1 of the output) and an optional bias at input 2, one value per output
+    channel, so that a following batch norm or bias add folds into them; the parameters
+    ``activation`` (``relu``, or ``clip`` with ``clip_min`` and ``clip_max``) for a following
+    Relu or Clip; and, when :attr:`residual` is set, ``residual=True`` with a tensor of the
+    output's shape as its last input, added before the activation (a residual Add).
+    """
+
+    residual: bool = False
+
+
 class Operator:
     """Base class of operators. Subclasses define the shape rules and the reference."""
 
@@ -87,6 +103,11 @@ class Operator:
     #: :meth:`validate`.  A parameter it does not know is refused rather than silently put
     #: into the cache key.
     parameters: frozenset[str] | None = None
+    #: What its steps can absorb after their computation (None: nothing fuses into them).
+    epilogue: Epilogue | None = None
+    #: Whether it takes ``weight_preprocess=True`` for a constant weight at input 1 (the
+    #: runtime turns it on for such steps: the algorithms' weight transforms then run once).
+    preprocesses_weights: bool = False
 
     def problem(self, shapes: Sequence[Sequence[int]], dtypes: Sequence[Any],
                 **params: Any) -> Problem:

@@ -31,14 +31,13 @@ from typing import TYPE_CHECKING, Any
 
 from fastrun import category as category_module
 from fastrun._files import atomic_write
+from fastrun.formats import RANKINGS_FORMAT, RANKINGS_VERSION
 from fastrun.operator import Problem
 
 if TYPE_CHECKING:
     from fastrun.api import Session
     from fastrun.suites import Suite, SuiteProblem
 
-RANKINGS_FORMAT = "fastrun-rankings"
-RANKINGS_VERSION = 1
 
 #: Default relative margin of the regression rule (see :func:`compare`).
 DEFAULT_MARGIN = 0.25

@@ -33,10 +33,8 @@ import msgpack
 from fastrun import cache as cache_module
 from fastrun import cachefile
 from fastrun import category as category_module
+from fastrun.formats import RANKINGS_FORMAT
 from fastrun.units import plural
-
-#: The ``format`` field of a rankings file (see :mod:`fastrun.rankings`).
-RANKINGS_FORMAT = "fastrun-rankings"
 
 #: Problems drawn by default: a page of a 10,000-problem cache would be tens of megabytes and
 #: unusable in a browser; the most expensive problems are the interesting ones.

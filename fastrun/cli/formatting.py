@@ -27,20 +27,7 @@ def decision_dict(decision, session) -> dict[str, Any]:
         "chosen": decision.algorithm.desc.text,
         "source": decision.source,
         "search_seconds": decision.search_seconds,
-        "entries": [
-            {
-                "algorithm": e.algorithm,
-                "time_s": e.time_s,
-                "spread_s": e.spread_s,
-                "workspace_bytes": e.workspace_bytes,
-                "attributes": e.attributes.names(),
-                "error": e.error,
-                "repeats": e.repeats,
-                "measured_at": e.measured_at,
-                "version": e.version,
-            }
-            for e in decision.entries
-        ],
+        "entries": [e.to_dict() for e in decision.entries],
         "failures": [{"algorithm": f.algorithm, "reason": f.reason, "error": f.error}
                      for f in decision.failures],
         "excluded": dict(decision.excluded),

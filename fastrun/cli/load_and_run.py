@@ -23,6 +23,7 @@ import numpy as np
 from fastrun._version import __version__
 from fastrun.cli import formatting, pipes, unsaved
 from fastrun.cli.main import add_strategy_arguments, strategy_from
+from fastrun.formats import PROFILE_FORMAT, PROFILE_VERSION
 
 log = logging.getLogger("fastrun.load_and_run")
 
@@ -362,7 +363,7 @@ def _profile(model, step_times: list[list[float]]) -> dict[str, Any]:
             "profiled_ms": None if profiled is None else profiled * 1e3,
             "in_run_ms": None if in_run is None else in_run * 1e3,
         })
-    return {"format": "fastrun-profile", "version": 1, "iterations": len(step_times),
+    return {"format": PROFILE_FORMAT, "version": PROFILE_VERSION, "iterations": len(step_times),
             "steps": steps}
 
 

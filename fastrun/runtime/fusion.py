@@ -1,4 +1,6 @@
-"""Fusion of lowered steps: into the conv epilogue, and a residual ``Add -> Relu`` into one step.
+"""Fusion of lowered steps: into an operator's epilogue, and a residual ``Add -> Relu`` into one
+step.  Which operators take what is their declared :class:`fastrun.operator.Epilogue` (conv's,
+in the shipped library), never their names.
 
 A CNN exported from a training framework writes ``Conv -> BatchNormalization -> Relu`` (or an
 ``Add`` of a bias, or ``Clip(0, 6)``): three passes over the activation memory.  With constant
@@ -33,29 +35,30 @@ from fastrun.runtime.lowering import Step, Value
 
 def fuse(steps: list[Step], outputs: Iterable[Value], registry: Registry,
          device_kind: str = "cpu") -> list[Step]:
-    """The steps with batch norms, bias adds, activations and residual adds merged into convs
-    (a residual only where an algorithm of ``device_kind`` takes one), and relus into the
-    (non-constant) adds left before them."""
+    """The steps with batch norms, bias adds, activations and residual adds merged into the
+    steps before them whose operator declares an epilogue (conv's; a residual only where an
+    algorithm of ``device_kind`` takes one), and relus into the (non-constant) adds left
+    before them."""
     uses: Counter[int] = Counter(id(v) for step in steps for v in step.inputs)
     uses.update(id(v) for v in outputs)
     producer: dict[int, Step] = {}
     kept: list[Step] = []
-    conv = registry.operator("conv") if "conv" in registry.operators() else None
     add_relu = registry.operator("add_relu") if "add_relu" in registry.operators() else None
     for step in steps:
         if step.operator == "add" and len(step.inputs) == 2 and step.inputs[0].is_const:
-            step.inputs.reverse()  # c + conv(x) is conv(x) + c
-        if conv is not None and step.operator == "add":
-            fused = _residual_into_conv(step, producer, uses, conv, registry, device_kind)
+            step.inputs.reverse()  # c + f(x) is f(x) + c
+        if step.operator == "add":
+            fused = _residual_into_producer(step, producer, uses, registry, device_kind)
             if fused is not None:
                 kept[:] = [s for s in kept if s is not fused]
-                kept.append(fused)  # the conv now runs where the add ran
+                kept.append(fused)  # the fused step now runs where the add ran
                 producer[id(step.output)] = fused
                 continue
         source = producer.get(id(step.inputs[0])) if step.inputs else None
         sole_reader = source is not None and uses[id(step.inputs[0])] == 1
+        operator = _with_epilogue(source, registry) if sole_reader else None
         if sole_reader and (
-                (conv is not None and source.operator == "conv" and _merge(source, step, conv))
+                (operator is not None and _merge(source, step, operator))
                 or (add_relu is not None and source.operator == "add"
                     and step.operator == "relu" and _merge_relu(source, add_relu))):
             source.node += "+" + step.node
@@ -76,16 +79,25 @@ def _merge_relu(add_step: Step, add_relu) -> bool:
     return True
 
 
-def _residual_into_conv(add: Step, producer: dict[int, Step], uses: Counter[int], conv,
-                        registry: Registry, device_kind: str) -> Step | None:
-    """Make one operand of ``add`` the residual of the conv that computed the other (which
-    must have no other reader, no activation and no residual yet); returns that conv step, or
-    None when nothing fuses."""
+def _with_epilogue(step: Step | None, registry: Registry):
+    """The operator of ``step`` when it declares an epilogue, else None."""
+    if step is None or step.problem is None or step.operator not in registry.operators():
+        return None
+    operator = registry.operator(step.operator)
+    return operator if operator.epilogue is not None else None
+
+
+def _residual_into_producer(add: Step, producer: dict[int, Step], uses: Counter[int],
+                            registry: Registry, device_kind: str) -> Step | None:
+    """Make one operand of ``add`` the residual of the step that computed the other, when its
+    operator's epilogue takes a residual (and that step has no other reader, no activation and
+    no residual yet); returns that step, or None when nothing fuses."""
     if len(add.inputs) != 2 or any(v.is_const for v in add.inputs):
         return None
     for mine, other in (add.inputs, add.inputs[::-1]):
         source = producer.get(id(mine))
-        if (source is None or source.operator != "conv" or uses[id(mine)] != 1
+        operator = _with_epilogue(source, registry)
+        if (operator is None or not operator.epilogue.residual or uses[id(mine)] != 1
                 or source.params.get("activation", "none") != "none"
                 or source.params.get("residual")
                 or not (mine.shape == other.shape == add.output.shape)
@@ -93,9 +105,10 @@ def _residual_into_conv(add: Step, producer: dict[int, Step], uses: Counter[int]
             continue
         params = {**source.params, "residual": True}
         inputs = [*source.inputs, other]
-        problem = conv.problem([v.shape for v in inputs], [v.dtype for v in inputs], **params)
+        problem = operator.problem([v.shape for v in inputs], [v.dtype for v in inputs],
+                                   **params)
         if not any(a.device_kind == device_kind and a.unusable_reason(problem) is None
-                   for a in registry.algorithms("conv")):
+                   for a in registry.algorithms(operator.name)):
             return None
         source.params, source.inputs, source.problem = params, inputs, problem
         source.node += "+" + add.node
@@ -105,17 +118,18 @@ def _residual_into_conv(add: Step, producer: dict[int, Step], uses: Counter[int]
     return None
 
 
-def _merge(conv_step: Step, step: Step, conv) -> bool:
-    """Merge ``step`` into ``conv_step`` when it is a foldable epilogue; True if merged."""
-    params = conv_step.params
+def _merge(target: Step, step: Step, operator) -> bool:
+    """Merge ``step`` into ``target`` (a step of ``operator``, which has an epilogue) when
+    it is a foldable epilogue; True if merged."""
+    params = target.params
     if step.problem is None or params.get("activation", "none") != "none":
         return False  # nothing folds through an activation
     if params.get("residual") and step.operator not in ("relu", "clip"):
         return False  # after a residual only an activation fuses (not a fold into weights)
     if step.operator == "batch_norm":
-        return _fold_batch_norm(conv_step, step, conv)
+        return _fold_batch_norm(target, step, operator)
     if step.operator == "add":
-        return _fold_bias(conv_step, step, conv)
+        return _fold_bias(target, step, operator)
     if step.operator == "relu":
         params["activation"] = "relu"
     elif step.operator == "clip":
@@ -124,18 +138,19 @@ def _merge(conv_step: Step, step: Step, conv) -> bool:
         params["clip_max"] = float(step.problem.param("max", np.inf))
     else:
         return False
-    _rebuild(conv_step, conv)
+    _rebuild(target, operator)
     return True
 
 
-def _rebuild(conv_step: Step, conv) -> None:
-    conv_step.problem = conv.problem([v.shape for v in conv_step.inputs],
-                                     [v.dtype for v in conv_step.inputs], **conv_step.params)
+def _rebuild(target: Step, operator) -> None:
+    target.problem = operator.problem([v.shape for v in target.inputs],
+                                      [v.dtype for v in target.inputs], **target.params)
 
 
-def _weights(conv_step: Step) -> tuple[np.ndarray, np.ndarray] | None:
-    """The conv's constant weight and bias (zeros when it has none), or None."""
-    inputs = conv_step.inputs
+def _weights(target: Step) -> tuple[np.ndarray, np.ndarray] | None:
+    """The step's constant weight and bias (zeros when it has none), or None (see
+    :class:`fastrun.operator.Epilogue` for where they are)."""
+    inputs = target.inputs
     if not inputs[1].is_const or (len(inputs) > 2 and not inputs[2].is_const):
         return None
     weight = inputs[1].const
@@ -143,18 +158,19 @@ def _weights(conv_step: Step) -> tuple[np.ndarray, np.ndarray] | None:
     return weight, bias
 
 
-def _set_weights(conv_step: Step, weight: np.ndarray, bias: np.ndarray, conv) -> None:
-    x, old = conv_step.inputs[0], conv_step.inputs[1]
+def _set_weights(target: Step, weight: np.ndarray, bias: np.ndarray, operator) -> None:
+    x, old = target.inputs[0], target.inputs[1]
     dtype = old.dtype
     weight, bias = weight.astype(dtype), bias.astype(dtype)
-    conv_step.inputs = [x, Value(old.name, weight.shape, dtype, weight),
-                        Value(old.name + ".bias", bias.shape, dtype, bias)]
-    _rebuild(conv_step, conv)
+    target.inputs = [x, Value(old.name, weight.shape, dtype, weight),
+                     Value(old.name + ".bias", bias.shape, dtype, bias)]
+    _rebuild(target, operator)
 
 
-def _fold_batch_norm(conv_step: Step, step: Step, conv) -> bool:
-    """BN(conv(x, W) + b) = conv(x, W * s) + (b - mean) * s + beta, s = gamma / sqrt(var+eps)."""
-    weights = _weights(conv_step)
+def _fold_batch_norm(target: Step, step: Step, operator) -> bool:
+    """BN(f(x, W) + b) = f(x, W * s) + (b - mean) * s + beta, s = gamma / sqrt(var+eps), for
+    an f linear in W whose output channels are W's axis 0 (conv's)."""
+    weights = _weights(target)
     if weights is None or not all(v.is_const for v in step.inputs[1:5]):
         return False
     weight, bias = weights
@@ -164,18 +180,18 @@ def _fold_batch_norm(conv_step: Step, step: Step, conv) -> bool:
         return False
     new_weight = weight.astype(np.float64) * scale.reshape(-1, *([1] * (weight.ndim - 1)))
     new_bias = (bias.astype(np.float64) - mean) * scale + beta
-    _set_weights(conv_step, new_weight, new_bias, conv)
+    _set_weights(target, new_weight, new_bias, operator)
     return True
 
 
-def _fold_bias(conv_step: Step, step: Step, conv) -> bool:
-    """conv(x) + c where c is constant and per output channel (or a scalar)."""
+def _fold_bias(target: Step, step: Step, operator) -> bool:
+    """f(x) + c where c is constant and per output channel (or a scalar)."""
     if len(step.inputs) != 2:
         return False
     other = step.inputs[1]
-    weights = _weights(conv_step)
-    out_shape = conv_step.output.shape
-    if weights is None or not other.is_const or other.dtype != conv_step.output.dtype:
+    weights = _weights(target)
+    out_shape = target.output.shape
+    if weights is None or not other.is_const or other.dtype != target.output.dtype:
         return False
     if step.output.shape != out_shape or other.const.ndim > len(out_shape):
         return False
@@ -185,5 +201,5 @@ def _fold_bias(conv_step: Step, step: Step, conv) -> bool:
         return False
     weight, bias = weights
     per_channel = np.broadcast_to(other.const.reshape(-1), (channels,))
-    _set_weights(conv_step, weight, bias.astype(np.float64) + per_channel, conv)
+    _set_weights(target, weight, bias.astype(np.float64) + per_channel, operator)
     return True

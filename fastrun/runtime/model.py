@@ -514,14 +514,18 @@ def _input_values(graph: Graph, shapes: dict[str, Sequence[int]],
 
 
 def _enable_weight_preprocess(steps: list[Step], session: Session) -> None:
-    """Turn weight preprocessing on for convs with constant weights: their transforms then
-    run once when the model is prepared, and profiling times them without it."""
-    conv = session.registry.operator("conv")
+    """Turn weight preprocessing on for the steps whose operator takes it
+    (``preprocesses_weights``) and whose weight is constant: their algorithms' weight
+    transforms then run once when the model is prepared, and profiling times them without."""
+    registry = session.registry
     for step in steps:
-        if step.operator == "conv" and step.inputs[1].is_const:
+        if step.problem is None or len(step.inputs) < 2 or not step.inputs[1].is_const:
+            continue
+        operator = registry.operator(step.operator)
+        if operator.preprocesses_weights:
             step.params["weight_preprocess"] = True
-            step.problem = conv.problem([v.shape for v in step.inputs],
-                                        [v.dtype for v in step.inputs], **step.params)
+            step.problem = operator.problem([v.shape for v in step.inputs],
+                                            [v.dtype for v in step.inputs], **step.params)
 
 
 def load(model: Any, session: Session | None = None, *,

@@ -92,6 +92,29 @@ def test_the_shortcut_may_be_computed_after_the_conv_it_joins():
     assert_matches_onnxruntime(proto, model, model.random_inputs())
 
 
+def test_fusion_and_weight_preprocessing_follow_the_operators_capabilities(monkeypatch):
+    """The runtime asks the operator what its steps take (``epilogue``,
+    ``preprocesses_weights``), never its name: a conv that declares no epilogue keeps its
+    Relu and Add as steps of their own, and one that takes no weight preprocessing is left
+    without it."""
+    session = heuristic_session()
+    conv = session.registry.operator("conv")
+    assert conv.epilogue is not None and conv.epilogue.residual and conv.preprocesses_weights
+    fused = load(_models.residual_block(), session, weight_preprocess=True)
+    assert [s.op_type for s in fused.steps] == ["Conv+Relu", "Conv+Add+Relu"]
+    assert all(s.problem.param("weight_preprocess") for s in fused.steps)
+    monkeypatch.setattr(conv, "epilogue", None)
+    monkeypatch.setattr(conv, "preprocesses_weights", False)
+    plain = load(_models.residual_block(), heuristic_session(), weight_preprocess=True)
+    assert [s.op_type for s in plain.steps] == ["Conv", "Relu", "Conv", "Add+Relu"]
+    assert plain.steps[-1].operator == "add_relu"  # the relu still goes into the add
+    assert not any(s.problem.param("weight_preprocess") for s in plain.steps
+                   if s.operator == "conv")
+    np.testing.assert_allclose(plain.run(plain.random_inputs(seed=3))["y"],
+                               fused.run(fused.random_inputs(seed=3))["y"], rtol=1e-4,
+                               atol=1e-5)
+
+
 def test_without_an_algorithm_that_takes_a_residual_the_add_takes_the_relu():
     """Fusion asks the registry: where no conv algorithm of the device's kind takes a residual
     (here: a device kind with none), the add stays and the relu merges into it."""

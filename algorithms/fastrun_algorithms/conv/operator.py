@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from fastrun.operator import Operator, Problem, Shape
+from fastrun.operator import Epilogue, Operator, Problem, Shape
 from fastrun_algorithms.conv.geometry import SUPPORTED_DTYPES, canonical_params, geometry
 from fastrun_algorithms.layout.blocking import check_blocked, to_blocked, to_nchw
 
@@ -28,6 +28,9 @@ class ConvOperator(Operator):
     """
 
     name = "conv"
+    #: bias, batch norm, activation and a residual add fold into its output loop
+    epilogue = Epilogue(residual=True)
+    preprocesses_weights = True
 
     def problem(self, shapes: Sequence[Sequence[int]], dtypes: Sequence[Any],
                 **params: Any) -> Problem:
