@@ -605,7 +605,19 @@ def scatter_chart(problem: ProblemData) -> str:
         parts.append(f'<polyline class="front" points="{" ".join(path)}" fill="none" '
                      f'stroke="{FRONT}" stroke-width="1.5" stroke-dasharray="5 3"/>')
     label_all = len(entries) <= 4
+    # Labels are placed in order of importance (the chosen point, then the front by time, then
+    # the rest) where they overlap no label placed before; one that fits nowhere is left out
+    # (its point keeps its tooltip) rather than drawn over another.
     placed: list[tuple[float, float, float, float]] = []
+    labels: dict[int, tuple[float, float, str]] = {}
+    for index in sorted(range(len(entries)), key=lambda i: (i != 0, i not in on_front, i)):
+        if label_all or index in on_front:
+            text = _short(entries[index].algorithm, 22)
+            box = _place_label(xs(entries[index].time_s), ys(entries[index].workspace_bytes),
+                               len(text) * 6.1, placed, (0.0, 0.0, width, height))
+            if box is not None:
+                placed.append(box)
+                labels[index] = (box[0], box[1], text)
     fastest = entries[0].time_s or None
     for index in sorted(range(len(entries)), key=lambda i: i == 0):  # chosen drawn last
         m = entries[index]
@@ -621,11 +633,9 @@ def scatter_chart(problem: ProblemData) -> str:
                          f'stroke="{CHOSEN}" stroke-width="1.5"/>')
         parts.append(f'<circle cx="{_num(x)}" cy="{_num(y)}" r="4.5" fill="{fill}" '
                      f'stroke="{stroke}" stroke-width="1.5"/>')
-        if label_all or index in on_front:
-            text = _short(m.algorithm, 22)
-            box = _place_label(x, y, len(text) * 6.1, placed, (0.0, 0.0, width, height))
-            placed.append(box)
-            parts.append(svg_text(box[0], box[1] + 9, text, size=10, fill="#374151",
+        if index in labels:
+            label_x, label_y, text = labels[index]
+            parts.append(svg_text(label_x, label_y + 9, text, size=10, fill="#374151",
                                   extra=' class="mono"'))
         parts.append("</g>")
     parts.append("</svg>")
@@ -634,9 +644,11 @@ def scatter_chart(problem: ProblemData) -> str:
 
 def _place_label(x: float, y: float, text_width: float,
                  placed: Sequence[tuple[float, float, float, float]],
-                 bounds: tuple[float, float, float, float]) -> tuple[float, float, float, float]:
-    """A box (x, y, w, h) for a point's label that overlaps no placed label if possible:
-    right-above, right-below, left-above, left-below, then each of them further away."""
+                 bounds: tuple[float, float, float, float]
+                 ) -> tuple[float, float, float, float] | None:
+    """A box (x, y, w, h) for a point's label inside ``bounds`` that overlaps no placed label:
+    right-above, right-below, left-above, left-below, then each of them further away; None
+    when none fits."""
     height = 11.0
     low_x, low_y, high_x, high_y = bounds
     candidates = []
@@ -650,7 +662,7 @@ def _place_label(x: float, y: float, text_width: float,
                   and low_y <= box[1] and box[1] + height <= high_y)
         if inside and not any(_overlaps(box, other) for other in placed):
             return box
-    return candidates[0]
+    return None
 
 
 def _overlaps(a: tuple[float, float, float, float], b: tuple[float, float, float, float]) -> bool:

@@ -19,7 +19,7 @@ from onnx import TensorProto, helper, numpy_helper
 import fastrun
 from fastrun.cache import FileCache
 from fastrun.cli.main import main
-from fastrun.report import pareto_front, problem_anchor
+from fastrun.report import Measurement, ProblemData, pareto_front, problem_anchor, scatter_chart
 from fastrun.runtime import load
 
 CHROMIUM_INSTALL = "apt-get install -y chromium  (Debian/Ubuntu; provides /usr/bin/chromium)"
@@ -314,3 +314,20 @@ def test_a_cache_report_says_where_every_candidate_is_and_a_zero_axis_reads_zero
     scatter = scatter[:scatter.index("</svg>")]
     labels = re.findall(r">(\d+ B)<", scatter)
     assert labels == ["0 B"], labels  # not '1 B, 0 B, 0 B'
+
+
+def test_scatter_labels_never_overlap_and_the_chosen_one_is_always_labelled():
+    """Twelve algorithms on the Pareto front within a few percent of each other: the labels
+    that fit are placed apart, the rest left to their tooltips, the chosen one first."""
+    entries = [Measurement(algorithm=f"blocked(kb={64 + i},mb=64,nb=64)",
+                           time_s=1e-4 * (1 + i / 100), spread_s=0.0,
+                           workspace_bytes=4096 * (12 - i))
+               for i in range(12)]
+    svg = scatter_chart(ProblemData("matmul", "cpu;x|matmul@1", "k", entries))
+    labels = re.findall(r'<text x="([\d.-]+)" y="([\d.-]+)"[^>]*class="mono"[^>]*>([^<]*)<', svg)
+    assert labels and any(text.startswith("blocked(kb=64,") for _, _, text in labels)
+    boxes = [(float(x), float(y) - 9, len(text) * 6.1, 11.0) for x, y, text in labels]
+    for i, a in enumerate(boxes):
+        for b in boxes[i + 1:]:
+            assert not (a[0] < b[0] + b[2] and b[0] < a[0] + a[2] and a[1] < b[1] + b[3]
+                        and b[1] < a[1] + a[3]), (a, b)
