@@ -110,6 +110,15 @@ class Algorithm:
         """
         return None
 
+    def heuristic_rank(self, problem: Problem) -> tuple[float, ...] | None:
+        """This algorithm's place in its operator's rule-of-thumb order for ``problem``
+        (smaller first; compared with the other candidates' ranks), or None when it has no
+        rule, which puts it after every ranked candidate, in registration order.  The order is
+        what HEURISTIC picks and the order a search times candidates in (a good first one lets
+        early stopping drop the rest quickly).  The rule lives with the algorithm, or with its
+        family's base class, so adding an algorithm never edits its operator."""
+        return None
+
     def device_unusable_reason(self, device: Any, problem: Problem) -> str | None:
         """Why this algorithm cannot compute ``problem`` on ``device`` (a work-group or
         local-memory limit, a missing float64 extension), or None.  Asked only of algorithms of

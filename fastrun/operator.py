@@ -174,5 +174,11 @@ class Operator:
     def heuristic_order(self, problem: Problem,
                         candidates: Sequence[Algorithm]) -> list[Algorithm]:
         """Candidates best-first by rule of thumb: what HEURISTIC picks, and the order the
-        profiler times them in (a good first candidate makes early stopping effective)."""
-        return list(candidates)
+        profiler times them in (a good first candidate makes early stopping effective).  By
+        default each algorithm's own :meth:`Algorithm.heuristic_rank`; algorithms without a
+        rule follow in registration order.  An operator overrides this only for a rule about
+        the whole set that no single algorithm can state."""
+        ranked = [(algorithm.heuristic_rank(problem), index, algorithm)
+                  for index, algorithm in enumerate(candidates)]
+        return [algorithm for _, _, algorithm in sorted(
+            ranked, key=lambda item: (item[0] is None, item[0] or (), item[1]))]

@@ -44,7 +44,7 @@ class FakeDevice(Device):
 
 
 class DoubleOp(Operator):
-    """y = 2 x; the heuristic order is the registration order reversed by 'rank' param."""
+    """y = 2 x; the heuristic order is the framework's default (each algorithm's rank)."""
 
     def __init__(self, name: str):
         self.name = name
@@ -55,10 +55,6 @@ class DoubleOp(Operator):
 
     def reference(self, problem, inputs):
         return inputs[0].astype(np.float64) * 2
-
-    def heuristic_order(self, problem, candidates):
-        return sorted(candidates, key=lambda a: a.heuristic_rank)
-
 
 class FakeAlgo(Algorithm):
     def __init__(self, operator: str, name: str, cost_ns: int, clock: FakeClock,
@@ -78,13 +74,16 @@ class FakeAlgo(Algorithm):
         self.subs = subs or []
         self.sub_operators = tuple(sorted({sub.operator for sub in self.subs}))
         self.unusable = unusable
-        self.heuristic_rank = heuristic_rank
+        self.rank = heuristic_rank
         self.warmup_extra_ns = warmup_extra_ns
         self.runs = 0
         self.log: list[str] | None = None
 
     def unusable_reason(self, problem):
         return self.unusable
+
+    def heuristic_rank(self, problem):
+        return (self.rank,)
 
     def workspace_bytes(self, problem):
         return self.workspace

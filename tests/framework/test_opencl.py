@@ -237,7 +237,6 @@ class ScaleCL(Algorithm):
     name = "scale_cl"
     attributes = AlgoAttribute.REPRODUCIBLE
     device_kind = "opencl"
-    heuristic_rank = 0  # DoubleOp's heuristic order reads it
 
     def __init__(self, local: int, factor: float = 2.0):
         super().__init__({"local": local, "factor": factor})
@@ -263,7 +262,6 @@ class ScaleCL(Algorithm):
 class NumpyDouble(Algorithm):
     operator = "double"
     attributes = AlgoAttribute.REPRODUCIBLE
-    heuristic_rank = 0
 
     def __init__(self, name: str):
         self.name = name

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from fastrun.algorithm import Algorithm
 from fastrun.operator import Problem
+from fastrun_algorithms.conv.geometry import ConvGeometry, geometry
 from fastrun_algorithms.layout.blocking import NCHW
 
 
@@ -36,3 +37,14 @@ class ConvAlgorithm(Algorithm):
     def conv_unusable_reason(self, problem: Problem) -> str | None:
         """Why the algorithm cannot compute ``problem`` in a layout it supports, or None."""
         return None
+
+    def heuristic_rank(self, problem: Problem) -> tuple[float, ...]:
+        return self.conv_rank(geometry(problem))
+
+    def conv_rank(self, geo: ConvGeometry) -> tuple[float, ...]:
+        """The rule-of-thumb rank for ``geo`` (smaller first; see
+        :mod:`fastrun_algorithms.conv.heuristic` for the classes of layers and the
+        measurements behind each algorithm's rule).  The default places an algorithm without
+        a rule after the specialised kernels and the GEMM families, before the reorders and
+        the naive loops."""
+        return (6, 0)

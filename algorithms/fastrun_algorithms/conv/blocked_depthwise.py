@@ -40,7 +40,7 @@ from fastrun_algorithms.conv.epilogue import (
     epilogue_value,
     residual_operand,
 )
-from fastrun_algorithms.conv.geometry import geometry
+from fastrun_algorithms.conv.geometry import ConvGeometry, geometry
 from fastrun_algorithms.layout.blocking import BLOCKED, LANES, blocks
 
 #: Interior pixels computed together: four independent accumulator chains hide the latency of
@@ -225,6 +225,9 @@ class BlockedDepthwiseConv(ConvAlgorithm):
         if geo.c % LANES:  # zeroed here: a store loop in the kernel made LLVM spill
             out[:, -1, ..., geo.c % LANES:] = 0
         return out
+
+    def conv_rank(self, geo: ConvGeometry) -> tuple[float, ...]:
+        return (0, 0)  # first wherever usable: made for these layers
 
 
 def algorithms() -> list[Algorithm]:

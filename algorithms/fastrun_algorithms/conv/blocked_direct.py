@@ -52,6 +52,7 @@ from fastrun.algorithm import Algorithm, RunContext
 from fastrun.attribute import AlgoAttribute
 from fastrun.operator import Problem
 from fastrun_algorithms._common import FASTMATH, U, stack_buffer
+from fastrun_algorithms.conv import heuristic
 from fastrun_algorithms.conv._gemm_common import buffer, item_type, no_bias, operands, readonly
 from fastrun_algorithms.conv.base import ConvAlgorithm
 from fastrun_algorithms.conv.epilogue import (
@@ -394,6 +395,19 @@ class BlockedDirectConv(ConvAlgorithm):
         out = np.empty((geo.n, geo.k, geo.oh * geo.ow), dtype=np.float32)
         compute(*args, z.reshape(z.shape[0], z.shape[1], -1), geo.has_residual, out)
         return geo.output_view(out.reshape(geo.n, geo.k, geo.oh, geo.ow))
+
+    def conv_rank(self, geo: ConvGeometry) -> tuple[float, ...]:
+        if geo.kg < heuristic.BLOCKED_MIN_CHANNELS:
+            return (4, 1)
+        if heuristic.few_channels(geo):
+            return (1, 2.5)
+        if heuristic.threads() >= heuristic.BLOCKED_MIN_THREADS:
+            if (geo.r, geo.s) == (1, 1) and geo.n == 1 \
+                    and geo.cg >= heuristic.BLOCKED_MIN_DEPTH_1X1:
+                return (0, 0.5)
+            if geo.n * geo.oh * geo.ow < heuristic.BLOCKED_MAX_WINOGRAD_PIXELS:
+                return (1, -1)
+        return (2, 0)
 
 
 def algorithms() -> list[Algorithm]:

@@ -117,6 +117,9 @@ class Conv1x1(ConvAlgorithm):
         epilogue_in_place(out, bias, geo, residual_operand(geo, inputs))
         return geo.output_view(out)
 
+    def conv_rank(self, geo: ConvGeometry) -> tuple[float, ...]:
+        return (0, 2)
+
 
 def algorithms() -> list[Algorithm]:
     return [Conv1x1()]

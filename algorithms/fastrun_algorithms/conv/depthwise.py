@@ -317,6 +317,9 @@ def _unused_map() -> np.ndarray:
     """Placeholder for the index maps outside flat mode: empty means "not flat"."""
     return np.zeros(0, dtype=np.int64)
 
+    def conv_rank(self, geo: ConvGeometry) -> tuple[float, ...]:
+        return (0, 0)  # first wherever usable: made for these layers
+
 
 def algorithms() -> list[Algorithm]:
     return [DepthwiseConv()]

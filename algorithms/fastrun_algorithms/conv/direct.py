@@ -29,6 +29,7 @@ from fastrun.algorithm import Algorithm, RunContext
 from fastrun.attribute import AlgoAttribute
 from fastrun.operator import Problem
 from fastrun_algorithms._common import FASTMATH
+from fastrun_algorithms.conv import heuristic
 from fastrun_algorithms.conv._kernels_common import (
     LANES,
     aligned_empty,
@@ -223,6 +224,9 @@ class DirectConv(ConvAlgorithm):
                                        self.block(geo),
                                        self.row_block(geo), acc_ws, stage_ws)
         return geo.output_view(out)
+
+    def conv_rank(self, geo: ConvGeometry) -> tuple[float, ...]:
+        return (1, 3) if heuristic.few_channels(geo) else (4, 0)
 
 
 def algorithms() -> list[Algorithm]:

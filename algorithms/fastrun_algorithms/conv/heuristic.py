@@ -1,5 +1,11 @@
-"""The rule-of-thumb order of conv algorithms: what HEURISTIC picks, and the order fast-run
-times candidates in (a good first candidate lets early stopping drop the rest quickly).
+"""The thresholds of the conv algorithms' rules of thumb, and the measurements behind them.
+
+Each conv algorithm states its own rank for a problem (``conv_rank`` on its class, see
+:class:`fastrun_algorithms.conv.base.ConvAlgorithm`); the framework sorts the candidates by
+those ranks: what HEURISTIC picks, and the order fast-run times candidates in (a good first
+candidate lets early stopping drop the rest quickly).  Ranks are tuples compared across
+algorithms; their first element is the class of layer the algorithm is for, 0 (specialised
+kernels: depthwise, 1x1) to 9 (naive).
 
 The rules follow the three shape classes that decide which convolution algorithm wins (see
 OpenPPL's write-up in shared/seeds): a specialised kernel when one applies (depthwise, 1x1),
@@ -12,11 +18,8 @@ with the measurements behind them.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-
 import numba
 
-from fastrun.algorithm import Algorithm
 from fastrun_algorithms.conv.geometry import ConvGeometry
 
 #: Winograd needs this many input and output channels per group before its transform cost is
@@ -58,57 +61,11 @@ BLOCKED_MIN_DEPTH_1X1 = 64
 BLOCKED_MIN_CHANNELS = 16
 
 
-def _rank(geo: ConvGeometry, algorithm: Algorithm) -> tuple[float, ...]:
-    if algorithm.device_kind == "opencl":
-        # Only ever candidates on an OpenCL device, where they are all the candidates there are.
-        from fastrun_algorithms.conv.opencl.heuristic import opencl_rank
-
-        return (7, *opencl_rank(geo, algorithm))
-    name = algorithm.desc.name
-    if name == "naive":
-        return (9, 0)
-    if name in ("depthwise", "blocked_depthwise"):
-        return (0, 0)
-    if name == "via_nchw":  # reorders around the NCHW conv: never faster than that conv
-        return (8, 0)
-    if name == "tiled_1x1":
-        # First wherever usable (1x1, stride 1, float32): on MobileNetV2's 1x1 layers on 2
-        # cores it took 0.51-0.82 of the best other algorithm's time (tied with blocked_direct
-        # on 576->96 at 14x14).  On the 16-core host fast-run picked it for 14 of MobileNetV2's
-        # 19 distinct 1x1 layers, blocked_direct for the other 5 (the deepest sums).
-        return (0, 0.2)
-    if name == "pointwise":
-        many = geo.n == 1 and numba.get_num_threads() >= POINTWISE_MIN_THREADS
-        return (0, 1) if many else (0, 3)
-    if name == "conv1x1":
-        return (0, 2)
-    if name.startswith("winograd"):
-        channels_ok = min(geo.cg, geo.kg) >= WINOGRAD_MIN_CHANNELS
-        if name == "winograd_f4x3":
-            big = geo.n * geo.oh * geo.ow >= WINOGRAD_F4_MIN_PIXELS
-            return (1, 0) if channels_ok and big else (5, 0)
-        return (1, 1) if channels_ok else (5, 1)
-    few_channels = geo.cg <= DIRECT_MAX_CHANNELS
-    if name == "blocked_direct":
-        if geo.kg < BLOCKED_MIN_CHANNELS:
-            return (4, 1)
-        if few_channels:
-            return (1, 2.5)
-        if numba.get_num_threads() >= BLOCKED_MIN_THREADS:
-            if (geo.r, geo.s) == (1, 1) and geo.n == 1 and geo.cg >= BLOCKED_MIN_DEPTH_1X1:
-                return (0, 0.5)
-            if geo.n * geo.oh * geo.ow < BLOCKED_MAX_WINOGRAD_PIXELS:
-                return (1, -1)
-        return (2, 0)
-    if name == "implicit_gemm":
-        return (1, 2) if few_channels else (3, 1)
-    if name == "direct":
-        return (1, 3) if few_channels else (4, 0)
-    if name == "im2col":
-        return (3, 0)
-    return (6, 0)
+def few_channels(geo: ConvGeometry) -> bool:
+    """A "few-channel" layer (the RGB first layer): see :data:`DIRECT_MAX_CHANNELS`."""
+    return geo.cg <= DIRECT_MAX_CHANNELS
 
 
-def heuristic_order(geo: ConvGeometry, candidates: Sequence[Algorithm]) -> list[Algorithm]:
-    """Candidates (already known to be usable) best-first; ties keep registration order."""
-    return sorted(candidates, key=lambda algorithm: _rank(geo, algorithm))
+def threads() -> int:
+    """numba's thread count, which some rules depend on."""
+    return numba.get_num_threads()

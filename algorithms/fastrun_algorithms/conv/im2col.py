@@ -192,6 +192,9 @@ class Im2colConv(ConvAlgorithm):
         _SCRATCH.give(key, staged)
         return geo.output_view(out)
 
+    def conv_rank(self, geo: ConvGeometry) -> tuple[float, ...]:
+        return (3, 0)
+
 
 def algorithms() -> list[Algorithm]:
     return [Im2colConv()]

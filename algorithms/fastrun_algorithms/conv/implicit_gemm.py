@@ -47,6 +47,7 @@ from fastrun_algorithms._common import (
     tile_fma8,
     tile_rows8,
 )
+from fastrun_algorithms.conv import heuristic
 from fastrun_algorithms.conv._gemm_common import buffer, item_type, no_bias, operands, readonly
 from fastrun_algorithms.conv._kernels_common import stage_row
 from fastrun_algorithms.conv.base import ConvAlgorithm
@@ -221,6 +222,9 @@ class ImplicitGemmConv(ConvAlgorithm):
                     z, geo.has_residual)
         _SCRATCH.give(problem.key, staged)
         return geo.output_view(out)
+
+    def conv_rank(self, geo: ConvGeometry) -> tuple[float, ...]:
+        return (1, 2) if heuristic.few_channels(geo) else (3, 1)
 
 
 def algorithms() -> list[Algorithm]:

@@ -20,7 +20,7 @@ from fastrun.operator import Problem
 from fastrun_algorithms.conv._kernels_common import kernel_signature, operands, scalar_args
 from fastrun_algorithms.conv.base import ConvAlgorithm
 from fastrun_algorithms.conv.epilogue import epilogue_residual, epilogue_value
-from fastrun_algorithms.conv.geometry import geometry
+from fastrun_algorithms.conv.geometry import ConvGeometry, geometry
 
 
 def _naive_kernel(x, w, bias, out, sh, sw, dh, dw, pt, pl, group, has_bias, code, low, high,
@@ -81,6 +81,9 @@ class NaiveConv(ConvAlgorithm):
         out = np.empty((geo.n, geo.k, geo.oh, geo.ow), dtype=geo.dtype)
         _compiled(np.dtype(geo.dtype))(x, w, bias, out, *scalar_args(geo, inputs))
         return geo.output_view(out)
+
+    def conv_rank(self, geo: ConvGeometry) -> tuple[float, ...]:
+        return (9, 0)  # last: the reference loops
 
 
 def algorithms() -> list[Algorithm]:

@@ -12,7 +12,7 @@ from fastrun_algorithms.conv.geometry import SUPPORTED_DTYPES, canonical_params,
 from fastrun_algorithms.layout.blocking import check_blocked, to_blocked, to_nchw
 
 if TYPE_CHECKING:
-    from fastrun.algorithm import Algorithm
+    pass
 
 
 class ConvOperator(Operator):
@@ -117,8 +117,3 @@ class ConvOperator(Operator):
         # Winograd's transforms add rounding (F(4,3) most): still far from any wrong result.
         return 2e-3 if "float32" in problem.dtypes else 1e-9
 
-    def heuristic_order(self, problem: Problem,
-                        candidates: Sequence[Algorithm]) -> list[Algorithm]:
-        from fastrun_algorithms.conv.heuristic import heuristic_order
-
-        return heuristic_order(geometry(problem), candidates)

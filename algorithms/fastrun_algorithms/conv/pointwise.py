@@ -36,6 +36,7 @@ from fastrun.algorithm import Algorithm, RunContext
 from fastrun.attribute import AlgoAttribute
 from fastrun.operator import Problem
 from fastrun_algorithms._common import FASTMATH, U, next_task
+from fastrun_algorithms.conv import heuristic
 from fastrun_algorithms.conv._gemm_common import (
     buffer,
     epilogue_in_place,
@@ -188,6 +189,10 @@ def _empty_product(out: np.ndarray, bias: np.ndarray | None, geo: ConvGeometry,
     if out.size:
         epilogue_in_place(out, bias, geo, residual_operand(geo, inputs))
     return geo.output_view(out)
+
+    def conv_rank(self, geo: ConvGeometry) -> tuple[float, ...]:
+        many = geo.n == 1 and heuristic.threads() >= heuristic.POINTWISE_MIN_THREADS
+        return (0, 1) if many else (0, 3)
 
 
 def algorithms() -> list[Algorithm]:

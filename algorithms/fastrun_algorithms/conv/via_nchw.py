@@ -90,6 +90,9 @@ class ViaNchwConv(ConvAlgorithm):
             nchw[-1] = ctx.call(subs["z"], inputs[-1])
         return ctx.call(subs["y"], ctx.call(subs["conv"], *nchw))
 
+    def conv_rank(self, geo: ConvGeometry) -> tuple[float, ...]:
+        return (8, 0)  # reorders around the NCHW conv: never faster than that conv
+
 
 def algorithms() -> list[Algorithm]:
     return [ViaNchwConv()]

@@ -54,6 +54,7 @@ from fastrun.algorithm import Algorithm, RunContext
 from fastrun.attribute import AlgoAttribute
 from fastrun.operator import Problem
 from fastrun_algorithms._common import FASTMATH, PARTS_PER_THREAD, ScratchPool, U
+from fastrun_algorithms.conv import heuristic
 from fastrun_algorithms.conv._gemm_common import (
     buffer,
     item_type,
@@ -763,6 +764,9 @@ class WinogradF2x3(_Winograd):
     name = "winograd_f2x3"
     m = 2
 
+    def conv_rank(self, geo: ConvGeometry) -> tuple[float, ...]:
+        return (1, 1) if min(geo.cg, geo.kg) >= heuristic.WINOGRAD_MIN_CHANNELS else (5, 1)
+
 
 class WinogradF4x3(_Winograd):
     """F(4x4, 3x3): 6x6 input tiles, 36 products per 16 outputs (4x fewer than direct), with
@@ -770,6 +774,11 @@ class WinogradF4x3(_Winograd):
 
     name = "winograd_f4x3"
     m = 4
+
+    def conv_rank(self, geo: ConvGeometry) -> tuple[float, ...]:
+        channels_ok = min(geo.cg, geo.kg) >= heuristic.WINOGRAD_MIN_CHANNELS
+        big = geo.n * geo.oh * geo.ow >= heuristic.WINOGRAD_F4_MIN_PIXELS
+        return (1, 0) if channels_ok and big else (5, 0)
 
 
 def algorithms() -> list[Algorithm]:

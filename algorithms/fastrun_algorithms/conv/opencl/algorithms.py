@@ -35,6 +35,7 @@ from fastrun_algorithms.conv.base import ConvAlgorithm
 from fastrun_algorithms.conv.epilogue import activation_code
 from fastrun_algorithms.conv.geometry import ConvGeometry, geometry
 from fastrun_algorithms.conv.opencl import _kernels, space
+from fastrun_algorithms.conv.opencl.heuristic import opencl_rank
 
 #: Taps (R x S) up to which ``cl_depthwise`` unrolls its kernel window with the weights in
 #: registers; larger windows (rare in depthwise layers) are left to ``cl_direct``.
@@ -89,6 +90,11 @@ class OpenCLConv(ConvAlgorithm):
     def work_group_size(self) -> int:
         """Work-items per work-group this configuration launches (0: driver's choice)."""
         return 0
+
+    def conv_rank(self, geo: ConvGeometry) -> tuple[float, ...]:
+        """The OpenCL family's rule (only ever candidates on an OpenCL device, where they
+        are all the candidates there are): see :func:`.heuristic.opencl_rank`."""
+        return (7, *opencl_rank(geo, self))
 
     def conv_unusable_reason(self, problem: Problem) -> str | None:
         if geometry(problem).has_residual:
