@@ -34,3 +34,7 @@ class BlasMatmul(Algorithm):
         out = np.matmul(inputs[0], inputs[1])
         # Two 1-D operands give a numpy scalar; the contract is an array of the output shape.
         return out if isinstance(out, np.ndarray) else np.asarray(out)
+
+    def heuristic_rank(self, problem: Problem) -> tuple[float, ...]:
+        return (0, 0)  # rule 3 of fastrun_algorithms.matmul.heuristic
+

@@ -35,6 +35,7 @@ from fastrun import openblas
 from fastrun.algorithm import Algorithm, RunContext
 from fastrun.attribute import AlgoAttribute
 from fastrun.operator import Problem
+from fastrun_algorithms.matmul import heuristic
 from fastrun_algorithms.matmul._batch import layout_of, materialised_bytes, operand_3d
 
 #: CBLAS constants (row-major storage, operands not transposed).
@@ -158,3 +159,7 @@ class SplitBlasMatmul(Algorithm):
         parts, by_rows = split_plan(layout.batch, layout.m, layout.n, numba.get_num_threads())
         _compiled(problem.dtypes[0])(a, b, out, parts, by_rows)
         return layout.from_3d(out)
+
+    def heuristic_rank(self, problem: Problem) -> tuple[float, ...]:
+        return (0, -1) if heuristic.split_first(layout_of(problem)) else (1, 2)  # rule 2
+

@@ -19,6 +19,7 @@ from numba import prange, types
 from fastrun.algorithm import Algorithm, RunContext
 from fastrun.attribute import AlgoAttribute
 from fastrun.operator import Problem
+from fastrun_algorithms.matmul import heuristic
 from fastrun_algorithms.matmul._batch import (
     MatmulLayout,
     kernel_signature,
@@ -160,3 +161,8 @@ class BlockedMatmul(Algorithm):
         panel_ws = np.empty((workers, kb, nb), dtype=dtype)
         _compiled(dtype)(a3, b3, out, mb, nb, kb, acc_ws, panel_ws)
         return layout.from_3d(out)
+
+    def heuristic_rank(self, problem: Problem) -> tuple[float, ...]:
+        fit, area = heuristic.tile_fit(layout_of(problem), self.param, heuristic.threads())
+        return (2, -fit, -area)  # rule 5
+

@@ -31,6 +31,7 @@ from fastrun.algorithm import Algorithm, RunContext
 from fastrun.attribute import AlgoAttribute
 from fastrun.operator import Problem
 from fastrun_algorithms._common import FASTMATH, U, stack_buffer
+from fastrun_algorithms.matmul import heuristic
 from fastrun_algorithms.matmul._batch import (
     layout_of,
     materialised_bytes,
@@ -106,3 +107,7 @@ class GemvMatmul(Algorithm):
     def run(self, problem: Problem, inputs: Sequence[Any], ctx: RunContext,
             prepared: Any = None) -> np.ndarray:
         return run_3d(problem, inputs, _compiled)
+
+    def heuristic_rank(self, problem: Problem) -> tuple[float, ...]:
+        return (-2,) if heuristic.gemv_first(problem) else (1, 3)  # rule 0
+

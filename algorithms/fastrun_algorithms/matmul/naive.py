@@ -55,3 +55,7 @@ class NaiveMatmul(Algorithm):
         out = np.empty(layout.out3_shape, dtype=a3.dtype)
         _compiled(a3.dtype)(a3, b3, out)
         return layout.from_3d(out)
+
+    def heuristic_rank(self, problem: Problem) -> tuple[float, ...]:
+        return (5,)  # rule 7
+

@@ -42,7 +42,9 @@ from fastrun.algorithm import Algorithm, RunContext
 from fastrun.attribute import AlgoAttribute
 from fastrun.operator import Problem
 from fastrun_algorithms._common import FASTMATH, U, stack_buffer, tile_fma8, tile_rows8
+from fastrun_algorithms.matmul import heuristic
 from fastrun_algorithms.matmul._batch import (
+    layout_of,
     materialised_bytes,
     numba_dtype,
     run_3d,
@@ -132,3 +134,7 @@ class RegisterTiledMatmul(Algorithm):
     def run(self, problem: Problem, inputs: Sequence[Any], ctx: RunContext,
             prepared: Any = None) -> np.ndarray:
         return run_3d(problem, inputs, _compiled)
+
+    def heuristic_rank(self, problem: Problem) -> tuple[float, ...]:
+        return (-1,) if heuristic.tiled_first(layout_of(problem)) else (1, 1)  # rule 1
+

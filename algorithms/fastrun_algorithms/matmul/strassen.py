@@ -20,6 +20,7 @@ from numba import types
 from fastrun.algorithm import Algorithm, RunContext
 from fastrun.attribute import AlgoAttribute
 from fastrun.operator import Problem
+from fastrun_algorithms.matmul import heuristic
 from fastrun_algorithms.matmul._batch import layout_of, numba_dtype
 
 #: Strassen's seven products (M1..M7), which is how many times a level calls its sub-problem.
@@ -175,3 +176,8 @@ class StrassenMatmul(Algorithm):
         p = ctx.call(half, _combine(a12, a22, -1.0, s), _combine(b21, b22, 1.0, t))  # M7
         _combine(c11, p, 1.0, c11)
         return c
+
+    def heuristic_rank(self, problem: Problem) -> tuple[float, ...]:
+        early = heuristic.strassen_early(layout_of(problem)) and self.usable(problem)
+        return (1,) if early else (3,)  # rules 4 and 6
+

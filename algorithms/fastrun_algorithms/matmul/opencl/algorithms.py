@@ -28,6 +28,7 @@ from fastrun_algorithms import _opencl_common as common
 from fastrun_algorithms._common import round_up
 from fastrun_algorithms.matmul._batch import MatmulLayout, layout_of
 from fastrun_algorithms.matmul.opencl import _kernels
+from fastrun_algorithms.matmul.opencl.heuristic import opencl_rank
 from fastrun_algorithms.matmul.opencl.space import a_vector_width
 
 
@@ -76,6 +77,11 @@ class OpenCLMatmul(Algorithm):
     #: kernel source and entry point, set by subclasses
     source: str = ""
     kernel_name: str = ""
+
+    def heuristic_rank(self, problem: Problem) -> tuple[float, ...]:
+        """The OpenCL family's rule (:func:`.heuristic.opencl_rank`); only ever candidates on
+        an OpenCL device, where they are all the candidates there are."""
+        return (6, *opencl_rank(layout_of(problem), self))
 
     def __init__(self, param: dict[str, Any] | None = None):
         super().__init__(param)
