@@ -23,6 +23,7 @@ from typing import Any
 import numpy as np
 
 from fastrun.algorithm import Algorithm
+from fastrun.attribute import AlgoAttribute
 from fastrun.cache import Entry, PersistentCache
 from fastrun.category import text as category_text
 from fastrun.device import Device
@@ -60,8 +61,8 @@ def _hint(options: SearchOptions, excluded: dict[str, str]) -> str:
     kinds = {why_of(reason) for reason in excluded.values()}
     if kinds == {Why.OTHER_DEVICE}:
         return "hint: none of the operator's algorithms runs on this device; pick another device"
-    if Why.STRATEGY in kinds and any(
-            why_of(reason) is Why.STRATEGY and "NAIVE" in reason for reason in excluded.values()):
+    if any(why_of(reason) is Why.STRATEGY and AlgoAttribute.NAIVE in reason.attributes
+           for reason in excluded.values()):
         return "hint: --full-run (strategy 'full-run') also considers NAIVE algorithms"
     if Why.WORKSPACE in kinds:
         return "hint: raise the workspace limit"
@@ -347,7 +348,8 @@ class AlgoChooser:
             elif algorithm.attributes & forbidden:
                 excluded[algorithm.desc.text] = Exclusion(
                     Why.STRATEGY, f"{(algorithm.attributes & forbidden).text()} excluded by "
-                    f"strategy {self.options.strategy.text()}")
+                    f"strategy {self.options.strategy.text()}",
+                    attributes=algorithm.attributes & forbidden)
             else:
                 candidates.append(algorithm)
         return candidates
@@ -367,7 +369,8 @@ class AlgoChooser:
         required = self.options.strategy.required()
         if check_required and (algorithm.attributes & required) != required:
             excluded[name] = Exclusion(Why.STRATEGY, f"lacks {required.text()} required by "
-                                                     f"strategy {self.options.strategy.text()}")
+                                                     f"strategy {self.options.strategy.text()}",
+                                       attributes=required)
             return None
         try:
             children = self._children(algorithm, problem)

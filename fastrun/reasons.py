@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import enum
 
+from fastrun.attribute import AlgoAttribute
+
 
 class Source(enum.StrEnum):
     """Where a decision came from."""
@@ -46,16 +48,20 @@ class Why(enum.Enum):
 
 
 class Exclusion(str):
-    """An exclusion's text, with its kind in :attr:`why` and, for :attr:`Why.OTHER_DEVICE`,
-    the device kind the algorithm runs on in :attr:`device_kind`."""
+    """An exclusion's text, with its kind in :attr:`why`; for :attr:`Why.OTHER_DEVICE` the
+    device kind the algorithm runs on in :attr:`device_kind`, for :attr:`Why.STRATEGY` the
+    attributes at issue (forbidden or missing) in :attr:`attributes`."""
 
     why: Why
     device_kind: str | None
+    attributes: AlgoAttribute
 
-    def __new__(cls, why: Why, text: str, device_kind: str | None = None) -> Exclusion:
+    def __new__(cls, why: Why, text: str, device_kind: str | None = None,
+                attributes: AlgoAttribute = AlgoAttribute.NONE) -> Exclusion:
         self = super().__new__(cls, text)
         self.why = why
         self.device_kind = device_kind
+        self.attributes = attributes
         return self
 
     @classmethod
@@ -63,7 +69,7 @@ class Exclusion(str):
         return cls(Why.OTHER_DEVICE, f"runs on {device_kind} devices", device_kind)
 
     def __reduce__(self) -> tuple:  # pickles (multiprocessing, Ray) keep the kind
-        return (Exclusion, (self.why, str(self), self.device_kind))
+        return (Exclusion, (self.why, str(self), self.device_kind, self.attributes))
 
 
 def why_of(reason: str) -> Why | None:

@@ -471,3 +471,17 @@ def test_direct_keeps_its_staging_buffers_correct_across_threads_and_concurrent_
     direct.run(other, op(name).random_inputs(other, np.random.default_rng(9)), None)
     assert_same_bits_across_threads_and_concurrent_calls(
         lambda: direct.run(problem, inputs, None), first)
+
+
+def test_direct_max_and_average_pools_of_one_shape_keep_apart_buffers():
+    """The staging buffers' padding differs (-inf for max, 0 for the sums): a maxpool and an
+    avgpool of the same shapes and parameters, run one after the other, each stay right."""
+    shape, params = (1, 3, 9, 9), {"kernel_shape": [3, 3], "strides": [2, 2], "pads": [1] * 4}
+    x = op("maxpool").random_inputs(op("maxpool").problem([shape], ["float32"], **params),
+                                    np.random.default_rng(10))
+    for _ in range(2):
+        for name in ("maxpool", "avgpool"):
+            problem = op(name).problem([shape], ["float32"], **params)
+            direct = next(a for a in REGISTRY.algorithms(name) if a.name == "direct")
+            np.testing.assert_allclose(direct.run(problem, x, None),
+                                       op(name).reference(problem, x), rtol=1e-5, atol=1e-6)

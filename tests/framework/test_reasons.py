@@ -46,6 +46,7 @@ def test_every_exclusion_carries_its_kind_and_the_source_is_an_enum():
     assert json.loads(json.dumps(decision.excluded))["odd"] == "not usable: only even sizes"
     copy = pickle.loads(pickle.dumps(decision.excluded["big"]))
     assert copy.why is Why.WORKSPACE and copy == decision.excluded["big"]
+    assert N in decision.excluded["naive"].attributes  # the attribute at issue, not its word
 
 
 def test_hints_follow_the_kind_not_words_in_a_message():

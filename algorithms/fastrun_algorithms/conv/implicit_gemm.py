@@ -212,7 +212,8 @@ class ImplicitGemmConv(ConvAlgorithm):
         stage, compute = _compiled(dtype, "C" if x.flags.c_contiguous else "A")
         weights = np.ascontiguousarray(w.reshape(geo.k, math.prod(w.shape[1:])))
         out = np.empty((geo.n, geo.k, geo.oh, geo.ow), dtype=dtype)
-        staged = _SCRATCH.take(problem.key, lambda: np.zeros(plan.staged, dtype=dtype))
+        scratch = _SCRATCH.take(problem.key, lambda: (np.zeros(plan.staged, dtype=dtype),))
+        staged = scratch[0]
         z = residual_operand(geo, inputs)
         for n in range(geo.n):
             stage(x, n, staged, plan.rows, plan.wq, geo.pad_top, geo.pad_left, geo.stride_w)
@@ -220,7 +221,7 @@ class ImplicitGemmConv(ConvAlgorithm):
                     bias is not None, activation_code(geo), float(geo.clip_min),
                     float(geo.clip_max), out, n, geo.stride_h, geo.stride_w, plan.rows, plan.wq,
                     z, geo.has_residual)
-        _SCRATCH.give(problem.key, staged)
+        _SCRATCH.give(problem.key, scratch)
         return geo.output_view(out)
 
     def conv_rank(self, geo: ConvGeometry) -> tuple[float, ...]:

@@ -203,7 +203,8 @@ class DirectPool(Algorithm):
             x4, out4 = x, out
         (kh, kw), (sh, sw), (dh, dw), (pt, pl), (pb, pr), _ = _as_2d(geo)
         mode = (AVERAGE_WITH_PAD if geo.count_include_pad else AVERAGE) if geo.average else MAX
-        key = (problem.key, numba.get_num_threads())
+        # the operator too: maxpool's buffers are padded with -inf, avgpool's with 0
+        key = (problem.operator, problem.key, numba.get_num_threads())
         pad = -np.inf if mode == MAX else 0
         staged = _SCRATCH.take(key, lambda: (np.full(self._staging_shape(geo), pad,
                                                      dtype=geo.dtype),))
