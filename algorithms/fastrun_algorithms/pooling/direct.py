@@ -31,6 +31,7 @@ from fastrun.attribute import AlgoAttribute
 from fastrun.operator import Problem
 from fastrun_algorithms._common import ScratchPool, U, floor_div
 from fastrun_algorithms.conv._kernels_common import stage_row
+from fastrun_algorithms.pooling import heuristic
 from fastrun_algorithms.pooling.geometry import pool_geometry
 
 #: ``mode`` argument of the kernel
@@ -213,6 +214,9 @@ class DirectPool(Algorithm):
                                                sh, sw, dh, dw, pt, pl, pb, pr, mode)
         _SCRATCH.give(key, staged)
         return out
+
+    def heuristic_rank(self, problem: Problem) -> tuple[float, ...]:
+        return (0,) if heuristic.direct_first(problem) else (1,)
 
 
 def algorithms() -> list[Algorithm]:

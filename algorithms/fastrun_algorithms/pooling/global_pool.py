@@ -24,6 +24,7 @@ from numba import prange
 from fastrun.algorithm import Algorithm, RunContext
 from fastrun.attribute import AlgoAttribute
 from fastrun.operator import Problem
+from fastrun_algorithms.pooling import heuristic
 
 
 class NumpyGlobalPool(Algorithm):
@@ -49,6 +50,9 @@ class NumpyGlobalPool(Algorithm):
             np.add.reduce(x, axis=axes, keepdims=True, out=out)
             out /= math.prod(shape[2:])
         return out
+
+    def heuristic_rank(self, problem: Problem) -> tuple[float, ...]:
+        return (1,) if heuristic.parallel_first(problem) else (0,)
 
 
 @numba.njit(parallel=True, cache=True)
@@ -115,6 +119,9 @@ class ParallelGlobalPool(Algorithm):
         kernel = _max_planes if self.operator == "global_maxpool" else _mean_planes
         kernel(x, out.reshape(-1))
         return out
+
+    def heuristic_rank(self, problem: Problem) -> tuple[float, ...]:
+        return (0,) if heuristic.parallel_first(problem) else (1,)
 
 
 def algorithms() -> list[Algorithm]:

@@ -4,14 +4,12 @@ semantics (MaxPool, AveragePool, GlobalMaxPool, GlobalAveragePool, LRN; opsets 1
 from __future__ import annotations
 
 import itertools
-import math
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from fastrun.operator import Operator, Problem, Shape
-from fastrun_algorithms._common import parallel_pays
 from fastrun_algorithms.pooling.geometry import (
     canonical_pool_params,
     check_dtypes,
@@ -19,7 +17,7 @@ from fastrun_algorithms.pooling.geometry import (
 )
 
 if TYPE_CHECKING:
-    from fastrun.algorithm import Algorithm
+    pass
 
 
 def _check_canonical(operator: Operator, problem: Problem, canonical: Mapping[str, Any]) -> None:
@@ -96,21 +94,6 @@ class _WindowPoolOperator(Operator):
                 result = np.maximum(result, padded[window])
         return result / count if geo.average else result
 
-    def heuristic_order(self, problem: Problem,
-                        candidates: Sequence[Algorithm]) -> list[Algorithm]:
-        """The numba kernel first where usable (1-D and 2-D) and where numpy would have to make
-        a padded copy or its windows overlap; numpy first where it reads X in place in
-        disjoint windows.  The kernel is parallel over planes and numpy is not: on
-        (1, 64, 112, 112) float32 3x3 stride 2 pad 1 maxpool it took 0.7 ms against numpy's
-        1.2 ms on two idle cores, and on SqueezeNet's unpadded (8, 64, 111, 111) 3x3 stride 2
-        one 7-9 ms against 23-24 ms (numpy's strided view of overlapping windows reads each
-        input value up to four times); on 2x2 stride 2 without pads numpy wins (0.11 ms
-        against 0.15-0.25 ms).  A rule of thumb only: profiling times both."""
-        geo = pool_geometry(problem)
-        overlapping = any(k > s for k, s in zip(geo.kernel, geo.strides, strict=True))
-        first = "direct" if geo.reads_outside or overlapping else "numpy"
-        return sorted(candidates, key=lambda a: 0 if a.name == first else 1)
-
 
 class MaxPoolOperator(_WindowPoolOperator):
     """``Y = maxpool(X)`` as ONNX MaxPool defines it (without the Indices output).
@@ -162,26 +145,6 @@ class _GlobalPoolOperator(Operator):
     def output_shape(self, problem: Problem) -> Shape:
         x_shape = problem.shapes[0]
         return (x_shape[0], x_shape[1], *(1 for _ in x_shape[2:]))
-
-    def heuristic_order(self, problem: Problem,
-                        candidates: Sequence[Algorithm]) -> list[Algorithm]:
-        """On the CPU ``parallel`` first from
-        :data:`~fastrun_algorithms.activation.operator.PARALLEL_MIN_BYTES` of input on more
-        than one numba thread, ``numpy`` first below; the OpenCL configurations by
-        :func:`~fastrun_algorithms.pooling.opencl.algorithms.global_pool_rank`: a work-item
-        or a work-group per plane depending on the plane's size."""
-        from fastrun_algorithms.activation.operator import PARALLEL_MIN_BYTES
-        from fastrun_algorithms.pooling.opencl.algorithms import global_pool_rank
-
-        size = math.prod(problem.shapes[0]) * np.dtype(problem.dtypes[0]).itemsize
-        first = "parallel" if parallel_pays(size, PARALLEL_MIN_BYTES) else "numpy"
-
-        def rank(algorithm: Algorithm) -> tuple[int, ...]:
-            if algorithm.device_kind == "opencl":
-                return global_pool_rank(problem, algorithm)
-            return (0, 0) if algorithm.desc.name == first else (0, 1)
-
-        return sorted(candidates, key=rank)
 
 
 class GlobalMaxPoolOperator(_GlobalPoolOperator):

@@ -24,6 +24,7 @@ import numpy as np
 from fastrun.algorithm import Algorithm, RunContext
 from fastrun.attribute import AlgoAttribute
 from fastrun.operator import Problem
+from fastrun_algorithms.pooling import heuristic
 from fastrun_algorithms.pooling.geometry import PoolGeometry, pool_geometry
 
 
@@ -109,6 +110,9 @@ class NumpyPool(Algorithm):
             elif uniform != 1:
                 out /= uniform
         return out
+
+    def heuristic_rank(self, problem: Problem) -> tuple[float, ...]:
+        return (1,) if heuristic.direct_first(problem) else (0,)
 
 
 def algorithms() -> list[Algorithm]:

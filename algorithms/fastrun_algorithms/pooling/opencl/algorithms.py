@@ -127,6 +127,9 @@ class OpenCLGlobalPool(_OpenCLPooling):
                 common.local_memory(self.per_plane * dtype.itemsize)])
         return out
 
+    def heuristic_rank(self, problem: Problem) -> tuple[float, ...]:
+        return global_pool_rank(problem, self)
+
 
 class OpenCLLRN(_OpenCLPooling):
     """LRN, one element per work-item summing the squares of its channel window (a few
