@@ -107,10 +107,12 @@ def _read_inputs(specs: Sequence[str]) -> dict[str, np.ndarray]:
     return feeds
 
 
-def _time_iterations(model, feeds, iterations: int, warmup: int, per_step: bool,
+def time_iterations(model, feeds, iterations: int, warmup: int, per_step: bool,
                      duration: float | None = None,
                      ) -> tuple[dict[str, np.ndarray], list[float], list[list[float]]]:
-    """``iterations`` timed runs, or as many as fit in ``duration`` seconds (at least one)."""
+    """``iterations`` timed runs after ``warmup`` untimed ones, or as many as fit in
+    ``duration`` seconds (at least one): what `load_and_run` and `fastrun report --model`
+    time."""
     outputs = {}
     for _ in range(warmup):
         outputs = model.run(feeds)
@@ -251,7 +253,7 @@ def run(args: argparse.Namespace) -> int:
         unsaved.finish(session.cache, args.save_cache_to, "load_and_run")
     search_wall = time.perf_counter() - started
     stats = session.stats
-    outputs, totals, step_times = _time_iterations(
+    outputs, totals, step_times = time_iterations(
         model, feeds, max(args.iter, 1), args.warmup_iter,
         args.verbose or bool(args.profile_json), args.duration)
 

@@ -101,13 +101,9 @@ def _model_data(spec: str, data: Any, batch: int | None, iterations: int) -> Any
     name = spec if spec.startswith("zoo:") else os.path.basename(spec)
     run_ms = None
     if iterations:
-        feeds = model.random_inputs(seed=0)
-        model.run(feeds)
-        times = []
-        for _ in range(iterations):
-            started = time.perf_counter()
-            model.run(feeds)
-            times.append(time.perf_counter() - started)
+        from fastrun.cli.load_and_run import time_iterations
+
+        _, times, _ = time_iterations(model, model.random_inputs(seed=0), iterations, 1, False)
         run_ms = statistics.median(times) * 1e3
     # every measurement of the input, not the Pareto front the session's cache kept of them
     measurements = {(p.category, p.key): {m.algorithm: m.time_s for m in p.entries}

@@ -29,6 +29,7 @@ from collections.abc import Iterable
 
 import numpy as np
 
+from fastrun.operator import Operator
 from fastrun.registry import Registry
 from fastrun.runtime.lowering import Step, Value
 
@@ -44,11 +45,15 @@ def fuse(steps: list[Step], outputs: Iterable[Value], registry: Registry,
     producer: dict[int, Step] = {}
     kept: list[Step] = []
     add_relu = registry.operator("add_relu") if "add_relu" in registry.operators() else None
+    # the operators whose steps take an epilogue, looked up once for all the steps
+    with_epilogue = {name: operator for name in registry.operators()
+                     if (operator := registry.operator(name)).epilogue is not None}
     for step in steps:
         if step.operator == "add" and len(step.inputs) == 2 and step.inputs[0].is_const:
             step.inputs.reverse()  # c + f(x) is f(x) + c
         if step.operator == "add":
-            fused = _residual_into_producer(step, producer, uses, registry, device_kind)
+            fused = _residual_into_producer(step, producer, uses, with_epilogue, registry,
+                                            device_kind)
             if fused is not None:
                 kept[:] = [s for s in kept if s is not fused]
                 kept.append(fused)  # the fused step now runs where the add ran
@@ -56,7 +61,7 @@ def fuse(steps: list[Step], outputs: Iterable[Value], registry: Registry,
                 continue
         source = producer.get(id(step.inputs[0])) if step.inputs else None
         sole_reader = source is not None and uses[id(step.inputs[0])] == 1
-        operator = _with_epilogue(source, registry) if sole_reader else None
+        operator = with_epilogue.get(source.operator) if sole_reader else None
         if sole_reader and (
                 (operator is not None and _merge(source, step, operator))
                 or (add_relu is not None and source.operator == "add"
@@ -79,16 +84,9 @@ def _merge_relu(add_step: Step, add_relu) -> bool:
     return True
 
 
-def _with_epilogue(step: Step | None, registry: Registry):
-    """The operator of ``step`` when it declares an epilogue, else None."""
-    if step is None or step.problem is None or step.operator not in registry.operators():
-        return None
-    operator = registry.operator(step.operator)
-    return operator if operator.epilogue is not None else None
-
-
 def _residual_into_producer(add: Step, producer: dict[int, Step], uses: Counter[int],
-                            registry: Registry, device_kind: str) -> Step | None:
+                            with_epilogue: dict[str, Operator], registry: Registry,
+                            device_kind: str) -> Step | None:
     """Make one operand of ``add`` the residual of the step that computed the other, when its
     operator's epilogue takes a residual (and that step has no other reader, no activation and
     no residual yet); returns that step, or None when nothing fuses."""
@@ -96,7 +94,7 @@ def _residual_into_producer(add: Step, producer: dict[int, Step], uses: Counter[
         return None
     for mine, other in (add.inputs, add.inputs[::-1]):
         source = producer.get(id(mine))
-        operator = _with_epilogue(source, registry)
+        operator = with_epilogue.get(source.operator) if source is not None else None
         if (operator is None or not operator.epilogue.residual or uses[id(mine)] != 1
                 or source.params.get("activation", "none") != "none"
                 or source.params.get("residual")

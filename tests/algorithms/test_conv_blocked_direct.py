@@ -117,9 +117,9 @@ def test_workspace_counts_the_staged_input_and_unpacked_weights():
 
 def _first(shapes, threads, monkeypatch, **params):
     from fastrun import registry as registry_module
-    from fastrun_algorithms.conv import heuristic
 
-    monkeypatch.setattr(heuristic.numba, "get_num_threads", lambda: threads)
+    # the rules read numba's thread count where they are (each conv algorithm's conv_rank)
+    monkeypatch.setattr(numba, "get_num_threads", lambda: threads)
     problem = OPERATOR.problem(shapes, ["float32"] * len(shapes), **params)
     candidates = [a for a in registry_module.default_registry().algorithms("conv")
                   if a.device_kind == "cpu" and a.usable(problem)]

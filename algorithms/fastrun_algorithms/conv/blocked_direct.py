@@ -401,7 +401,7 @@ class BlockedDirectConv(ConvAlgorithm):
             return (4, 1)
         if heuristic.few_channels(geo):
             return (1, 2.5)
-        if heuristic.threads() >= heuristic.BLOCKED_MIN_THREADS:
+        if numba.get_num_threads() >= heuristic.BLOCKED_MIN_THREADS:
             if (geo.r, geo.s) == (1, 1) and geo.n == 1 \
                     and geo.cg >= heuristic.BLOCKED_MIN_DEPTH_1X1:
                 return (0, 0.5)

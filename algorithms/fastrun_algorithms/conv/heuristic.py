@@ -18,8 +18,6 @@ with the measurements behind them.
 
 from __future__ import annotations
 
-import numba
-
 from fastrun_algorithms.conv.geometry import ConvGeometry
 
 #: Winograd needs this many input and output channels per group before its transform cost is
@@ -64,8 +62,3 @@ BLOCKED_MIN_CHANNELS = 16
 def few_channels(geo: ConvGeometry) -> bool:
     """A "few-channel" layer (the RGB first layer): see :data:`DIRECT_MAX_CHANNELS`."""
     return geo.cg <= DIRECT_MAX_CHANNELS
-
-
-def threads() -> int:
-    """numba's thread count, which some rules depend on."""
-    return numba.get_num_threads()

@@ -191,7 +191,7 @@ def _empty_product(out: np.ndarray, bias: np.ndarray | None, geo: ConvGeometry,
     return geo.output_view(out)
 
     def conv_rank(self, geo: ConvGeometry) -> tuple[float, ...]:
-        many = geo.n == 1 and heuristic.threads() >= heuristic.POINTWISE_MIN_THREADS
+        many = geo.n == 1 and numba.get_num_threads() >= heuristic.POINTWISE_MIN_THREADS
         return (0, 1) if many else (0, 3)
 
 

@@ -163,6 +163,6 @@ class BlockedMatmul(Algorithm):
         return layout.from_3d(out)
 
     def heuristic_rank(self, problem: Problem) -> tuple[float, ...]:
-        fit, area = heuristic.tile_fit(layout_of(problem), self.param, heuristic.threads())
+        fit, area = heuristic.tile_fit(layout_of(problem), self.param, numba.get_num_threads())
         return (2, -fit, -area)  # rule 5
 

@@ -72,11 +72,6 @@ SPLIT_MIN_MACS = 1 << 19
 GEMV_MIN_BYTES = 1 << 20
 
 
-def threads() -> int:
-    """numba's thread count, which several rules depend on."""
-    return numba.get_num_threads()
-
-
 def macs(layout: MatmulLayout) -> int:
     return layout.batch * layout.m * layout.n * layout.k
 
@@ -90,14 +85,14 @@ def tiled_first(layout: MatmulLayout) -> bool:
 
 def split_first(layout: MatmulLayout) -> bool:
     """Rule 2: ``blas_split`` before ``blas``."""
-    return threads() > 1 and macs(layout) >= SPLIT_MIN_MACS
+    return numba.get_num_threads() > 1 and macs(layout) >= SPLIT_MIN_MACS
 
 
 def gemv_first(problem: Problem) -> bool:
     """Rule 0: ``gemv`` first."""
     layout = layout_of(problem)
     b_bytes = layout.k * layout.n * np.dtype(problem.dtypes[1]).itemsize
-    return threads() > 1 and layout.m == 1 and b_bytes >= GEMV_MIN_BYTES
+    return numba.get_num_threads() > 1 and layout.m == 1 and b_bytes >= GEMV_MIN_BYTES
 
 
 def strassen_early(layout: MatmulLayout) -> bool:
