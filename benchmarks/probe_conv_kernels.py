@@ -1,14 +1,18 @@
-"""One conv algorithm against onnxruntime's Conv, layer by layer, each engine in its own process.
+"""Conv algorithms against onnxruntime's Conv, layer by layer, each engine in its own process.
 
-For ResNet's 3x3 and first layers (batch 1, bias + Relu, constant weights: onnxruntime prepacks
-them, fastrun runs with weight preprocessing), a steady loop of ``--calls`` calls per layer,
-first in a fastrun process, then in an onnxruntime process, alternating ``--pairs`` times.
-Printed: GFLOP/s of each and the ratio of times (fastrun / onnxruntime; below 1 fastrun is
-faster).  Separate processes because onnxruntime's workers spin after each run and would slow
-fastrun's kernels in the same process on many cores.  The kernel alone, not a model: no
-neighbouring layers, warm caches.
+For a set of layers (``--layers``: ResNet-18's 3x3 and first layers, or ResNet-50's 1x1 layers,
+the strided downsampling ones among them; batch 1, bias + Relu, constant weights: onnxruntime
+prepacks them, fastrun runs with weight preprocessing), a steady loop of ``--calls`` calls per
+layer, first in a fastrun process (every algorithm of ``--algorithm``, comma-separated), then
+in an onnxruntime process, alternating ``--pairs`` times.  Printed: GFLOP/s of each and the
+ratio of times (fastrun / onnxruntime; below 1 fastrun is faster).  Separate processes because
+onnxruntime's workers spin after each run and would slow fastrun's kernels in the same process
+on many cores.  The kernel alone, not a model: no neighbouring layers, warm caches, and
+onnxruntime converts each layer to and from its blocked layout (in a model it stays blocked,
+which is why its in-model layers run faster than here).
 
-    python -m benchmarks.probe_conv_kernels [--algorithm blocked_direct] [--threads 16]
+    python -m benchmarks.probe_conv_kernels [--algorithm blocked_direct,im2col] [--threads 16]
+                                            [--layers resnet50-1x1]
 """
 
 from __future__ import annotations
@@ -23,10 +27,18 @@ import numpy as np
 
 from benchmarks._common import call_times, header
 
-#: (input channels, image size, output channels, kernel, stride, pad)
-LAYERS = ((64, 56, 64, 3, 1, 1), (128, 28, 128, 3, 1, 1), (256, 14, 256, 3, 1, 1),
-          (512, 7, 512, 3, 1, 1), (64, 56, 128, 3, 2, 1), (256, 14, 512, 3, 2, 1),
-          (3, 224, 64, 7, 2, 3))
+#: (input channels, image size, output channels, kernel, stride, pad) per layer set
+LAYER_SETS = {
+    "resnet18": ((64, 56, 64, 3, 1, 1), (128, 28, 128, 3, 1, 1), (256, 14, 256, 3, 1, 1),
+                 (512, 7, 512, 3, 1, 1), (64, 56, 128, 3, 2, 1), (256, 14, 512, 3, 2, 1),
+                 (3, 224, 64, 7, 2, 3)),
+    "resnet50-1x1": ((64, 56, 64, 1, 1, 0), (64, 56, 256, 1, 1, 0), (256, 56, 64, 1, 1, 0),
+                     (256, 56, 128, 1, 1, 0), (256, 56, 512, 1, 2, 0), (128, 28, 512, 1, 1, 0),
+                     (512, 28, 128, 1, 1, 0), (512, 28, 1024, 1, 2, 0),
+                     (256, 14, 1024, 1, 1, 0), (1024, 14, 256, 1, 1, 0),
+                     (1024, 14, 2048, 1, 2, 0), (512, 7, 2048, 1, 1, 0),
+                     (2048, 7, 512, 1, 1, 0)),
+}
 
 
 def _inputs(layer):
@@ -43,7 +55,8 @@ def _median_call(function, calls: int) -> float:
     return float(np.median(call_times(function, calls)))
 
 
-def _fastrun_times(algorithm_name: str, threads: int, calls: int) -> list[float | None]:
+def _fastrun_times(algorithm_names: str, layers, threads: int,
+                   calls: int) -> dict[str, list[float | None]]:
     import fastrun
 
     session = fastrun.session(strategy="heuristic", progress=False)  # sets the vector width
@@ -53,10 +66,17 @@ def _fastrun_times(algorithm_name: str, threads: int, calls: int) -> list[float 
     from fastrun._memory import keep_freed_pages
 
     keep_freed_pages()  # as a loaded model has it
-    algorithm = next(a for a in session.registry.algorithms("conv")
-                     if a.desc.text == algorithm_name)
+    return {name: _algorithm_times(session, name, layers, calls)
+            for name in algorithm_names.split(",")}
+
+
+def _algorithm_times(session, algorithm_name: str, layers, calls: int) -> list[float | None]:
+    known = {a.desc.text: a for a in session.registry.algorithms("conv")}
+    if algorithm_name not in known:
+        raise SystemExit(f"no conv algorithm {algorithm_name!r}; known: {', '.join(known)}")
+    algorithm = known[algorithm_name]
     times: list[float | None] = []
-    for layer in LAYERS:
+    for layer in layers:
         x, w, b = _inputs(layer)
         _, _, _, _, stride, pad = layer
         problem = session.problem("conv", [x.shape, w.shape, b.shape], ["float32"] * 3,
@@ -75,12 +95,12 @@ def _fastrun_times(algorithm_name: str, threads: int, calls: int) -> list[float 
     return times
 
 
-def _onnxruntime_times(threads: int, calls: int) -> list[float]:
+def _onnxruntime_times(layers, threads: int, calls: int) -> list[float]:
     import onnxruntime as ort
     from onnx import TensorProto, helper, numpy_helper
 
     times = []
-    for layer in LAYERS:
+    for layer in layers:
         x, w, b = _inputs(layer)
         _, _, _, _, stride, pad = layer
         graph = helper.make_graph(
@@ -102,11 +122,13 @@ def _onnxruntime_times(threads: int, calls: int) -> list[float]:
     return times
 
 
-def _spawn(engine: str, args) -> list[float | None]:
+def _spawn(engine: str, args) -> dict[str, list[float | None]] | list[float]:
     result = subprocess.run(
         [sys.executable, "-m", "benchmarks.probe_conv_kernels", "--child", engine,
          "--algorithm", args.algorithm, "--threads", str(args.threads),
-         "--calls", str(args.calls)], capture_output=True, text=True, check=True)
+         "--calls", str(args.calls), "--layers", args.layers], capture_output=True, text=True)
+    if result.returncode:
+        raise SystemExit(f"the {engine} process failed:\n{result.stderr[-3000:]}")
     return json.loads(result.stdout.strip().splitlines()[-1])
 
 
@@ -117,33 +139,38 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=len(os.sched_getaffinity(0)))
     parser.add_argument("--calls", type=int, default=200)
     parser.add_argument("--pairs", type=int, default=2)
+    parser.add_argument("--layers", choices=sorted(LAYER_SETS), default="resnet18")
     parser.add_argument("--child", choices=["fastrun", "onnxruntime"], help=argparse.SUPPRESS)
     args = parser.parse_args()
+    layers = LAYER_SETS[args.layers]
     if args.child == "fastrun":
-        print(json.dumps(_fastrun_times(args.algorithm, args.threads, args.calls)))
+        print(json.dumps(_fastrun_times(args.algorithm, layers, args.threads, args.calls)))
         return
     if args.child == "onnxruntime":
-        print(json.dumps(_onnxruntime_times(args.threads, args.calls)))
+        print(json.dumps(_onnxruntime_times(layers, args.threads, args.calls)))
         return
-    print(header(f"conv kernels: {args.algorithm} against onnxruntime's Conv, "
+    print(header(f"conv kernels ({args.layers}): {args.algorithm} against onnxruntime's Conv, "
                  f"{args.threads} threads, {args.pairs} process pairs"))
-    runs: dict[str, list[list[float | None]]] = {"fastrun": [], "onnxruntime": []}
+    ours: list[dict[str, list[float | None]]] = []
+    theirs: list[list[float]] = []
     for _ in range(args.pairs):
-        for engine in runs:
-            runs[engine].append(_spawn(engine, args))
-    print(f"{'layer':<24} {'fastrun GFLOP/s':>16} {'onnxruntime GFLOP/s':>20} {'time ratio':>10}")
-    for index, (c, size, k, kernel, stride, pad) in enumerate(LAYERS):
+        ours.append(_spawn("fastrun", args))
+        theirs.append(_spawn("onnxruntime", args))
+    names = args.algorithm.split(",")
+    print(f"{'layer':<24} {'onnxruntime GFLOP/s':>20} "
+          + " ".join(f"{name + ' GFLOP/s, ratio':>30}" for name in names))
+    for index, (c, size, k, kernel, stride, pad) in enumerate(layers):
         out = (size + 2 * pad - kernel) // stride + 1
         flops = 2 * k * out * out * c * kernel * kernel
-        ours = [run[index] for run in runs["fastrun"] if run[index] is not None]
-        theirs = float(np.median([run[index] for run in runs["onnxruntime"]]))
-        name = f"{c}->{k} {kernel}x{kernel}/{stride} @{size}"
-        if not ours:
-            print(f"{name:<24} {'unusable':>16} {flops / theirs / 1e9:>20.0f}")
-            continue
-        mine = float(np.median(ours))
-        print(f"{name:<24} {flops / mine / 1e9:>16.0f} {flops / theirs / 1e9:>20.0f} "
-              f"{mine / theirs:>10.2f}")
+        peer = float(np.median([run[index] for run in theirs]))
+        cells = []
+        for name in names:
+            times = [run[name][index] for run in ours if run[name][index] is not None]
+            mine = float(np.median(times)) if times else None
+            cells.append(f"{'unusable':>30}" if mine is None else
+                         f"{flops / mine / 1e9:>23.0f}, {mine / peer:>5.2f}")
+        print(f"{c}->{k} {kernel}x{kernel}/{stride} @{size}".ljust(24)
+              + f" {flops / peer / 1e9:>20.0f} " + " ".join(cells))
 
 
 if __name__ == "__main__":

@@ -10,7 +10,8 @@ Built-in suites:
 
 * ``resnet18``: its convolutions at batch 1, 224x224, with bias and the ReLU the ONNX runtime
   fuses into them (the second conv of a residual block is followed by the add, so it has no
-  fused ReLU); ``weight`` counts how often the layer occurs.
+  fused ReLU) and their weights transformed once, as the runtime poses them
+  (``weight_preprocess``); ``weight`` counts how often the layer occurs.
 * ``mobilenet_v2``: its first conv and the distinct depthwise and pointwise layers, with bias
   and the fused ReLU6 (clip 0..6) wherever the network has one (not on the projections).
 * ``matmul``: a spread of matmul shapes, from tiny to 2048, skinny, batched and broadcast.
@@ -118,9 +119,12 @@ class Layer:
         return params
 
     def suite_problem(self, batch: int = 1) -> SuiteProblem:
+        """The layer as the runtime poses it: with its weights transformed once
+        (``weight_preprocess``, the runtime's default), so that a ranking of the suite and a
+        search of the model measure, and cache, the same problems."""
         shapes = self.shapes(batch)
         return SuiteProblem.create("conv", shapes, ["float32"] * len(shapes), self.name,
-                                   self.count, **self.params())
+                                   self.count, **self.params(), weight_preprocess=True)
 
 
 R, R6 = "relu", "relu6"

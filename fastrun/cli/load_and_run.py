@@ -49,8 +49,11 @@ def build_parser() -> argparse.ArgumentParser:
                              "dimensions other than the batch)")
     parser.add_argument("--seed", type=int, default=0, help="seed of the random inputs")
     add_strategy_arguments(parser)
-    parser.add_argument("--weight-preprocess", action="store_true",
-                        help="transform constant weights once at load (e.g. winograd filters)")
+    parser.add_argument("--weight-preprocess", action=argparse.BooleanOptionalAction,
+                        default=True,
+                        help="transform constant weights once at load, e.g. Winograd's "
+                             "filters (default: on; --no-weight-preprocess transforms them in "
+                             "every call)")
     parser.add_argument("--blocked-layout", action="store_true",
                         help="let the search run convolutions in the channel-blocked layout "
                         "where that is measured to pay (default: FASTRUN_BLOCKED_LAYOUT, off)")

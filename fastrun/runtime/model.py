@@ -67,7 +67,7 @@ class Model:
 
     def __init__(self, graph: Graph, session: Session,
                  input_shapes: Mapping[str, Sequence[int]] | None = None,
-                 batch: int | None = None, weight_preprocess: bool = False,
+                 batch: int | None = None, weight_preprocess: bool = True,
                  fuse: bool = True, blocked_layout: bool | None = None):
         self.graph = graph
         self.session = session
@@ -530,10 +530,13 @@ def _enable_weight_preprocess(steps: list[Step], session: Session) -> None:
 
 def load(model: Any, session: Session | None = None, *,
          input_shapes: Mapping[str, Sequence[int]] | None = None, batch: int | None = None,
-         weight_preprocess: bool = False, fuse: bool = True, check: bool = True,
+         weight_preprocess: bool = True, fuse: bool = True, check: bool = True,
          blocked_layout: bool | None = None) -> Model:
     """Load an ONNX model (path, bytes, ``zoo:NAME`` or ModelProto) for ``session`` (default:
     the current one).  Searching happens on :meth:`Model.search` or the first run.
+
+    ``weight_preprocess``: transform constant weights once, when the model is prepared
+    (Winograd's filters), instead of in every call (on by default; see docs/runtime.md).
 
     ``blocked_layout``: whether the search may run convolutions in the channel-blocked layout
     where measured to pay (default: ``FASTRUN_BLOCKED_LAYOUT``, off)."""

@@ -137,11 +137,12 @@ class NoSubProblems:
 
 
 def one_by_one_case(draw: Any, operator: Operator, dtypes: Sequence[str],
-                    max_side: int) -> tuple[Problem, list[np.ndarray]]:
+                    max_side: int, strided: bool = False) -> tuple[Problem, list[np.ndarray]]:
     """A random 1x1 conv problem and its inputs, for hypothesis's ``st.composite``: 1 to 3
     images, 1 to 40 channels in and out, 1-D (up to ``max_side**2 // 2`` pixels) or 2-D (up
     to ``max_side`` a side), every activation, optional bias and residual, and X sometimes a
-    strided view, as a slice of a larger tensor would be."""
+    strided view, as a slice of a larger tensor would be.  With ``strided``, the convolution's
+    strides are 1 to 3 per axis."""
     from hypothesis import strategies as st
 
     dtype = draw(st.sampled_from(list(dtypes)))
@@ -154,11 +155,16 @@ def one_by_one_case(draw: Any, operator: Operator, dtypes: Sequence[str],
         params["activation"] = activation
     if activation == "clip":
         params["clip_min"], params["clip_max"] = -0.5, 0.25
+    out_spatial = list(spatial)
+    if strided:
+        params["strides"] = [draw(st.integers(1, 3)) for _ in spatial]
+        out_spatial = [(side - 1) // step + 1
+                       for side, step in zip(spatial, params["strides"], strict=True)]
     shapes = [(n, c, *spatial), (k, c, *[1] * len(spatial))]
     if draw(st.booleans()):
         shapes.append((k,))
     if draw(st.booleans()):
-        shapes.append((n, k, *spatial))
+        shapes.append((n, k, *out_spatial))
         params["residual"] = True
     problem = operator.problem(shapes, [dtype] * len(shapes), **params)
     inputs = operator.random_inputs(problem, np.random.default_rng(draw(st.integers(0, 2**31))))

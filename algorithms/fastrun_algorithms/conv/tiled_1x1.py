@@ -19,6 +19,12 @@ Edges.  The last pixel tile is shifted back to end at the last pixel, overlappin
 it (computed twice, identically); planes of fewer than 32 pixels take a plain loop.  Output
 channels past a multiple of 8 repeat the last channel and are not stored.
 
+Strided layers (ResNet's downsampling 1x1 convolutions, stride 2, no padding) first gather
+the pixels they read into a dense (C, OH*OW) block, kept between calls (:class:`ScratchPool`),
+with a parallel copy of contiguous rows; the tiles then read that block as they read a stride-1
+input.  The gather moves a quarter of the input once; reading the strided pixels from within
+the tile loop would cost a gather per vector for every output channel tile.
+
 Float32 only (a tile of float64 would not fit the registers).  REPRODUCIBLE: every output is
 summed in channel order by one job, with FMA contraction only, whatever the thread count.
 """
@@ -36,7 +42,16 @@ from numba import prange, types
 from fastrun.algorithm import Algorithm, RunContext
 from fastrun.attribute import AlgoAttribute
 from fastrun.operator import Problem
-from fastrun_algorithms._common import FASTMATH, U, stack_buffer, tile_fma8, tile_rows8
+from fastrun_algorithms._common import (
+    FASTMATH,
+    PARTS_PER_THREAD,
+    ScratchPool,
+    U,
+    stack_buffer,
+    tile_fma8,
+    tile_rows8,
+)
+from fastrun_algorithms.conv import heuristic
 from fastrun_algorithms.conv._gemm_common import buffer, item_type, no_bias, operands, readonly
 from fastrun_algorithms.conv.base import ConvAlgorithm
 from fastrun_algorithms.conv.epilogue import (
@@ -105,6 +120,35 @@ def _tiled_kernel(x: np.ndarray, w: np.ndarray, bias: np.ndarray, has_bias: bool
                     out[n, k, p0 + U(t)] = epilogue_value(acc[i, t], b, code, low_v, high_v)
 
 
+def _gather_kernel(x: np.ndarray, sh: int, sw: int, parts: int, out: np.ndarray) -> None:
+    """``out[n, c, y, z] = x[n, c, y*sh, z*sw]``: the pixels a strided 1x1 convolution reads,
+    made dense.  Rows are dealt in ``parts`` to whichever thread is free.
+    """
+    batch, channels, oh, ow = out.shape
+    rows = batch * channels * oh
+    parts = min(rows, parts)
+    for part in prange(parts):
+        for row in range(part * rows // parts, (part + 1) * rows // parts):
+            plane = row // oh
+            y = row - plane * oh
+            n = plane // channels
+            c = plane - n * channels
+            for z in range(ow):
+                out[n, c, y, z] = x[n, c, y * sh, z * sw]
+
+
+@functools.cache
+def _compiled_gather() -> Callable[..., None]:
+    f32 = np.dtype(np.float32)
+    signature = types.void(types.Array(item_type(f32), 4, "A", readonly=True), types.intp,
+                           types.intp, types.intp, buffer(f32, 4))
+    return numba.njit(signature, parallel=True, cache=True)(_gather_kernel)
+
+
+#: The gathered inputs of strided problems, kept from one call to the next.
+_SCRATCH = ScratchPool()
+
+
 @functools.cache
 def _compiled() -> Callable[..., None]:
     """The float32 kernel, compiled (or loaded from numba's cache) on first use; X, W and Z
@@ -118,21 +162,24 @@ def _compiled() -> Callable[..., None]:
 
 
 class Tiled1x1Conv(ConvAlgorithm):
-    """1x1 convolution in 8 x 32 register tiles (see the module docstring): float32, stride 1,
-    no padding, one group."""
+    """1x1 convolution in 8 x 32 register tiles (see the module docstring): float32, no
+    padding, one group, any stride."""
 
     operator = "conv"
     name = "tiled_1x1"
     attributes = AlgoAttribute.REPRODUCIBLE
+    #: 2: strided problems became usable (their entries are measured again with it)
+    version = 2
+    #: where the gathered inputs of strided problems are kept between calls
+    scratch = _SCRATCH
 
     def conv_unusable_reason(self, problem: Problem) -> str | None:
         geo = geometry(problem)
         problems = []
         if (geo.r, geo.s) != (1, 1):
             problems.append(f"a 1x1 kernel (got {geo.r}x{geo.s})")
-        if (geo.stride_h, geo.stride_w) != (1, 1) or any(
-                (geo.pad_top, geo.pad_left, geo.pad_bottom, geo.pad_right)):
-            problems.append("stride 1 and no padding")
+        if any((geo.pad_top, geo.pad_left, geo.pad_bottom, geo.pad_right)):
+            problems.append("no padding")
         if geo.group != 1:
             problems.append(f"one group (got {geo.group})")
         if geo.dtype != "float32":
@@ -141,29 +188,55 @@ class Tiled1x1Conv(ConvAlgorithm):
         return f"tiled_1x1 needs {', '.join(problems)}" if problems else None
 
     def workspace_bytes(self, problem: Problem) -> int:
-        """None: X, W and the residual are read where they lie (a runtime and the profiler
-        pass them C-contiguous; only a strided one would be copied first)."""
-        return 0
+        """None at stride 1: X, W and the residual are read where they lie (a runtime and the
+        profiler pass them C-contiguous; only a strided one would be copied first).  A strided
+        problem gathers the pixels it reads into a block of N*C*OH*OW values, kept for the
+        next call (:class:`ScratchPool`)."""
+        geo = geometry(problem)
+        if not self._strided(geo):
+            return 0
+        return geo.n * geo.c * geo.oh * geo.ow * np.dtype(geo.dtype).itemsize
+
+    @staticmethod
+    def _strided(geo: ConvGeometry) -> bool:
+        return (geo.stride_h, geo.stride_w) != (1, 1)
 
     def run(self, problem: Problem, inputs: Sequence[Any], ctx: RunContext,
             prepared: Any = None) -> np.ndarray:
         geo = geometry(problem)
         x, w, bias = operands(geo, inputs)
-        pixels = geo.h * geo.w
-        x3 = np.ascontiguousarray(x).reshape(geo.n, geo.c, pixels)
+        pixels = geo.oh * geo.ow
+        key = (problem.key,)
+        gathered = None
+        if self._strided(geo):
+            gathered = _SCRATCH.take(key, lambda: (
+                np.empty((geo.n, geo.c, geo.oh, geo.ow), dtype=np.float32),))
+            _compiled_gather()(x, geo.stride_h, geo.stride_w,
+                               PARTS_PER_THREAD * numba.get_num_threads(), gathered[0])
+            x3 = gathered[0].reshape(geo.n, geo.c, pixels)
+        else:
+            x3 = np.ascontiguousarray(x).reshape(geo.n, geo.c, pixels)
         w2 = np.ascontiguousarray(w).reshape(geo.k, geo.c)
         z = residual_operand(geo, inputs)
         out = np.empty((geo.n, geo.k, pixels), dtype=np.float32)
         _compiled()(x3, w2, no_bias(out.dtype) if bias is None else bias, bias is not None,
                     activation_code(geo), float(geo.clip_min), float(geo.clip_max),
                     z.reshape(z.shape[0], z.shape[1], -1), geo.has_residual, out)
+        if gathered is not None:
+            _SCRATCH.give(key, gathered)
         return geo.output_view(out.reshape(geo.n, geo.k, geo.oh, geo.ow))
 
     def conv_rank(self, geo: ConvGeometry) -> tuple[float, ...]:
-        # First wherever usable (1x1, stride 1, float32): on MobileNetV2's 1x1 layers on 2
-        # cores it took 0.51-0.82 of the best other algorithm's time (tied with blocked_direct
-        # on 576->96 at 14x14).  On the 16-core host fast-run picked it for 14 of MobileNetV2's
-        # 19 distinct 1x1 layers, blocked_direct for the other 5 (the deepest sums).
+        # First wherever usable at stride 1: on MobileNetV2's 1x1 layers on 2 cores it took
+        # 0.51-0.82 of the best other algorithm's time (tied with blocked_direct on 576->96 at
+        # 14x14).  On the 16-core host fast-run picked it for 14 of MobileNetV2's 19 distinct
+        # 1x1 layers, blocked_direct for the other 5 (the deepest sums).
+        if self._strided(geo) and numba.get_num_threads() < heuristic.BLOCKED_MIN_THREADS:
+            # ResNet-50's three strided (downsampling) 1x1 layers (2026-11-27,
+            # probe_conv_kernels), against onnxruntime's time: on 2 threads it took 1.07-1.19,
+            # blocked_direct 0.93-1.05 and im2col 0.93-0.99, so it goes after blocked_direct;
+            # on 16 threads it took 0.89-1.19, blocked_direct 1.19-1.21, im2col 1.06-1.40.
+            return (2, 0.5)
         return (0, 0.2)
 
 
