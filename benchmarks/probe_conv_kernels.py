@@ -55,8 +55,8 @@ def _median_call(function, calls: int) -> float:
     return float(np.median(call_times(function, calls)))
 
 
-def _fastrun_times(algorithm_names: str, layers, threads: int,
-                   calls: int) -> dict[str, list[float | None]]:
+def _fastrun_times(algorithm_names: str, layers, threads: int, calls: int,
+                   layout: str) -> dict[str, list[float | None]]:
     import fastrun
 
     session = fastrun.session(strategy="heuristic", progress=False)  # sets the vector width
@@ -66,11 +66,12 @@ def _fastrun_times(algorithm_names: str, layers, threads: int,
     from fastrun._memory import keep_freed_pages
 
     keep_freed_pages()  # as a loaded model has it
-    return {name: _algorithm_times(session, name, layers, calls)
+    return {name: _algorithm_times(session, name, layers, calls, layout)
             for name in algorithm_names.split(",")}
 
 
-def _algorithm_times(session, algorithm_name: str, layers, calls: int) -> list[float | None]:
+def _algorithm_times(session, algorithm_name: str, layers, calls: int,
+                     layout: str) -> list[float | None]:
     known = {a.desc.text: a for a in session.registry.algorithms("conv")}
     if algorithm_name not in known:
         raise SystemExit(f"no conv algorithm {algorithm_name!r}; known: {', '.join(known)}")
@@ -79,9 +80,14 @@ def _algorithm_times(session, algorithm_name: str, layers, calls: int) -> list[f
     for layer in layers:
         x, w, b = _inputs(layer)
         _, _, _, _, stride, pad = layer
+        params = {}
+        if layout != "nchw":
+            from fastrun_algorithms.layout.blocking import to_blocked
+
+            x, params = to_blocked(x), {"layout": layout}
         problem = session.problem("conv", [x.shape, w.shape, b.shape], ["float32"] * 3,
                                   pads=[pad] * 4, strides=[stride] * 2, activation="relu",
-                                  weight_preprocess=True)
+                                  weight_preprocess=True, **params)
         if not algorithm.usable(problem):
             times.append(None)
             continue
@@ -126,7 +132,8 @@ def _spawn(engine: str, args) -> dict[str, list[float | None]] | list[float]:
     result = subprocess.run(
         [sys.executable, "-m", "benchmarks.probe_conv_kernels", "--child", engine,
          "--algorithm", args.algorithm, "--threads", str(args.threads),
-         "--calls", str(args.calls), "--layers", args.layers], capture_output=True, text=True)
+         "--calls", str(args.calls), "--layers", args.layers, "--layout", args.layout],
+        capture_output=True, text=True)
     if result.returncode:
         raise SystemExit(f"the {engine} process failed:\n{result.stderr[-3000:]}")
     return json.loads(result.stdout.strip().splitlines()[-1])
@@ -140,17 +147,22 @@ def main() -> None:
     parser.add_argument("--calls", type=int, default=200)
     parser.add_argument("--pairs", type=int, default=2)
     parser.add_argument("--layers", choices=sorted(LAYER_SETS), default="resnet18")
+    parser.add_argument("--layout", choices=["nchw", "nchw16c"], default="nchw",
+                        help="the layout fastrun's input and output are in (onnxruntime's "
+                             "stay NCHW)")
     parser.add_argument("--child", choices=["fastrun", "onnxruntime"], help=argparse.SUPPRESS)
     args = parser.parse_args()
     layers = LAYER_SETS[args.layers]
     if args.child == "fastrun":
-        print(json.dumps(_fastrun_times(args.algorithm, layers, args.threads, args.calls)))
+        print(json.dumps(_fastrun_times(args.algorithm, layers, args.threads, args.calls,
+                                        args.layout)))
         return
     if args.child == "onnxruntime":
         print(json.dumps(_onnxruntime_times(layers, args.threads, args.calls)))
         return
-    print(header(f"conv kernels ({args.layers}): {args.algorithm} against onnxruntime's Conv, "
-                 f"{args.threads} threads, {args.pairs} process pairs"))
+    print(header(f"conv kernels ({args.layers}, fastrun in {args.layout}): {args.algorithm} "
+                 f"against onnxruntime's Conv, {args.threads} threads, {args.pairs} process "
+                 f"pairs"))
     ours: list[dict[str, list[float | None]]] = []
     theirs: list[list[float]] = []
     for _ in range(args.pairs):

@@ -62,6 +62,10 @@ def _stake(nodes: Iterable[_Node]) -> float:
     return sum(n.nchw_s or 0.0 for n in nodes if n.step.operator == "conv")
 
 
+def _us(seconds: float | None) -> str:
+    return "?" if seconds is None else f"{seconds * 1e6:.0f}"
+
+
 def blocked_shape(shape: Sequence[int]) -> tuple[int, ...]:
     n, c, *spatial = shape
     return (n, -(-c // LANES), *spatial, LANES)
@@ -368,6 +372,10 @@ def choose_layouts(steps: list[Step], outputs: list[Value], session: Session,
     all_nchw = planner.total()
     planner.choose()
     chosen = planner.total()
+    for node in planner.nodes.values():
+        if node.step.operator == "conv":
+            log.info("layouts: %s runs in %s (%s us in NCHW, %s us in %s)", node.step.node,
+                     node.layout, _us(node.nchw_s), _us(node.blocked_s), BLOCKED)
     blocked = sum(1 for n in planner.nodes.values() if n.layout == BLOCKED)
     if blocked == 0:
         return LayoutPlan(steps, nchw_s=all_nchw, chosen_s=chosen)

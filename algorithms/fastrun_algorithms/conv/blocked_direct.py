@@ -17,13 +17,20 @@ epilogue).  Pixels are numbered across rows (the output plane flattened), so an 
 7x7 fills 8 whole tiles and one overlapping tile instead of 7 row tiles with idle lanes,
 and each pixel's input address comes from a small table built once per problem, as does each
 (channel, tap)'s offset: the loop does no division and no bounds check.  Padded inputs are
-first staged into a zero-bordered copy (one parallel pass, ``(N, C, Hp, Wp)``); unpadded
-inputs are read where they lie.  The epilogue (bias, residual, activation) is applied as the
-tile is stored into the output.
+first staged into a zero-bordered copy (``(N, C, Hp, Wp)``, kept between calls, so a call
+copies only the interior rows, in parallel); unpadded inputs are read where they lie.  The
+epilogue (bias, residual, activation) is applied as the tile is stored into the output.
 
-Layouts.  NCHW, and ``nchw16c`` (see :mod:`fastrun_algorithms.layout.blocking`): there the
-tables count in elements of the blocked tensor, the staged copy is blocked too, and a tile is
-stored as whole 16-lane vectors instead of 16 strided rows.
+Layouts.  NCHW, and ``nchw16c`` (see :mod:`fastrun_algorithms.layout.blocking`), where the
+kernel is shaped like MLAS's NCHWc one: a job computes 4 channel blocks x 6 pixels (24
+accumulators), and the loop runs over (input channel block, tap, input channel in the block),
+so the 6 inputs of consecutive steps are neighbours in memory (one lane further) and each
+step's 4 weight vectors follow the previous ones: the weights are packed as (group, output
+block, input block, tap, 16 input channels, 16 output channels).  Measured on the 16-core Xeon
+host (2026-11-27, one kernel alone): 1190-1200 GFLOP/s on 3x3 layers of 128 and 256 channels
+at 16 threads, 140 at one thread (torch's single-precision GEMM on 2048: 1231 and 156); the
+2 x 6 tile driven by an offset per (channel, tap), as in NCHW, reached 560-690.  The staged
+copy is blocked too, and a tile is stored as whole 16-lane vectors instead of 16 strided rows.
 
 Edges.  The last pixel tile is shifted back to end at the last pixel, overlapping the one before
 it (the overlap is computed twice, identically); a plane of fewer than 6 pixels repeats its last
@@ -51,7 +58,7 @@ from numba import prange, types
 from fastrun.algorithm import Algorithm, RunContext
 from fastrun.attribute import AlgoAttribute
 from fastrun.operator import Problem
-from fastrun_algorithms._common import FASTMATH, U, stack_buffer
+from fastrun_algorithms._common import FASTMATH, ScratchPool, U, stack_buffer
 from fastrun_algorithms.conv import heuristic
 from fastrun_algorithms.conv._gemm_common import buffer, item_type, no_bias, operands, readonly
 from fastrun_algorithms.conv.base import ConvAlgorithm
@@ -70,6 +77,42 @@ from fastrun_algorithms.layout.blocking import BLOCKED, LANES, NCHW, blocks
 PIXELS = 6
 #: Elements of one job's tile: a global, so that numba sees the literal the stack buffer needs.
 TILE = 2 * PIXELS * LANES
+#: Output channel blocks of one job's tile in ``nchw16c``: 4 x 6 = 24 accumulators, with 4
+#: weight vectors and a broadcast, 29 of AVX-512's 32 registers (the loop there is not unrolled
+#: over taps, so nothing spills; 2 x 6, 2 x 8, 4 x 4 and 3 x 6 measured slower on the Xeon).
+BLOCKED_BLOCKS = 4
+#: Elements of the ``nchw16c`` tile.
+BLOCKED_TILE = BLOCKED_BLOCKS * PIXELS * LANES
+
+
+@numba.njit(inline="always")
+def _fma_tile4(acc, t, x0, x1, x2, x3, x4, x5, wa, wb, wc, wd):
+    """Lane ``t`` of the ``nchw16c`` tile: ``acc[b, p, t] += x_p * w_b`` for 4 blocks and 6
+    pixels, 24 vector multiply-adds when called in a loop over t."""
+    acc[0, 0, t] += x0 * wa
+    acc[0, 1, t] += x1 * wa
+    acc[0, 2, t] += x2 * wa
+    acc[0, 3, t] += x3 * wa
+    acc[0, 4, t] += x4 * wa
+    acc[0, 5, t] += x5 * wa
+    acc[1, 0, t] += x0 * wb
+    acc[1, 1, t] += x1 * wb
+    acc[1, 2, t] += x2 * wb
+    acc[1, 3, t] += x3 * wb
+    acc[1, 4, t] += x4 * wb
+    acc[1, 5, t] += x5 * wb
+    acc[2, 0, t] += x0 * wc
+    acc[2, 1, t] += x1 * wc
+    acc[2, 2, t] += x2 * wc
+    acc[2, 3, t] += x3 * wc
+    acc[2, 4, t] += x4 * wc
+    acc[2, 5, t] += x5 * wc
+    acc[3, 0, t] += x0 * wd
+    acc[3, 1, t] += x1 * wd
+    acc[3, 2, t] += x2 * wd
+    acc[3, 3, t] += x3 * wd
+    acc[3, 4, t] += x4 * wd
+    acc[3, 5, t] += x5 * wd
 
 
 @numba.njit(inline="always")
@@ -158,26 +201,56 @@ def _pack_kernel(w: np.ndarray, packed: np.ndarray) -> None:
                     packed[g, b, d, t] = 0
 
 
+@numba.njit(inline="always")
+def _step4(acc, xs, n, q, o0, o1, o2, o3, o4, o5, packed, g, b0, b1, b2, b3, cb, d, i):
+    """One input channel of one tap for the ``nchw16c`` tile: 6 broadcasts, 4 weight vectors,
+    24 vector multiply-adds."""
+    x0, x1 = xs[n, U(o0 + q)], xs[n, U(o1 + q)]
+    x2, x3 = xs[n, U(o2 + q)], xs[n, U(o3 + q)]
+    x4, x5 = xs[n, U(o4 + q)], xs[n, U(o5 + q)]
+    for t in range(LANES):
+        _fma_tile4(acc, t, x0, x1, x2, x3, x4, x5,
+                   packed[g, b0, cb, d, i, U(t)], packed[g, b1, cb, d, i, U(t)],
+                   packed[g, b2, cb, d, i, U(t)], packed[g, b3, cb, d, i, U(t)])
+
+
+def _pack_blocked_kernel(w: np.ndarray, packed: np.ndarray) -> None:
+    """``packed[g, b, cb, r*S + s, i, t] = w[g*kg + b*16 + t, cb*16 + i, r, s]``, zero past kg
+    and past C/group."""
+    k_total, cg, kernel_h, kernel_w = w.shape
+    group, blocks, in_blocks = packed.shape[0], packed.shape[1], packed.shape[2]
+    kg = k_total // group
+    for gb in prange(group * blocks):
+        g = gb // blocks
+        b = gb - g * blocks
+        for cb in range(in_blocks):
+            for r in range(kernel_h):
+                for s in range(kernel_w):
+                    for i in range(LANES):
+                        c = cb * LANES + i
+                        for t in range(LANES):
+                            k = b * LANES + t
+                            packed[g, b, cb, r * kernel_w + s, i, t] = \
+                                w[g * kg + k, c, r, s] if k < kg and c < cg else 0
+
+
 def _stage_kernel(x: np.ndarray, staged: np.ndarray, pt: int, pl: int) -> None:
-    """``staged[n, c, h, w] = x[n, c, h - pt, w - pl]``, zero outside x; parallel over the
-    (image, channel) planes."""
+    """``staged[n, c, h, w] = x[n, c, h - pt, w - pl]`` inside the border; the border is
+    zero from when the buffer was made (:class:`ScratchPool` keeps it) and is not written.
+    Parallel over input rows: a blocked tensor has few planes (4 for 64 channels), too few
+    for 16 threads."""
     batch, channels, height, width = x.shape
-    rows, cols = staged.shape[2], staged.shape[3]
-    for plane in prange(batch * channels):
+    # the staged rows and columns end where the last output reads: input past them is unused
+    read_rows = min(height, staged.shape[2] - pt)
+    read_cols = min(width, staged.shape[3] - pl)
+    rows = batch * channels * read_rows
+    for row in prange(rows):
+        plane = row // read_rows
+        ih = row - plane * read_rows
         n = plane // channels
         c = plane - n * channels
-        for h in range(rows):
-            ih = h - pt
-            if 0 <= ih < height:
-                for v in range(min(pl, cols)):
-                    staged[n, c, h, v] = 0
-                for v in range(pl, min(pl + width, cols)):
-                    staged[n, c, h, v] = x[n, c, ih, v - pl]
-                for v in range(pl + width, cols):
-                    staged[n, c, h, v] = 0
-            else:
-                for v in range(cols):
-                    staged[n, c, h, v] = 0
+        for v in range(read_cols):
+            staged[n, c, ih + pt, v + pl] = x[n, c, ih, v]
 
 
 def _compute_kernel(xs: np.ndarray, packed: np.ndarray, base: np.ndarray, taps: np.ndarray,
@@ -213,52 +286,142 @@ def _compute_kernel(xs: np.ndarray, packed: np.ndarray, base: np.ndarray, taps: 
                                                               high_v)
 
 
+@numba.njit(inline="always")
+def _accumulate4(acc, xs, job, per_image, per_group, tiles, packed, base, taps, group_stride,
+                 plane, cg):
+    """The ``nchw16c`` tile of job number ``job`` from zero (see
+    :func:`_compute_blocked_kernel`); returns (image, group, first block, first pixel)."""
+    blocks, in_blocks, ntaps = packed.shape[1], packed.shape[2], packed.shape[3]
+    n = job // per_image
+    rest = job - n * per_image
+    g = rest // per_group
+    rest -= g * per_group
+    quad = rest // tiles
+    p0 = min((rest - quad * tiles) * PIXELS, base.shape[0] - PIXELS)
+    b0 = BLOCKED_BLOCKS * quad
+    b1, b2, b3 = min(b0 + 1, blocks - 1), min(b0 + 2, blocks - 1), min(b0 + 3, blocks - 1)
+    for i in range(BLOCKED_BLOCKS):
+        for p in range(PIXELS):
+            for t in range(LANES):
+                acc[i, p, t] = 0
+    origin = g * group_stride
+    o0, o1 = base[p0] + origin, base[p0 + 1] + origin
+    o2, o3 = base[p0 + 2] + origin, base[p0 + 3] + origin
+    o4, o5 = base[p0 + 4] + origin, base[p0 + 5] + origin
+    for cb in range(in_blocks):
+        lanes = min(LANES, cg - cb * LANES)
+        for d in range(ntaps):
+            offset = cb * plane + taps[d]
+            if lanes == LANES:  # a whole block: a constant trip count
+                for i in range(LANES):
+                    _step4(acc, xs, n, offset + i, o0, o1, o2, o3, o4, o5, packed, g,
+                           b0, b1, b2, b3, cb, d, i)
+            else:
+                for i in range(lanes):
+                    _step4(acc, xs, n, offset + i, o0, o1, o2, o3, o4, o5, packed, g,
+                           b0, b1, b2, b3, cb, d, i)
+    return n, g, b0, p0
+
+
 def _compute_blocked_kernel(xs: np.ndarray, packed: np.ndarray, base: np.ndarray,
-                            taps: np.ndarray, group_stride: int, bias: np.ndarray,
-                            has_bias: bool, code: int, low: float, high: float, z: np.ndarray,
-                            has_residual: bool, k_total: int, out: np.ndarray) -> None:
-    """:func:`_compute_kernel` for the ``nchw16c`` layout: ``out`` (N, K/16, P, 16) and ``z``
-    alike, so a tile is stored as 6 whole vectors.  Lanes past K are not written (the caller
-    zeroes them: a second store loop here made LLVM spill the accumulator tile, 2.5x slower).
-    A group's channels start on a block boundary (group 1, or C/group and K/group multiples of
-    16), so group g's first output block is ``g * blocks``."""
+                            taps: np.ndarray, group_stride: int, plane: int, cg: int,
+                            bias: np.ndarray, has_bias: bool, code: int, low: float, high: float,
+                            k_total: int, out: np.ndarray) -> None:
+    """The ``nchw16c`` kernel: ``out`` (N, K/16, P, 16) from the blocked input planes ``xs``
+    (N, C/16 * plane) and the weights packed by :func:`_pack_blocked_kernel`; ``base[p]`` is
+    output pixel p's input offset within a block's plane, ``taps[r*S + s]`` the offset of tap
+    (r, s), ``group_stride`` the offset between groups.  Jobs are numbered (image, group, 4
+    output blocks, pixel tile), so that one worker's consecutive jobs reuse the same weights;
+    an output block count that is not a multiple of 4 repeats its last block in the last job
+    (computed, not stored).  Lanes past K are not written (the caller zeroes them), and input
+    lanes past C/group are never read (they may hold anything).  A group's channels start on a
+    block boundary (group 1, or C/group and K/group multiples of 16).
+
+    A whole tile is stored with constant trip counts, lane innermost, and with a residual in
+    a kernel of its own (:func:`_compute_blocked_residual_kernel`): with the residual's branch
+    or variable counts in this loop LLVM kept the accumulators in memory (4x slower)."""
     batch, _, pixels, _ = out.shape
     group, blocks = packed.shape[0], packed.shape[1]
-    per_image = group * _per_group(blocks, base)
+    tiles = (base.shape[0] + PIXELS - 1) // PIXELS
+    per_group = (blocks + BLOCKED_BLOCKS - 1) // BLOCKED_BLOCKS * tiles
+    per_image = group * per_group
     low_v, high_v = out.dtype.type(low), out.dtype.type(high)
     zero = out.dtype.type(0)
     for job in prange(batch * per_image):
-        n, g, b0, b1, p0 = _job(job, per_image, blocks, base)
-        acc = numba.carray(stack_buffer(TILE, out.dtype), (2, PIXELS, LANES))
-        _accumulate(acc, xs, n, packed, g, b0, b1, base, p0, g * group_stride, taps)
+        acc = numba.carray(stack_buffer(BLOCKED_TILE, out.dtype), (BLOCKED_BLOCKS, PIXELS, LANES))
+        n, g, b0, p0 = _accumulate4(acc, xs, job, per_image, per_group, tiles, packed, base,
+                                    taps, group_stride, plane, cg)
         last = min(PIXELS, pixels - p0)
-        for i in range(2 if b1 > b0 else 1):
+        for i in range(min(BLOCKED_BLOCKS, blocks - b0)):
             ob = g * blocks + b0 + i
             k0 = ob * LANES
-            valid = min(LANES, k_total - k0)
-            for t in range(valid):
-                b = bias[U(k0 + t)] if has_bias else zero
-                if has_residual:
-                    for p in range(last):
-                        out[n, ob, U(p0 + p), t] = epilogue_residual(
-                            acc[i, p, t], b, z[n, ob, U(p0 + p), t], code, low_v, high_v)
-                else:
+            if last == PIXELS and k0 + LANES <= k_total:
+                for t in range(LANES):
+                    b = bias[U(k0 + t)] if has_bias else zero
+                    for p in range(PIXELS):
+                        out[n, ob, U(p0 + p), t] = epilogue_value(acc[i, p, t], b, code,
+                                                                  low_v, high_v)
+            else:
+                for t in range(min(LANES, k_total - k0)):
+                    b = bias[U(k0 + t)] if has_bias else zero
                     for p in range(last):
                         out[n, ob, U(p0 + p), t] = epilogue_value(acc[i, p, t], b, code,
                                                                   low_v, high_v)
 
 
+def _compute_blocked_residual_kernel(xs: np.ndarray, packed: np.ndarray, base: np.ndarray,
+                                     taps: np.ndarray, group_stride: int, plane: int, cg: int,
+                                     bias: np.ndarray, has_bias: bool, code: int, low: float,
+                                     high: float, k_total: int, z: np.ndarray,
+                                     out: np.ndarray) -> None:
+    """:func:`_compute_blocked_kernel` adding the residual ``z`` (laid out as ``out``)."""
+    batch, _, pixels, _ = out.shape
+    group, blocks = packed.shape[0], packed.shape[1]
+    tiles = (base.shape[0] + PIXELS - 1) // PIXELS
+    per_group = (blocks + BLOCKED_BLOCKS - 1) // BLOCKED_BLOCKS * tiles
+    per_image = group * per_group
+    low_v, high_v = out.dtype.type(low), out.dtype.type(high)
+    zero = out.dtype.type(0)
+    for job in prange(batch * per_image):
+        acc = numba.carray(stack_buffer(BLOCKED_TILE, out.dtype), (BLOCKED_BLOCKS, PIXELS, LANES))
+        n, g, b0, p0 = _accumulate4(acc, xs, job, per_image, per_group, tiles, packed, base,
+                                    taps, group_stride, plane, cg)
+        last = min(PIXELS, pixels - p0)
+        for i in range(min(BLOCKED_BLOCKS, blocks - b0)):
+            ob = g * blocks + b0 + i
+            k0 = ob * LANES
+            if last == PIXELS and k0 + LANES <= k_total:
+                for t in range(LANES):
+                    b = bias[U(k0 + t)] if has_bias else zero
+                    for p in range(PIXELS):
+                        out[n, ob, U(p0 + p), t] = epilogue_residual(
+                            acc[i, p, t], b, z[n, ob, U(p0 + p), t], code, low_v, high_v)
+            else:
+                for t in range(min(LANES, k_total - k0)):
+                    b = bias[U(k0 + t)] if has_bias else zero
+                    for p in range(last):
+                        out[n, ob, U(p0 + p), t] = epilogue_residual(
+                            acc[i, p, t], b, z[n, ob, U(p0 + p), t], code, low_v, high_v)
+
+
+#: The zero-bordered staged inputs of padded problems, kept from one call to the next.
+_SCRATCH = ScratchPool()
+
+
 @functools.cache
 def _compiled() -> tuple[Callable[..., None], ...]:
-    """(pack, stage, compute, compute_blocked) for float32, compiled (or loaded from numba's
-    cache) on first use.  Inputs of any layout share one variant of pack and stage (each reads
-    them once); the compute kernels take only C-contiguous arrays, whose strides LLVM then
-    knows."""
+    """(pack, pack_blocked, stage, compute, compute_blocked, compute_blocked_residual) for
+    float32, compiled (or loaded
+    from numba's cache) on first use.  Inputs of any layout share one variant of each pack and
+    of stage (each reads them once); the compute kernels take only C-contiguous arrays, whose
+    strides LLVM then knows."""
     f32 = np.dtype(np.float32)
     intp = types.intp
     c_in = functools.partial(types.Array, item_type(f32), layout="C", readonly=True)
     pack = numba.njit(types.void(readonly(f32, 4), buffer(f32, 4)), parallel=True,
                       cache=True)(_pack_kernel)
+    pack_blocked = numba.njit(types.void(readonly(f32, 4), buffer(f32, 6)), parallel=True,
+                              cache=True)(_pack_blocked_kernel)
     stage = numba.njit(types.void(readonly(f32, 4), buffer(f32, 4), intp, intp), parallel=True,
                        cache=True)(_stage_kernel)
     index = types.Array(types.int64, 1, "C", readonly=True)
@@ -267,10 +430,14 @@ def _compiled() -> tuple[Callable[..., None], ...]:
     compute = numba.njit(
         types.void(*head, c_in(ndim=3), types.boolean, buffer(f32, 3)),
         parallel=True, cache=True, fastmath=FASTMATH)(_compute_kernel)
+    blocked_head = (c_in(ndim=2), c_in(ndim=6), index, index, intp, intp, intp, *head[5:], intp)
     compute_blocked = numba.njit(
-        types.void(*head, c_in(ndim=4), types.boolean, intp, buffer(f32, 4)),
+        types.void(*blocked_head, buffer(f32, 4)),
         parallel=True, cache=True, fastmath=FASTMATH)(_compute_blocked_kernel)
-    return pack, stage, compute, compute_blocked
+    compute_blocked_residual = numba.njit(
+        types.void(*blocked_head, c_in(ndim=4), buffer(f32, 4)),
+        parallel=True, cache=True, fastmath=FASTMATH)(_compute_blocked_residual_kernel)
+    return pack, pack_blocked, stage, compute, compute_blocked, compute_blocked_residual
 
 
 class _Plan:
@@ -278,7 +445,8 @@ class _Plan:
     tables (read-only, built once per problem) and the packed weights' shape.
 
     In ``nchw16c`` every offset is in elements of the blocked tensor: a pixel is 16 elements
-    wide, channel c sits in block c // 16 at lane c % 16, and the staged copy is blocked too.
+    wide, channel c sits in block c // 16 at lane c % 16, and the staged copy is blocked too;
+    the kernel walks the channels of a block itself, so the tap table has one entry per tap.
     """
 
     def __init__(self, geo: ConvGeometry):
@@ -297,18 +465,23 @@ class _Plan:
                 for oh in range(geo.oh) for ow in range(geo.ow)]
         base += base[-1:] * (PIXELS - len(base))  # a plane of fewer than 6 pixels
         self.base = _frozen(base)
+        self.plane = plane
         if geo.blocked:
             self.group_stride = geo.cg // LANES * plane  # groups start on block boundaries
-            channel = [c // LANES * plane + c % LANES for c in range(geo.cg)]
             self.staged_shape = (geo.n, blocks(geo.c), self.rows, self.cols, LANES)
+            #: the offset of each tap (r, s) within a block's plane
+            self.taps = _frozen([(r * geo.dil_h * self.cols + s * geo.dil_w) * self.step
+                                 for r in range(geo.r) for s in range(geo.s)])
+            self.packed_shape = (geo.group, -(-geo.kg // LANES), -(-geo.cg // LANES),
+                                 geo.r * geo.s, LANES, LANES)
         else:
             self.group_stride = geo.cg * plane
-            channel = [c * plane for c in range(geo.cg)]
             self.staged_shape = (geo.n, geo.c, self.rows, self.cols)
-        self.taps = _frozen([channel[c] + (r * geo.dil_h * self.cols + s * geo.dil_w) * self.step
-                             for c in range(geo.cg) for r in range(geo.r)
-                             for s in range(geo.s)])
-        self.packed_shape = (geo.group, -(-geo.kg // LANES), geo.cg * geo.r * geo.s, LANES)
+            #: the offset of each (channel, tap) within a group
+            self.taps = _frozen([c * plane + (r * geo.dil_h * self.cols + s * geo.dil_w)
+                                 for c in range(geo.cg) for r in range(geo.r)
+                                 for s in range(geo.s)])
+            self.packed_shape = (geo.group, -(-geo.kg // LANES), geo.cg * geo.r * geo.s, LANES)
 
 
 def _frozen(values: list[int]) -> np.ndarray:
@@ -331,6 +504,8 @@ class BlockedDirectConv(ConvAlgorithm):
     attributes = AlgoAttribute.REPRODUCIBLE
 
     layouts = (NCHW, BLOCKED)
+    #: where the staged inputs of padded problems are kept between calls
+    scratch = _SCRATCH
 
     def conv_unusable_reason(self, problem: Problem) -> str | None:
         if problem.dtypes[0] != "float32":
@@ -343,7 +518,8 @@ class BlockedDirectConv(ConvAlgorithm):
         return None
 
     def workspace_bytes(self, problem: Problem) -> int:
-        """The staged copy of a padded input, and the packed weights when they are not
+        """The staged copy of a padded input (made by the first call of a problem and kept for
+        the next, :class:`ScratchPool`), and the packed weights when they are not
         preprocessed.  The offset tables are built once per problem and kept; only an input
         that is not C-contiguous (never one a runtime or the profiler passes) would be copied
         besides."""
@@ -361,8 +537,10 @@ class BlockedDirectConv(ConvAlgorithm):
 
     @staticmethod
     def _pack(problem: Problem, w: np.ndarray) -> np.ndarray:
-        packed = np.empty(_plan(problem).packed_shape, dtype=np.float32)
-        _compiled()[0](w, packed)
+        plan = _plan(problem)
+        packed = np.empty(plan.packed_shape, dtype=np.float32)
+        pack, pack_blocked = _compiled()[:2]
+        (pack_blocked if len(plan.packed_shape) == 6 else pack)(w, packed)
         return packed
 
     def run(self, problem: Problem, inputs: Sequence[Any], ctx: RunContext,
@@ -370,30 +548,42 @@ class BlockedDirectConv(ConvAlgorithm):
         geo = geometry(problem)
         plan = _plan(problem)
         x, w, bias = operands(geo, inputs)
-        _, stage, compute, compute_blocked = _compiled()
+        _, _, stage, compute, compute_blocked, compute_blocked_residual = _compiled()
         packed = self._pack(problem, w) if prepared is None else prepared
+        kept = None
         if plan.staged:
-            xs = np.empty(plan.staged_shape, dtype=np.float32)
+            kept = _SCRATCH.take(problem.key, lambda: (
+                np.zeros(plan.staged_shape, dtype=np.float32),))
+            xs = kept[0]
             # nchw16c stages as NCHW planes whose rows are 16 times as wide
             stage(x.reshape(*plan.staged_shape[:2], geo.h, -1) if geo.blocked else x,
                   xs.reshape(*plan.staged_shape[:3], -1), geo.pad_top, geo.pad_left * plan.step)
         else:
             xs = np.ascontiguousarray(x)
         z = residual_operand(geo, inputs)
-        args = (xs.reshape(geo.n, -1), packed, plan.base, plan.taps, plan.group_stride,
-                no_bias(np.dtype(np.float32)) if bias is None else bias, bias is not None,
-                activation_code(geo), float(geo.clip_min), float(geo.clip_max))
+        epilogue = (no_bias(np.dtype(np.float32)) if bias is None else bias, bias is not None,
+                    activation_code(geo), float(geo.clip_min), float(geo.clip_max))
         if geo.blocked:
             out = np.empty(geo.out_shape, dtype=np.float32)
             if geo.has_residual:
                 z = z.reshape(*z.shape[:2], -1, LANES)
-            compute_blocked(*args, z, geo.has_residual, geo.k,
-                            out.reshape(geo.n, -1, geo.oh * geo.ow, LANES))
+            args = (xs.reshape(geo.n, -1), packed, plan.base, plan.taps, plan.group_stride,
+                    plan.plane, geo.cg, *epilogue, geo.k)
+            blocked_out = out.reshape(geo.n, -1, geo.oh * geo.ow, LANES)
+            if geo.has_residual:
+                compute_blocked_residual(*args, z, blocked_out)
+            else:
+                compute_blocked(*args, blocked_out)
             if geo.k % LANES:
                 out[:, -1, ..., geo.k % LANES:] = 0
+            if kept is not None:
+                _SCRATCH.give(problem.key, kept)
             return out
         out = np.empty((geo.n, geo.k, geo.oh * geo.ow), dtype=np.float32)
-        compute(*args, z.reshape(z.shape[0], z.shape[1], -1), geo.has_residual, out)
+        compute(xs.reshape(geo.n, -1), packed, plan.base, plan.taps, plan.group_stride,
+                *epilogue, z.reshape(z.shape[0], z.shape[1], -1), geo.has_residual, out)
+        if kept is not None:
+            _SCRATCH.give(problem.key, kept)
         return geo.output_view(out.reshape(geo.n, geo.k, geo.oh, geo.ow))
 
     def conv_rank(self, geo: ConvGeometry) -> tuple[float, ...]:
