@@ -323,23 +323,35 @@ def _accumulate4(acc, xs, job, per_image, per_group, tiles, packed, base, taps, 
     return n, g, b0, p0
 
 
+@numba.njit(inline="always")
+def _store(out, acc, z, n, ob, q, i, p, t, b, code, low, high):
+    """One output value of the ``nchw16c`` tile, with the residual unless ``z`` is None (a
+    test that compiles away: None is a type of its own)."""
+    if z is None:
+        out[n, ob, q, t] = epilogue_value(acc[i, p, t], b, code, low, high)
+    else:
+        out[n, ob, q, t] = epilogue_residual(acc[i, p, t], b, z[n, ob, q, t], code, low, high)
+
+
 def _compute_blocked_kernel(xs: np.ndarray, packed: np.ndarray, base: np.ndarray,
                             taps: np.ndarray, group_stride: int, plane: int, cg: int,
                             bias: np.ndarray, has_bias: bool, code: int, low: float, high: float,
-                            k_total: int, out: np.ndarray) -> None:
+                            k_total: int, z: np.ndarray | None, out: np.ndarray) -> None:
     """The ``nchw16c`` kernel: ``out`` (N, K/16, P, 16) from the blocked input planes ``xs``
-    (N, C/16 * plane) and the weights packed by :func:`_pack_blocked_kernel`; ``base[p]`` is
-    output pixel p's input offset within a block's plane, ``taps[r*S + s]`` the offset of tap
-    (r, s), ``group_stride`` the offset between groups.  Jobs are numbered (image, group, 4
-    output blocks, pixel tile), so that one worker's consecutive jobs reuse the same weights;
-    an output block count that is not a multiple of 4 repeats its last block in the last job
-    (computed, not stored).  Lanes past K are not written (the caller zeroes them), and input
-    lanes past C/group are never read (they may hold anything).  A group's channels start on a
-    block boundary (group 1, or C/group and K/group multiples of 16).
+    (N, C/16 * plane) and the weights packed by :func:`_pack_blocked_kernel`, plus the residual
+    ``z`` (laid out as ``out``) unless it is None; ``base[p]`` is output pixel p's input offset
+    within a block's plane, ``taps[r*S + s]`` the offset of tap (r, s), ``group_stride`` the
+    offset between groups.  Jobs are numbered (image, group, 4 output blocks, pixel tile), so
+    that one worker's consecutive jobs reuse the same weights; an output block count that is
+    not a multiple of 4 repeats its last block in the last job (computed, not stored).  Lanes
+    past K are not written (the caller zeroes them), and input lanes past C/group are never
+    read (they may hold anything).  A group's channels start on a block boundary (group 1, or
+    C/group and K/group multiples of 16).
 
-    A whole tile is stored with constant trip counts, lane innermost, and with a residual in
-    a kernel of its own (:func:`_compute_blocked_residual_kernel`): with the residual's branch
-    or variable counts in this loop LLVM kept the accumulators in memory (4x slower)."""
+    A whole tile is stored with constant trip counts, and the residual's test
+    is decided when the kernel compiles (``z`` typed None or an array: two compiled variants):
+    with that branch or variable counts in this loop LLVM kept the accumulators in memory (4x
+    slower)."""
     batch, _, pixels, _ = out.shape
     group, blocks = packed.shape[0], packed.shape[1]
     tiles = (base.shape[0] + PIXELS - 1) // PIXELS
@@ -355,53 +367,16 @@ def _compute_blocked_kernel(xs: np.ndarray, packed: np.ndarray, base: np.ndarray
         for i in range(min(BLOCKED_BLOCKS, blocks - b0)):
             ob = g * blocks + b0 + i
             k0 = ob * LANES
-            if last == PIXELS and k0 + LANES <= k_total:
+            if last == PIXELS and k0 + LANES <= k_total:  # a whole tile
                 for t in range(LANES):
                     b = bias[U(k0 + t)] if has_bias else zero
                     for p in range(PIXELS):
-                        out[n, ob, U(p0 + p), t] = epilogue_value(acc[i, p, t], b, code,
-                                                                  low_v, high_v)
+                        _store(out, acc, z, n, ob, U(p0 + p), i, p, t, b, code, low_v, high_v)
             else:
                 for t in range(min(LANES, k_total - k0)):
                     b = bias[U(k0 + t)] if has_bias else zero
                     for p in range(last):
-                        out[n, ob, U(p0 + p), t] = epilogue_value(acc[i, p, t], b, code,
-                                                                  low_v, high_v)
-
-
-def _compute_blocked_residual_kernel(xs: np.ndarray, packed: np.ndarray, base: np.ndarray,
-                                     taps: np.ndarray, group_stride: int, plane: int, cg: int,
-                                     bias: np.ndarray, has_bias: bool, code: int, low: float,
-                                     high: float, k_total: int, z: np.ndarray,
-                                     out: np.ndarray) -> None:
-    """:func:`_compute_blocked_kernel` adding the residual ``z`` (laid out as ``out``)."""
-    batch, _, pixels, _ = out.shape
-    group, blocks = packed.shape[0], packed.shape[1]
-    tiles = (base.shape[0] + PIXELS - 1) // PIXELS
-    per_group = (blocks + BLOCKED_BLOCKS - 1) // BLOCKED_BLOCKS * tiles
-    per_image = group * per_group
-    low_v, high_v = out.dtype.type(low), out.dtype.type(high)
-    zero = out.dtype.type(0)
-    for job in prange(batch * per_image):
-        acc = numba.carray(stack_buffer(BLOCKED_TILE, out.dtype), (BLOCKED_BLOCKS, PIXELS, LANES))
-        n, g, b0, p0 = _accumulate4(acc, xs, job, per_image, per_group, tiles, packed, base,
-                                    taps, group_stride, plane, cg)
-        last = min(PIXELS, pixels - p0)
-        for i in range(min(BLOCKED_BLOCKS, blocks - b0)):
-            ob = g * blocks + b0 + i
-            k0 = ob * LANES
-            if last == PIXELS and k0 + LANES <= k_total:
-                for t in range(LANES):
-                    b = bias[U(k0 + t)] if has_bias else zero
-                    for p in range(PIXELS):
-                        out[n, ob, U(p0 + p), t] = epilogue_residual(
-                            acc[i, p, t], b, z[n, ob, U(p0 + p), t], code, low_v, high_v)
-            else:
-                for t in range(min(LANES, k_total - k0)):
-                    b = bias[U(k0 + t)] if has_bias else zero
-                    for p in range(last):
-                        out[n, ob, U(p0 + p), t] = epilogue_residual(
-                            acc[i, p, t], b, z[n, ob, U(p0 + p), t], code, low_v, high_v)
+                        _store(out, acc, z, n, ob, U(p0 + p), i, p, t, b, code, low_v, high_v)
 
 
 #: The zero-bordered staged inputs of padded problems, kept from one call to the next.
@@ -410,8 +385,7 @@ _SCRATCH = ScratchPool()
 
 @functools.cache
 def _compiled() -> tuple[Callable[..., None], ...]:
-    """(pack, pack_blocked, stage, compute, compute_blocked, compute_blocked_residual) for
-    float32, compiled (or loaded
+    """(pack, pack_blocked, stage, compute, compute_blocked) for float32, compiled (or loaded
     from numba's cache) on first use.  Inputs of any layout share one variant of each pack and
     of stage (each reads them once); the compute kernels take only C-contiguous arrays, whose
     strides LLVM then knows."""
@@ -432,12 +406,10 @@ def _compiled() -> tuple[Callable[..., None], ...]:
         parallel=True, cache=True, fastmath=FASTMATH)(_compute_kernel)
     blocked_head = (c_in(ndim=2), c_in(ndim=6), index, index, intp, intp, intp, *head[5:], intp)
     compute_blocked = numba.njit(
-        types.void(*blocked_head, buffer(f32, 4)),
+        [types.void(*blocked_head, residual, buffer(f32, 4))
+         for residual in (types.none, c_in(ndim=4))],
         parallel=True, cache=True, fastmath=FASTMATH)(_compute_blocked_kernel)
-    compute_blocked_residual = numba.njit(
-        types.void(*blocked_head, c_in(ndim=4), buffer(f32, 4)),
-        parallel=True, cache=True, fastmath=FASTMATH)(_compute_blocked_residual_kernel)
-    return pack, pack_blocked, stage, compute, compute_blocked, compute_blocked_residual
+    return pack, pack_blocked, stage, compute, compute_blocked
 
 
 class _Plan:
@@ -548,7 +520,7 @@ class BlockedDirectConv(ConvAlgorithm):
         geo = geometry(problem)
         plan = _plan(problem)
         x, w, bias = operands(geo, inputs)
-        _, _, stage, compute, compute_blocked, compute_blocked_residual = _compiled()
+        _, _, stage, compute, compute_blocked = _compiled()
         packed = self._pack(problem, w) if prepared is None else prepared
         kept = None
         if plan.staged:
@@ -569,11 +541,8 @@ class BlockedDirectConv(ConvAlgorithm):
                 z = z.reshape(*z.shape[:2], -1, LANES)
             args = (xs.reshape(geo.n, -1), packed, plan.base, plan.taps, plan.group_stride,
                     plan.plane, geo.cg, *epilogue, geo.k)
-            blocked_out = out.reshape(geo.n, -1, geo.oh * geo.ow, LANES)
-            if geo.has_residual:
-                compute_blocked_residual(*args, z, blocked_out)
-            else:
-                compute_blocked(*args, blocked_out)
+            compute_blocked(*args, z if geo.has_residual else None,
+                            out.reshape(geo.n, -1, geo.oh * geo.ow, LANES))
             if geo.k % LANES:
                 out[:, -1, ..., geo.k % LANES:] = 0
             if kept is not None:
