@@ -32,14 +32,19 @@ def parallel_pays(nbytes: int, threshold: int, min_threads: int = 2) -> bool:
     return nbytes >= threshold and numba.get_num_threads() >= min_threads
 
 
-def ranked_by_name(candidates: Sequence[Any], order: Sequence[str]) -> list[Any]:
-    """``candidates`` sorted by the position of their name in ``order``; names not in it go
-    last, in their registration order."""
-    def rank(algorithm: Any) -> int:
-        name = algorithm.desc.name
-        return order.index(name) if name in order else len(order)
+#: The rule of thumb of the memory-bound families (activations, elementwise operations, tensor
+#: copies, layout reorders), as ranks their algorithms declare (``heuristic_rank``): numpy's
+#: one call is the cheapest on small arrays, a numba loop on one thread comes next, and the
+#: parallel numba loop goes first from the size where its operator says a parallel pass pays
+#: (the operator's ``parallel_pays(problem)``, handed to the algorithm when it is registered),
+#: last below it.
+NUMPY_RANK = (1.0,)
+SERIAL_RANK = (2.0,)
 
-    return sorted(candidates, key=rank)
+
+def parallel_rank(pays: bool) -> tuple[float, ...]:
+    """The rank of a parallel memory-bound loop: first where a parallel pass pays, else last."""
+    return (0.0,) if pays else (3.0,)
 
 
 @intrinsic

@@ -54,7 +54,7 @@ def test_reorder_round_trips_exactly(n, c, spatial, dtype, threads):
     assert REORDER.output_shape(there) == (n, blocks(c), *spatial, LANES)
     expected = REORDER.reference(there, [x])
     assert np.all(expected[:, -1, ..., (c % LANES or LANES):] == 0)  # zero padding lanes
-    for algorithm in reorders.algorithms():
+    for algorithm in reorders.algorithms(REORDER.parallel_pays):
         with numba_threads(min(threads, numba.config.NUMBA_NUM_THREADS)):
             blocked = algorithm.run(there, [x], NoSubProblems())
             assert blocked.dtype == x.dtype and np.array_equal(blocked, expected)

@@ -60,7 +60,7 @@ def register(registry: Registry) -> None:
         operator = registry.register_operator(operator_class())
         registry.register_algorithm(NumpyUnary(operator.name))
         if operator.name in KERNELS:
-            registry.register_algorithm(ParallelUnary(operator.name))
+            registry.register_algorithm(ParallelUnary(operator.name, operator.parallel_pays))
     registry.register_operator(SoftmaxOperator())
     registry.register_algorithm(NumpySoftmax())
     registry.register_operator(BatchNormOperator())

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
@@ -23,11 +23,7 @@ from fastrun_algorithms._common import (
     CanonicalOperator,
     error_with_special_values,
     parallel_pays,
-    ranked_by_name,
 )
-
-if TYPE_CHECKING:
-    from fastrun.algorithm import Algorithm
 
 FLOAT_DTYPES = ("float32", "float64")
 #: clip also takes integers: ONNX defines it for them (the spec's own int8 examples), and the
@@ -35,9 +31,9 @@ FLOAT_DTYPES = ("float32", "float64")
 CLIP_DTYPES = (*FLOAT_DTYPES, "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32",
                "uint64")
 
-#: From this many bytes of input on, ``parallel`` goes first in :meth:`heuristic_order`.  A rule
-#: of thumb from quick timeit runs (float32, fresh output per call; the crossover is measured
-#: per problem when profiling).  ``parallel`` / ``numpy`` time:
+#: From this many bytes of input on, ``parallel`` goes first in the rule of thumb
+#: (:meth:`ActivationOperator.parallel_pays`).  Taken from quick timeit runs (float32, fresh output
+#: per call; the crossover is measured per problem when profiling).  ``parallel`` / ``numpy`` time:
 #:
 #: * 16-core host (the accelerator machine's CPU): relu 0.86 at 1 MiB, 0.28 at 2 MiB, 0.11 at
 #:   24.5 MiB ((8, 64, 112, 112)); leaky_relu 0.57, 0.17, 0.05; clip 0.72, 0.28, 0.11; at
@@ -114,14 +110,12 @@ class ActivationOperator(CanonicalOperator):
         dtype = self.output_dtype(problem)
         return float(64 * np.finfo(dtype).eps) if dtype.kind == "f" else 0.0
 
-    def heuristic_order(self, problem: Problem,
-                        candidates: Sequence[Algorithm]) -> list[Algorithm]:
-        """``numpy`` first below :data:`PARALLEL_MIN_BYTES` of input (or with fewer numba
-        threads than :attr:`parallel_min_threads`), ``parallel`` first from there on; unknown
-        algorithms last."""
-        big = parallel_pays(self.output_bytes(problem), PARALLEL_MIN_BYTES,
-                            self.parallel_min_threads)
-        return ranked_by_name(candidates, ("parallel", "numpy") if big else ("numpy", "parallel"))
+    def parallel_pays(self, problem: Problem) -> bool:
+        """Whether a parallel pass goes first: from :data:`PARALLEL_MIN_BYTES` of output with
+        at least :attr:`parallel_min_threads` numba threads (the algorithms' ranks read it,
+        see :func:`fastrun_algorithms._common.parallel_rank`)."""
+        return parallel_pays(self.output_bytes(problem), PARALLEL_MIN_BYTES,
+                             self.parallel_min_threads)
 
 
 # -- unary activations ---------------------------------------------------------------------------
@@ -292,18 +286,6 @@ class SoftmaxOperator(ActivationOperator):
         with np.errstate(invalid="ignore"):
             e = np.exp(x - np.max(x, axis=axis, keepdims=True))
             return (e / np.sum(e, axis=axis, keepdims=True)).astype(problem.dtypes[0])
-
-    def heuristic_order(self, problem, candidates):
-        """The CPU rule of :class:`ActivationOperator`; the OpenCL configurations (which it
-        leaves in registration order) by
-        :func:`~fastrun_algorithms.activation.opencl.algorithms.softmax_rank`: a work-item
-        per row or a work-group per row depending on where the axis lies and how long the
-        rows are."""
-        from fastrun_algorithms.activation.opencl.algorithms import softmax_rank
-
-        ordered = super().heuristic_order(problem, candidates)
-        return sorted(ordered, key=lambda a: softmax_rank(problem, a)
-                      if a.device_kind == "opencl" else (0, 0))
 
 
 class BatchNormOperator(ActivationOperator):

@@ -30,6 +30,7 @@ from numba import prange
 from fastrun.algorithm import Algorithm, RunContext
 from fastrun.attribute import AlgoAttribute
 from fastrun.operator import Problem
+from fastrun_algorithms._common import parallel_rank
 from fastrun_algorithms.activation.operator import ClipOperator
 
 
@@ -102,11 +103,16 @@ class ParallelUnary(Algorithm):
     name = "parallel"
     attributes = AlgoAttribute.REPRODUCIBLE
 
-    def __init__(self, operator: str):
+    def __init__(self, operator: str, pays: Callable[[Problem], bool]):
         self.operator = operator  # before super().__init__, which builds the identity from it
         super().__init__()
         self.kernel, self.arguments = KERNELS[operator]
         self._args: dict[str, tuple] = {}
+        #: the operator's rule for where a parallel pass pays (its ``parallel_pays``)
+        self.pays = pays
+
+    def heuristic_rank(self, problem: Problem) -> tuple[float, ...]:
+        return parallel_rank(self.pays(problem))
 
     def workspace_bytes(self, problem: Problem) -> int:
         """Nothing for contiguous inputs (the case that matters); a strided one is copied,

@@ -46,10 +46,10 @@ def register(registry: Registry) -> None:
     """Add every elementwise operator and its algorithms to ``registry`` (the OpenCL one
     only where pyopencl is installed)."""
     for op in OPS.values():
-        registry.register_operator(ElementwiseOperator(op))
+        operator = registry.register_operator(ElementwiseOperator(op))
         registry.register_algorithm(UfuncElementwise(op))
         registry.register_algorithm(SerialElementwise(op))
-        registry.register_algorithm(ParallelElementwise(op))
+        registry.register_algorithm(ParallelElementwise(op, operator.parallel_pays))
     # Found without importing pyopencl (slow, and it may fail without an OpenCL platform); the
     # OpenCL algorithm is a candidate only on an OpenCL device, so CPU searches are unchanged.
     if importlib.util.find_spec("pyopencl") is not None:

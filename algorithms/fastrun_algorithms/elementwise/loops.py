@@ -18,6 +18,7 @@ import numpy as np
 from fastrun.algorithm import Algorithm, RunContext
 from fastrun.attribute import AlgoAttribute
 from fastrun.operator import Problem
+from fastrun_algorithms._common import SERIAL_RANK, parallel_rank
 from fastrun_algorithms.elementwise import _kernels
 from fastrun_algorithms.elementwise._layout import Shape, broadcast_layout, flat
 from fastrun_algorithms.elementwise.operator import BinaryOp
@@ -87,6 +88,9 @@ class SerialElementwise(NumbaElementwise):
     name = "serial"
     kernel_index = 0
 
+    def heuristic_rank(self, problem: Problem) -> tuple[float, ...]:
+        return SERIAL_RANK
+
 
 class ParallelElementwise(NumbaElementwise):
     """numba ``prange`` over fixed blocks of the output (``_kernels.BLOCK`` elements), which
@@ -96,3 +100,11 @@ class ParallelElementwise(NumbaElementwise):
 
     name = "parallel"
     kernel_index = 1
+
+    def __init__(self, op: BinaryOp, pays: Callable[[Problem], bool]):
+        super().__init__(op)
+        #: the operator's rule for where a parallel pass pays (its ``parallel_pays``)
+        self.pays = pays
+
+    def heuristic_rank(self, problem: Problem) -> tuple[float, ...]:
+        return parallel_rank(self.pays(problem))

@@ -20,28 +20,25 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
 from fastrun.operator import Operator, Problem, Shape
-from fastrun_algorithms._common import error_with_special_values, parallel_pays, ranked_by_name
+from fastrun_algorithms._common import error_with_special_values, parallel_pays
 from fastrun_algorithms.elementwise._layout import BroadcastLayout, broadcast_layout
-
-if TYPE_CHECKING:
-    from fastrun.algorithm import Algorithm
 
 SUPPORTED_DTYPES = ("float32", "float64", "int32", "int64")
 
-#: From this many output bytes on, ``parallel`` goes first in :meth:`heuristic_order`.  A rule
-#: of thumb taken from measurement, not a law (``benchmarks/bench_elementwise_threshold.py``,
-#: same-shape ``add``, on the 2-core development VM).  With fastrun's default passive OpenMP
-#: waits every parallel call first wakes the sleeping worker (~10 us here), and ``parallel`` beat
-#: both ``serial`` and ``numpy`` from 4 MiB on in the quietest runs, later (8-64 MiB) or nowhere
-#: while other processes kept a core busy; with spinning workers (OMP_WAIT_POLICY=active,
-#: measured in isolation) from 512 KiB - 1 MiB.  The threshold is in bytes, not elements,
-#: because the loop is memory bound.  With profiling (``fast-run``) the crossover is measured
-#: per problem instead.
+#: From this many output bytes on, ``parallel`` goes first in the rule of thumb
+#: (:meth:`ElementwiseOperator.parallel_pays`), taken from measurement, not a law
+#: (``benchmarks/bench_elementwise_threshold.py``, same-shape ``add``, on the 2-core development
+#: VM).  With fastrun's default passive OpenMP waits every parallel call first wakes the sleeping
+#: worker (~10 us here), and ``parallel`` beat both ``serial`` and ``numpy`` from 4 MiB on in the
+#: quietest runs, later (8-64 MiB) or nowhere while other processes kept a core busy; with spinning
+#: workers (OMP_WAIT_POLICY=active, measured in isolation) from 512 KiB - 1 MiB.  The threshold is
+#: in bytes, not elements, because the loop is memory bound.  With profiling (``fast-run``) the
+#: crossover is measured per problem instead.
 PARALLEL_MIN_BYTES = 4 * 1024 * 1024
 
 
@@ -185,16 +182,8 @@ class ElementwiseOperator(Operator):
         return float(4 * np.finfo(dtype).eps)
 
     # -- rule of thumb -------------------------------------------------------------------------
-    def heuristic_order(self, problem: Problem,
-                        candidates: Sequence[Algorithm]) -> list[Algorithm]:
-        """Candidates best-first by rule of thumb (every candidate is returned):
-
-        * output below :data:`PARALLEL_MIN_BYTES`, or only one numba thread: ``numpy``,
-          ``serial``, ``parallel`` (numpy's call is the cheapest for small arrays);
-        * otherwise: ``parallel``, ``numpy``, ``serial``.
-
-        Algorithms the rule does not know go after these.
-        """
-        big = parallel_pays(self.output_bytes(problem), PARALLEL_MIN_BYTES)
-        return ranked_by_name(candidates, ("parallel", "numpy", "serial") if big
-                              else ("numpy", "serial", "parallel"))
+    def parallel_pays(self, problem: Problem) -> bool:
+        """Whether the parallel loop goes first: from :data:`PARALLEL_MIN_BYTES` of output on
+        more than one numba thread; below, numpy's call, then the serial loop, are cheapest
+        (the algorithms' ranks read it, see :func:`fastrun_algorithms._common.parallel_rank`)."""
+        return parallel_pays(self.output_bytes(problem), PARALLEL_MIN_BYTES)

@@ -10,6 +10,7 @@ import numpy as np
 from fastrun.algorithm import Algorithm, RunContext
 from fastrun.attribute import AlgoAttribute
 from fastrun.operator import Problem
+from fastrun_algorithms._common import NUMPY_RANK
 from fastrun_algorithms.elementwise.operator import BinaryOp
 
 
@@ -28,6 +29,9 @@ class UfuncElementwise(Algorithm):
         self.operator = op.name  # before super().__init__, which builds the identity from it
         super().__init__()
         self.ufunc = op.ufunc
+
+    def heuristic_rank(self, problem: Problem) -> tuple[float, ...]:
+        return NUMPY_RANK
 
     def run(self, problem: Problem, inputs: Sequence[Any], ctx: RunContext,
             prepared: Any = None) -> np.ndarray:

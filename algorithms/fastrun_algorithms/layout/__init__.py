@@ -11,8 +11,8 @@ def register(registry: Registry) -> None:
     """Add the ``reorder`` operator and its CPU algorithms."""
     from fastrun_algorithms.layout import algorithms
 
-    registry.register_operator(ReorderOperator())
-    for algorithm in algorithms.algorithms():
+    operator = registry.register_operator(ReorderOperator())
+    for algorithm in algorithms.algorithms(operator.parallel_pays):
         registry.register_algorithm(algorithm)
 
 

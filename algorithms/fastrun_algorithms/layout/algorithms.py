@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
@@ -10,6 +10,7 @@ import numpy as np
 from fastrun.algorithm import Algorithm, RunContext
 from fastrun.attribute import AlgoAttribute
 from fastrun.operator import Problem
+from fastrun_algorithms._common import NUMPY_RANK, parallel_rank
 from fastrun_algorithms.layout.blocking import (
     BLOCKED,
     to_blocked,
@@ -41,6 +42,9 @@ class NumpyReorder(_Reorder):
 
     name = "numpy"
 
+    def heuristic_rank(self, problem: Problem) -> tuple[float, ...]:
+        return NUMPY_RANK
+
 
 class ParallelReorder(_Reorder):
     """One pass by numba's workers, in tasks of a few hundred pixels of one channel block, so
@@ -50,6 +54,15 @@ class ParallelReorder(_Reorder):
     blocking = staticmethod(to_blocked_parallel)
     unblocking = staticmethod(to_nchw_parallel)
 
+    def __init__(self, pays: Callable[[Problem], bool]):
+        super().__init__()
+        #: the operator's rule for where a parallel conversion pays (its ``parallel_pays``)
+        self.pays = pays
 
-def algorithms() -> list[Algorithm]:
-    return [NumpyReorder(), ParallelReorder()]
+    def heuristic_rank(self, problem: Problem) -> tuple[float, ...]:
+        return parallel_rank(self.pays(problem))
+
+
+def algorithms(pays: Callable[[Problem], bool]) -> list[Algorithm]:
+    """The reorder algorithms, the parallel one ranked by the operator's ``parallel_pays``."""
+    return [NumpyReorder(), ParallelReorder(pays)]

@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 
 from fastrun.operator import Shape
-from fastrun_algorithms._common import CanonicalOperator, parallel_pays, ranked_by_name
+from fastrun_algorithms._common import CanonicalOperator, parallel_pays
 from fastrun_algorithms.layout.blocking import (
     BLOCKED,
     LANES,
@@ -83,11 +83,11 @@ class ReorderOperator(CanonicalOperator):
             return to_blocked(x)
         return to_nchw(x, problem.param("channels"))
 
-    def heuristic_order(self, problem, candidates):
-        """``parallel`` first from the size where a parallel copy pays (the activations'
-        measured threshold), ``numpy`` first below."""
+    def parallel_pays(self, problem) -> bool:
+        """Whether the parallel conversion goes first: from an eighth of the activations'
+        measured threshold of bytes on (see :func:`fastrun_algorithms._common.parallel_rank`);
+        numpy's below."""
         from fastrun_algorithms.activation.operator import PARALLEL_MIN_BYTES
 
         size = math.prod(problem.shapes[0]) * np.dtype(problem.dtypes[0]).itemsize
-        big = parallel_pays(size, PARALLEL_MIN_BYTES // 8)
-        return ranked_by_name(candidates, ("parallel", "numpy") if big else ("numpy", "parallel"))
+        return parallel_pays(size, PARALLEL_MIN_BYTES // 8)

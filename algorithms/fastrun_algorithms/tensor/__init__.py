@@ -53,8 +53,9 @@ __all__ = [
 
 def register(registry: Registry) -> None:
     """Add the tensor operators and their algorithms to ``registry``."""
+    concat = ConcatOperator()
     for operator, algorithm in ((TransposeOperator(), NumpyTranspose()),
-                                (ConcatOperator(), NumpyConcat()),
+                                (concat, NumpyConcat()),
                                 (SliceOperator(), NumpySlice()),
                                 (PadOperator(), NumpyPad()),
                                 (GatherOperator(), NumpyGather())):
@@ -62,7 +63,7 @@ def register(registry: Registry) -> None:
         registry.register_algorithm(algorithm)
     from fastrun_algorithms.tensor import parallel
 
-    for algorithm in parallel.algorithms():
+    for algorithm in parallel.algorithms(concat.parallel_pays):
         registry.register_algorithm(algorithm)
     # Checked without importing pyopencl (slow, and it may fail on machines without OpenCL);
     # the OpenCL algorithms are candidates only on an OpenCL device, so CPU searches and the

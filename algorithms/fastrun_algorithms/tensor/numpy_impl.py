@@ -16,6 +16,7 @@ import numpy as np
 from fastrun.algorithm import Algorithm, RunContext
 from fastrun.attribute import AlgoAttribute
 from fastrun.operator import Problem
+from fastrun_algorithms._common import NUMPY_RANK
 from fastrun_algorithms.tensor.operator import check_indices
 
 
@@ -23,6 +24,9 @@ class _Numpy(Algorithm):
     name = "numpy"
     #: moving data is exact and done the same way every run
     attributes = AlgoAttribute.REPRODUCIBLE
+
+    def heuristic_rank(self, problem: Problem) -> tuple[float, ...]:
+        return NUMPY_RANK
 
 
 def _copy_of(view: np.ndarray) -> np.ndarray:

@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 
 from fastrun.operator import Problem, Shape
-from fastrun_algorithms._common import CanonicalOperator, parallel_pays, ranked_by_name
+from fastrun_algorithms._common import CanonicalOperator, parallel_pays
 
 SUPPORTED_DTYPES = ("bool", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32",
                     "uint64", "float16", "float32", "float64")
@@ -204,15 +204,14 @@ class ConcatOperator(TensorOperator):
                                      f"dimension {dim}")
         return {"axis": axis}
 
-    def heuristic_order(self, problem, candidates):
-        """``parallel`` first from :data:`PARALLEL_MIN_BYTES` of output on more than one
-        numba thread (a copy is as memory-bound as relu, whose crossover that is), ``numpy``
-        first below; others (OpenCL) keep their order after these."""
+    def parallel_pays(self, problem: Problem) -> bool:
+        """Whether the parallel copy goes first: from :data:`PARALLEL_MIN_BYTES` of output on
+        more than one numba thread (a copy is as memory-bound as relu, whose crossover that
+        is); numpy's below (see :func:`fastrun_algorithms._common.parallel_rank`)."""
         from fastrun_algorithms.activation.operator import PARALLEL_MIN_BYTES
 
         size = math.prod(self.output_shape(problem)) * np.dtype(problem.dtypes[0]).itemsize
-        big = parallel_pays(size, PARALLEL_MIN_BYTES)
-        return ranked_by_name(candidates, ("parallel", "numpy") if big else ("numpy", "parallel"))
+        return parallel_pays(size, PARALLEL_MIN_BYTES)
 
     def output_shape(self, problem):
         axis = problem.param("axis")

@@ -6,7 +6,7 @@ of two (N, 64..256, H, W) tensors; at batch 8 on the 16-core host those eight co
 0.8-1.9 ms each, a third of the model's time, while the convolutions around them ran on all
 cores.  A copy is as memory-bound as relu, so it pays from the same size on
 (:data:`~fastrun_algorithms.activation.operator.PARALLEL_MIN_BYTES`, see
-:meth:`~fastrun_algorithms.tensor.operator.ConcatOperator.heuristic_order`).
+:meth:`~fastrun_algorithms.tensor.operator.ConcatOperator.parallel_pays`).
 
 How: the output is viewed as ``outer`` rows (the product of the dimensions before the axis) of
 bytes, each input as ``outer`` rows of its share; one parallel region per input copies its rows
@@ -17,7 +17,7 @@ every thread.  Working on bytes makes one compiled kernel serve every dtype.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numba
@@ -27,7 +27,7 @@ from numba import prange
 from fastrun.algorithm import Algorithm, RunContext
 from fastrun.attribute import AlgoAttribute
 from fastrun.operator import Problem
-from fastrun_algorithms._common import U
+from fastrun_algorithms._common import U, parallel_rank
 
 #: Bytes one task copies: large enough that a task outweighs taking it, small enough that a
 #: (1, 128, 56, 56) float32 input (1.6 MB) makes 24 tasks.
@@ -59,6 +59,14 @@ class ParallelConcat(Algorithm):
     #: moving data is exact and done the same way every run
     attributes = AlgoAttribute.REPRODUCIBLE
 
+    def __init__(self, pays: Callable[[Problem], bool]):
+        super().__init__()
+        #: the operator's rule for where a parallel copy pays (its ``parallel_pays``)
+        self.pays = pays
+
+    def heuristic_rank(self, problem: Problem) -> tuple[float, ...]:
+        return parallel_rank(self.pays(problem))
+
     def workspace_bytes(self, problem: Problem) -> int:
         """None: inputs are read where they lie (a runtime passes them C-contiguous; only a
         strided view would be copied first)."""
@@ -84,5 +92,6 @@ class ParallelConcat(Algorithm):
         return out
 
 
-def algorithms() -> list[Algorithm]:
-    return [ParallelConcat()]
+def algorithms(concat_pays: Callable[[Problem], bool]) -> list[Algorithm]:
+    """The parallel tensor algorithms, ranked by the concat operator's ``parallel_pays``."""
+    return [ParallelConcat(concat_pays)]

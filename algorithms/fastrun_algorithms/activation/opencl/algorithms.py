@@ -118,6 +118,9 @@ class OpenCLSoftmax(_OpenCLActivation):
         return common.group_per_extent_reason(self.per_row, softmax_rows(problem)[1], "row",
                                               "row length")
 
+    def heuristic_rank(self, problem: Problem) -> tuple[int, int]:
+        return softmax_rank(problem, self)
+
     def device_unusable_reason(self, device: Any, problem: Problem) -> str | None:
         return (common.work_group_reason(device, self.per_row)
                 or super().device_unusable_reason(device, problem))
