@@ -22,7 +22,7 @@ import numpy as np
 import fastrun
 from benchmarks._common import header
 from fastrun.cache import InMemoryCache
-from fastrun.device import get_device
+from fastrun.devices import get_device
 from fastrun.suites import RESNET18_LAYERS
 
 TARGET = 0.5

@@ -28,7 +28,7 @@ import numpy as np
 import fastrun
 from benchmarks._common import header
 from fastrun.cache import InMemoryCache
-from fastrun.device import get_device
+from fastrun.devices import get_device
 
 #: (label, M, N, K)
 SQUARE = [(f"sgemm {s}", s, s, s) for s in (1024, 2048, 4096, 8192)]

@@ -15,7 +15,7 @@ import time
 
 import numpy as np
 
-from fastrun.device import get_device
+from fastrun.devices import get_device
 from fastrun.operator import Problem
 from fastrun_algorithms.matmul.opencl import GemmCLMatmul
 

@@ -18,7 +18,7 @@ import time
 
 import numpy as np
 
-from fastrun.device import get_device
+from fastrun.devices import get_device
 from fastrun.registry import default_registry
 from fastrun.suites import RESNET18_LAYERS
 from fastrun_algorithms.conv.opencl import ImplicitGemmCLConv

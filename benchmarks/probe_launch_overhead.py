@@ -18,7 +18,7 @@ import numpy as np
 
 import fastrun
 from fastrun.cache import InMemoryCache
-from fastrun.device import get_device
+from fastrun.devices import get_device
 from fastrun.suites import RESNET18_LAYERS
 
 

@@ -40,7 +40,7 @@ _EXPORTS = {
     "session": "fastrun.api",
     "call": "fastrun.api",
     "current_session": "fastrun.api",
-    "get_device": "fastrun.device",
+    "get_device": "fastrun.devices",
     "configure_threads": "fastrun._threads",
 }
 

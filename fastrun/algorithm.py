@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from fastrun.attribute import AlgoAttribute
 
 if TYPE_CHECKING:
-    from fastrun.device import Device
+    from fastrun.devices import Device
     from fastrun.operator import Problem
 
 

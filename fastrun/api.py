@@ -15,7 +15,7 @@ from typing import Any
 
 from fastrun.cache import FileCache, PersistentCache, default_cache
 from fastrun.chooser import AlgoChooser, Decision, PreparedCall
-from fastrun.device import CPUDevice, Device, get_device
+from fastrun.devices import Device, get_device
 from fastrun.operator import Problem
 from fastrun.progress import Progress, make_progress
 from fastrun.registry import Registry, default_registry
@@ -42,8 +42,7 @@ class Session:
                  progress: Progress | bool | None = None,
                  budget_s: float | None = None, **options: Any):
         self.device = get_device(device)
-        if isinstance(self.device, CPUDevice):
-            self.device.apply_threads()
+        self.device.activate()
         self.options = SearchOptions.create(strategy, workspace_limit, budget_s, **options)
         self.cache = open_cache(cache, read_only=not self.options.strategy.profiles)
         self.registry = registry or default_registry()

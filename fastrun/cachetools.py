@@ -151,7 +151,7 @@ def _device_category(spec: str | None) -> str | None:
     """The category text of the device ``spec`` names on this machine (None for None)."""
     if spec is None:
         return None
-    from fastrun.device import get_device
+    from fastrun.devices import get_device
 
     try:
         return get_device(spec).category

@@ -26,7 +26,7 @@ from fastrun.algorithm import Algorithm
 from fastrun.attribute import AlgoAttribute
 from fastrun.cache import Entry, PersistentCache
 from fastrun.category import text as category_text
-from fastrun.device import Device
+from fastrun.devices import Device
 from fastrun.operator import Operator, Problem
 from fastrun.profiler import Failure, Profiler, ProfileResult
 from fastrun.progress import Progress

@@ -193,21 +193,3 @@ def _positive_seconds(raw: str) -> float:
 def progress(explicit: bool | None = None) -> bool | None:
     """True/False when forced; None means 'decide by whether stderr is a terminal'."""
     return setting(explicit, "FASTRUN_PROGRESS", None, lambda raw: raw.strip() not in ("0", ""))
-
-
-def opencl_device(explicit: str | None = None) -> tuple[int, int] | None:
-    """(platform index, device index) of the OpenCL device to use; None: let fastrun pick."""
-    return setting(explicit, "FASTRUN_OPENCL_DEVICE", None, parse_opencl_indices)
-
-
-def parse_opencl_indices(text: str) -> tuple[int, int]:
-    """Read 'P:D' (platform index, device index), e.g. '0:1'."""
-    platform, sep, device = text.strip().partition(":")
-    try:
-        indices = (int(platform), int(device)) if sep else None
-    except ValueError:
-        indices = None
-    if indices is None or min(indices) < 0:
-        raise ValueError(f"cannot read OpenCL device {text!r}: expected PLATFORM:DEVICE "
-                         "indices, e.g. 0:0 (list them with `fastrun config --device opencl`)")
-    return indices

@@ -38,7 +38,7 @@ from fastrun import limits
 from fastrun._version import __version__
 from fastrun.algorithm import Algorithm, RunContext
 from fastrun.cache import Entry
-from fastrun.device import Device
+from fastrun.devices import Device
 from fastrun.operator import Operator, Problem
 from fastrun.progress import Progress
 from fastrun.strategy import SearchOptions

@@ -44,7 +44,7 @@ NUMBA_VARIABLES = ("NUMBA_CPU_NAME", "NUMBA_CPU_FEATURES")
 @functools.cache
 def _has_avx512() -> bool:
     """Read once: the category asks on every lookup, /proc/cpuinfo is long on many cores."""
-    from fastrun.device import _cpu_model_and_flags
+    from fastrun.devices.cpu import _cpu_model_and_flags
 
     return "avx512f" in _cpu_model_and_flags()[1]
 

@@ -16,7 +16,7 @@ def open_test_device():
     an OpenCL platform is missing, or when the platform cannot compile a trivial kernel,
     naming which."""
     pytest.importorskip("pyopencl", reason="the OpenCL device needs pyopencl")
-    from fastrun.opencl import OpenCLUnavailableError, open_device
+    from fastrun.devices.opencl import OpenCLUnavailableError, open_device
 
     try:
         device = open_device()
@@ -28,7 +28,7 @@ def open_test_device():
 def skip_unless_it_compiles(device):
     """``device``, or a skip naming the compiler's complaint when it cannot build a trivial
     kernel."""
-    from fastrun.opencl import OpenCLBuildError
+    from fastrun.devices.opencl import OpenCLBuildError
 
     try:
         device.build(_PROBE_KERNEL)

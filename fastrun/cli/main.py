@@ -13,6 +13,7 @@ from typing import Any
 from fastrun import config
 from fastrun.algorithm import parse_value
 from fastrun.cli import formatting, pipes, unsaved
+from fastrun.devices import device_backends
 
 
 def _parse_shape(text: str) -> tuple[int, ...]:
@@ -156,16 +157,13 @@ def _cmd_algorithms(args: argparse.Namespace) -> int:
 def _cmd_config(args: argparse.Namespace) -> int:
     import os
 
-    from fastrun.device import get_device
+    from fastrun.devices import get_device
 
     device = get_device(args.device)
     print(f"device category: {device.category}")
-    if device.kind == "opencl":
-        from fastrun.opencl import describe_devices
-
-        print(f"opencl devices (PLATFORM:DEVICE; this one is {device.spec}):")
-        for line in describe_devices():
-            print(f"  {line}")
+    print(f"{device.kind} devices (this one is {device.spec}):")
+    for line in device.describe_devices():
+        print(f"  {line}")
     print("settings:")
     for name, meaning in config.VARIABLES.items():
         value = os.environ.get(name)
@@ -229,7 +227,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     algorithms = commands.add_parser("algorithms", help="list registered algorithms")
     algorithms.add_argument("operator", nargs="?", help="only this operator")
-    algorithms.add_argument("--device", choices=["cpu", "opencl"],
+    algorithms.add_argument("--device", choices=sorted(device_backends()),
                             help="only the algorithms of this kind of device")
     algorithms.set_defaults(handler=_cmd_algorithms)
 

@@ -102,12 +102,15 @@ class LayoutPlan:
 
 
 def supported(session: Session) -> bool:
-    """Whether the session can run blocked steps at all: a CPU device (host memory) and a
-    registry with the ``reorder`` operator and a conv algorithm that reads blocked tensors."""
-    if not session.device.host_memory or session.device.kind != "cpu":
+    """Whether the session can run blocked steps at all: a device with host memory, and a
+    registry with the ``reorder`` operator (with an algorithm for the device's kind) and the
+    conv operator."""
+    if not session.device.host_memory:
         return False
     registry = session.registry
-    return "reorder" in registry.operators() and "conv" in registry.operators()
+    if "reorder" not in registry.operators() or "conv" not in registry.operators():
+        return False
+    return any(a.device_kind == session.device.kind for a in registry.algorithms("reorder"))
 
 
 class _Planner:

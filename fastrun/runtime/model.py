@@ -11,7 +11,7 @@ activations.
 On a device without host memory (OpenCL) the program keeps every tensor on the device: the
 constants that steps read are uploaded once, when the model is searched; a run uploads each
 input once and downloads each output once; in between, steps pass device arrays to each
-other (view steps reshape and cast them on the device, see ``device_steps``).
+other (view steps reshape and cast them on the device: its backend's ``view_function``).
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ from fastrun import _memory, config, limits
 from fastrun.api import Session
 from fastrun.cache import InMemoryCache
 from fastrun.chooser import AlgoChooser, Decision, NoUsableAlgorithmError, PreparedCall
-from fastrun.device import CPUDevice
+from fastrun.devices import get_device
 from fastrun.operator import Problem
 from fastrun.reasons import Source
 from fastrun.runtime import fusion, layout
@@ -203,12 +203,11 @@ class Model:
         return array
 
     def _view(self, step: Step) -> Any:
-        """The callable of a view step: lowering's numpy closure, or its device form."""
+        """The callable of a view step: lowering's numpy closure, or the device's form of it
+        (:meth:`fastrun.devices.Device.view_function`)."""
         if not self.on_device:
             return step.view
-        from fastrun.runtime.device_steps import view_function
-
-        return view_function(step, self.device)
+        return self.device.view_function(step)
 
     def _compile(self, calls: dict[int, PreparedCall]) -> None:
         """The flat program: (callable, argument slots, output slot, slots to release)."""
@@ -341,7 +340,7 @@ class Model:
             raise ValueError(f"unknown input(s) {', '.join(unknown)}; the model's inputs are "
                              f"{', '.join(self.inputs)}")
         result = {}
-        device_array = _device_array_type() if self.on_device else None
+        device_array = self.device.array_type() if self.on_device else None
         for name, value in self.inputs.items():
             if name not in feeds:
                 raise ValueError(f"input {name!r} ({value.dtype}{list(value.shape)}) is missing")
@@ -359,9 +358,7 @@ class Model:
         """An input that is already a device array: checked like a host one, used as it is
         (a castable dtype is converted on the device)."""
         if _check_feed(name, value, array):
-            from fastrun.runtime.device_steps import cast
-
-            return cast(self.device, array, value.dtype)
+            return self.device.cast(array, value.dtype)
         if not array.flags.c_contiguous:
             raise ValueError(f"input {name!r} is a non-contiguous device array")
         return array
@@ -391,12 +388,6 @@ class Model:
 
 def _nothing() -> None:
     pass
-
-
-def _device_array_type() -> type:
-    from pyopencl import array as cl_array
-
-    return cl_array.Array
 
 
 class StepAlgorithmError(NoUsableAlgorithmError):
@@ -463,7 +454,7 @@ class _ConstantEvaluator:
         options = SearchOptions(strategy=Strategy.HEURISTIC)
         device = session.device
         if not device.host_memory:
-            device = CPUDevice()
+            device = get_device("cpu")
         self.chooser = AlgoChooser(session.registry, device, InMemoryCache(), options)
 
     def __call__(self, problem: Problem, inputs: Sequence[np.ndarray]) -> np.ndarray:

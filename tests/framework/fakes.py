@@ -10,7 +10,7 @@ import numpy as np
 
 from fastrun.algorithm import Algorithm
 from fastrun.attribute import AlgoAttribute
-from fastrun.device import Device
+from fastrun.devices import Device
 from fastrun.operator import Operator, Problem
 from fastrun.registry import Registry
 

@@ -7,7 +7,7 @@ import pytest
 
 from fastrun import category
 from fastrun.category import Category, CategoryError
-from fastrun.device import CPUDevice
+from fastrun.devices.cpu import CPUDevice
 
 CPU = ("cpu;processor=Intel Xeon;isa=x86-64-v4;threads=16;numpy=2.4.6;blas=openblas-0.3;"
        "blas_threads=1;numba=0.68.1;vectors=512;layer=tbb")

@@ -7,7 +7,8 @@ import pytest
 
 from fastrun.algorithm import Algorithm, AlgorithmDesc, parse_value
 from fastrun.attribute import AlgoAttribute
-from fastrun.device import CPUDevice, get_device
+from fastrun.devices import get_device
+from fastrun.devices.cpu import CPUDevice
 from fastrun.operator import Problem
 from fastrun.registry import Registry, RegistryError
 from tests.framework.fakes import DoubleOp
@@ -109,7 +110,8 @@ def test_cpu_category_names_what_changes_timings(monkeypatch):
 
 def test_device_specs():
     assert get_device("cpu:2").threads == 2
-    with pytest.raises(ValueError, match="unknown device 'tpu'"):
+    with pytest.raises(ValueError,
+                       match="unknown device kind 'tpu': the installed kinds are cpu, opencl"):
         get_device("tpu")
     with pytest.raises(ValueError, match="bad device 'cpu:x'"):
         get_device("cpu:x")

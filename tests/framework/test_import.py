@@ -21,8 +21,8 @@ def test_import_fastrun_does_not_import_the_compute_library_or_heavy_packages():
 
 
 def test_opencl_support_imports_pyopencl_only_when_a_device_is_opened():
-    modules = _modules_after("import fastrun, fastrun.opencl, fastrun.chooser, fastrun.api\n"
-                             "fastrun.get_device('cpu').category")
+    modules = _modules_after("import fastrun, fastrun.devices.opencl, fastrun.chooser\n"
+                             "import fastrun.api\nfastrun.get_device('cpu').category")
     assert "pyopencl" not in modules
 
 
@@ -61,7 +61,7 @@ def _environment_after_import(numpy_first: bool = False, **given: str
     names = ("GOMP_SPINCOUNT", "OMP_WAIT_POLICY", "OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS",
              "GOTO_NUM_THREADS", "OPENBLAS_THREAD_TIMEOUT")
     values, category = _json_after_import(
-        "from fastrun.device import CPUDevice; category = CPUDevice(1).category; "
+        "from fastrun.devices.cpu import CPUDevice; category = CPUDevice(1).category; "
         f"print(json.dumps([{{n: os.environ.get(n) for n in {names!r}}}, category]))",
         names, numpy_first, **given)
     return {**values, "category": category}
@@ -153,7 +153,7 @@ def test_a_cpu_model_keeps_freed_pages_for_the_next_inference_unless_told_not_to
 def _layer_after_a_parallel_kernel(**given: str) -> tuple[str, str]:
     """(the category's layer fact, numba's threading layer after a parallel kernel ran)."""
     return tuple(_json_after_import(
-        "import numba, numpy as np; from fastrun.device import CPUDevice; "
+        "import numba, numpy as np; from fastrun.devices.cpu import CPUDevice; "
         "category = CPUDevice(2).category; "
         "kernel = numba.njit(parallel=True)(lambda x: sum([x[i] for i in numba.prange(4)])); "
         "kernel(np.ones(4)); "

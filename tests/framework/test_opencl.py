@@ -12,7 +12,6 @@ import sys
 import numpy as np
 import pytest
 
-from fastrun import opencl
 from fastrun.algorithm import Algorithm
 from fastrun.api import Session
 from fastrun.attribute import AlgoAttribute
@@ -20,7 +19,8 @@ from fastrun.cache import InMemoryCache
 from fastrun.category import clean, parse_device
 from fastrun.cli import load_and_run
 from fastrun.cli.main import main
-from fastrun.device import CPUDevice, get_device
+from fastrun.devices import get_device, opencl
+from fastrun.devices.cpu import CPUDevice
 from fastrun.operator import Problem
 from tests.framework.fakes import DoubleOp
 from tests.opencl_helpers import skip_unless_it_compiles

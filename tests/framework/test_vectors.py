@@ -9,7 +9,7 @@ import sys
 import pytest
 
 from fastrun import vectors
-from fastrun.device import CPUDevice, _cpu_model_and_flags
+from fastrun.devices.cpu import CPUDevice, _cpu_model_and_flags
 
 AVX512 = "avx512f" in _cpu_model_and_flags()[1]
 

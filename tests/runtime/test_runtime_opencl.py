@@ -186,7 +186,7 @@ def test_in_context_search_runs_steps_on_the_device(device):
 
 
 def test_device_casts_match_numpy(device):
-    from fastrun.runtime.device_steps import cast
+    from fastrun.devices.opencl.steps import cast
 
     rng = np.random.default_rng(0)
     x = (rng.standard_normal(37) * 300).astype(np.float32)

@@ -1,7 +1,7 @@
 """OpenCL matmul algorithms: ``cl_naive``, ``cl_tiled``, ``cl_direct`` and ``cl_gemm``.
 
 They run on an OpenCL device (``device_kind = "opencl"``): inputs and output are
-``pyopencl.array.Array`` values on ``ctx.device`` (a :class:`fastrun.opencl.OpenCLDevice`).
+``pyopencl.array.Array`` values on ``ctx.device`` (a :class:`fastrun.devices.opencl.OpenCLDevice`).
 pyopencl is imported only inside :meth:`run`, so registering them costs nothing on machines
 without OpenCL.
 

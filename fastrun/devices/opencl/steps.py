@@ -1,9 +1,9 @@
-"""View steps on a device without host memory (OpenCL): reshapes, casts, host-only functions.
+"""The OpenCL backend's runtime steps: reshapes, casts, host-only functions on device arrays.
 
 On the CPU a view step is a numpy closure made while lowering (``reshape(...).astype(...)``).
 A device array needs its own forms: a reshape of a contiguous ``pyopencl.array.Array`` is a
 view of the same buffer (free, as numpy's is), and a cast is one small kernel.  The step's
-output :class:`~fastrun.runtime.lowering.Value` holds the shape and dtype, so nothing about
+output value (``step.output``) holds the shape and dtype, so nothing about
 the numpy closure has to be read back.
 
 Casts use this module's kernel rather than pyopencl's ``astype``: numpy's ``astype(bool)`` is
@@ -21,8 +21,6 @@ from collections.abc import Callable
 from typing import Any
 
 import numpy as np
-
-from fastrun.runtime.lowering import Step
 
 #: OpenCL C type of each element type a cast reads or writes (float16 goes through float with
 #: vload_half/vstore_half, so it needs no type here).
@@ -88,7 +86,7 @@ def cast(device: Any, array: Any, dtype: np.dtype) -> Any:
     return out
 
 
-def view_function(step: Step, device: Any) -> Callable[[Any], Any]:
+def view_function(step: Any, device: Any) -> Callable[[Any], Any]:
     """The callable a view step runs on ``device`` (a device array in, a device array out)."""
     shape, dtype = step.output.shape, step.output.dtype
     if step.host_only:

@@ -24,7 +24,7 @@ import numpy as np
 
 from fastrun import config
 from fastrun.category import DEVICE, device_text
-from fastrun.device import Device
+from fastrun.devices import Device
 
 log = logging.getLogger(__name__)
 
@@ -134,7 +134,7 @@ def open_device(indices: tuple[int, int] | None = None) -> OpenCLDevice:
     """
     cl = _pyopencl()
     if indices is None:
-        indices = config.opencl_device()
+        indices = configured_indices()
     found = _platform_devices(cl)
     chosen = _pick(cl, found, indices)
     with _devices_lock:
@@ -144,6 +144,24 @@ def open_device(indices: tuple[int, int] | None = None) -> OpenCLDevice:
             device = OpenCLDevice(devices[chosen[1]], chosen[0], chosen[1])
             _devices[chosen] = device
         return device
+
+
+def configured_indices(explicit: str | None = None) -> tuple[int, int] | None:
+    """(platform index, device index) of the OpenCL device to use; None: let fastrun pick."""
+    return config.setting(explicit, "FASTRUN_OPENCL_DEVICE", None, parse_opencl_indices)
+
+
+def parse_opencl_indices(text: str) -> tuple[int, int]:
+    """Read 'P:D' (platform index, device index), e.g. '0:1'."""
+    platform, sep, device = text.strip().partition(":")
+    try:
+        indices = (int(platform), int(device)) if sep else None
+    except ValueError:
+        indices = None
+    if indices is None or min(indices) < 0:
+        raise ValueError(f"cannot read OpenCL device {text!r}: expected PLATFORM:DEVICE "
+                         "indices, e.g. 0:0 (list them with `fastrun config --device opencl`)")
+    return indices
 
 
 @functools.lru_cache(maxsize=4096)
@@ -211,6 +229,34 @@ class OpenCLDevice(Device):
     def spec(self) -> str:
         """The spec that selects this device again: 'opencl:P:D'."""
         return f"opencl:{self.platform_index}:{self.device_index}"
+
+    @classmethod
+    def open(cls, options: str) -> OpenCLDevice:
+        """'opencl' (``options`` empty: FASTRUN_OPENCL_DEVICE, else the first GPU, else the
+        first device) or 'opencl:PLATFORM:DEVICE' (indices)."""
+        return open_device(parse_opencl_indices(options) if options else None)
+
+    @classmethod
+    def describe_devices(cls) -> list[str]:
+        return describe_devices()
+
+    def array_type(self) -> type:
+        from pyopencl import array as cl_array
+
+        return cl_array.Array
+
+    def cast(self, array: Any, dtype: Any) -> Any:
+        """A device cast kernel (:func:`fastrun.devices.opencl.steps.cast`)."""
+        from fastrun.devices.opencl import steps
+
+        return steps.cast(self, array, np.dtype(dtype))
+
+    def view_function(self, step: Any) -> Callable[[Any], Any]:
+        """Reshapes as views of the same buffer, casts as a kernel, host-only functions on a
+        host copy (:mod:`fastrun.devices.opencl.steps`)."""
+        from fastrun.devices.opencl import steps
+
+        return steps.view_function(step, self)
 
     @property
     def category(self) -> str:

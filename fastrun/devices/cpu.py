@@ -1,0 +1,134 @@
+"""The CPU device: numba's and OpenBLAS's threads on this machine's processor.
+
+Its category names everything that changes a CPU kernel's time: the processor and its
+instruction set level, the thread count, numpy and its BLAS (with its threads), numba, the
+vector width numba compiles for and numba's threading layer.
+"""
+
+from __future__ import annotations
+
+import functools
+import platform
+from importlib.metadata import PackageNotFoundError, version
+from typing import Any
+
+import numpy as np
+
+from fastrun import config
+from fastrun._threads import blas_threads, configure_threads, threading_layer
+from fastrun.category import DEVICE, device_text
+from fastrun.devices import Device
+
+
+def _package_version(name: str) -> str:
+    try:
+        return version(name)
+    except PackageNotFoundError:
+        return "none"
+
+
+def _cpu_model_and_flags() -> tuple[str, set[str]]:
+    model, flags = "", set()
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as handle:
+            for line in handle:
+                name, _, value = line.partition(":")
+                name = name.strip()
+                if name in ("model name", "Hardware", "CPU part") and not model:
+                    model = value.strip()
+                elif name in ("flags", "Features") and not flags:
+                    flags = set(value.split())
+                if model and flags:
+                    break
+    except OSError:
+        pass
+    return model or platform.processor() or platform.machine() or "unknown", flags
+
+
+def _isa_level(machine: str, flags: set[str]) -> str:
+    """x86-64 micro-architecture level (v1..v4) or the ARM feature that matters most."""
+    if machine in ("x86_64", "AMD64"):
+        if {"avx512f", "avx512bw", "avx512cd", "avx512dq", "avx512vl"} <= flags:
+            return "x86-64-v4"
+        if {"avx2", "fma", "bmi2", "movbe"} <= flags:
+            return "x86-64-v3"
+        if {"sse4_2", "ssse3", "popcnt"} <= flags:
+            return "x86-64-v2"
+        return "x86-64-v1"
+    if machine in ("aarch64", "arm64"):
+        for feature in ("sve2", "sve", "asimddp", "asimd"):
+            if feature in flags:
+                return f"aarch64-{feature}"
+        return "aarch64"
+    return machine or "unknown"
+
+
+def _blas_name() -> str:
+    try:
+        blas = np.show_config(mode="dicts")["Build Dependencies"]["blas"]
+        return f"{blas.get('name', '?')}-{blas.get('version', '?')}"
+    except Exception:
+        return "unknown"
+
+
+@functools.lru_cache(maxsize=8)
+def _cpu_category(threads: int, vectors: str) -> str:
+    model, flags = _cpu_model_and_flags()
+    return device_text([
+        (DEVICE, "cpu"),
+        ("processor", model),
+        ("isa", _isa_level(platform.machine(), flags)),
+        ("threads", threads),
+        ("numpy", np.__version__),
+        ("blas", _blas_name()),
+        ("blas_threads", blas_threads()),
+        ("numba", _package_version("numba")),
+        ("vectors", vectors),
+        ("layer", threading_layer()),
+    ])
+
+
+class CPUDevice(Device):
+    kind = "cpu"
+
+    def __init__(self, threads: int | None = None):
+        configure_threads()  # before the category reads how many threads OpenBLAS has
+        self.threads = config.num_threads(threads)
+
+    @property
+    def category(self) -> str:
+        from fastrun import vectors
+
+        return _cpu_category(self.threads, vectors.category_fact())
+
+    def activate(self) -> None:
+        """Run numba kernels on the thread count the category promises."""
+        import numba
+
+        numba.set_num_threads(min(self.threads, numba.config.NUMBA_NUM_THREADS))
+
+    @classmethod
+    def open(cls, options: str) -> CPUDevice:
+        """'cpu' (``options`` empty: FASTRUN_THREADS, else every core) or 'cpu:THREADS'."""
+        try:
+            threads = int(options) if options else None
+        except ValueError:
+            raise ValueError(f"bad device 'cpu:{options}': expected cpu:THREADS, e.g. cpu:4"
+                             ) from None
+        return cls(threads)
+
+    @property
+    def spec(self) -> str:
+        return f"cpu:{self.threads}"
+
+    @classmethod
+    def describe_devices(cls) -> list[str]:
+        model, _ = _cpu_model_and_flags()
+        return [f"{model}, {config.num_threads(None)} threads by default "
+                f"(cpu:THREADS picks another count)"]
+
+    def array_type(self) -> type:
+        return np.ndarray
+
+    def cast(self, array: Any, dtype: Any) -> np.ndarray:
+        return np.asarray(array).astype(dtype)
