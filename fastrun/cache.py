@@ -66,7 +66,8 @@ __all__ = ["CacheCorruptWarning", "CacheFormatError", "Entry", "FileCache", "InM
 
 @dataclass(frozen=True, slots=True)
 class Entry:
-    """One measured algorithm for one problem."""
+    """One measured algorithm for one problem: the one measurement record of the cache, the
+    rankings (:mod:`fastrun.rankings`), the report and the cache tools."""
 
     algorithm: str  #: AlgorithmDesc text, e.g. "blocked(kb=256,mb=64,nb=64)"
     attributes: AlgoAttribute
@@ -77,6 +78,13 @@ class Entry:
     repeats: int  #: how many timed repeats the median is from
     measured_at: float  #: unix time
     version: str  #: fastrun version that measured it
+    #: timing stopped after a few repeats because it was clearly slower than the best so far,
+    #: so its median rests on few runs (kept by rankings; a cache does not store it)
+    early_stopped: bool = False
+
+    @property
+    def relative_spread(self) -> float:
+        return self.spread_s / self.time_s if self.time_s > 0 else 0.0
 
     def to_dict(self) -> dict[str, object]:
         """The JSON form every tool prints (``fastrun profile --json``, ``cache show

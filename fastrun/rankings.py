@@ -14,10 +14,13 @@ File format (msgpack, ``use_bin_type=True``)::
      "problems": [{"operator": str, "category": str, "key": str, "label": str, "weight": int,
                    "entries": [{"algorithm": str, "time_s": float, "spread_s": float,
                                 "repeats": int, "workspace_bytes": int, "error": float | None,
-                                "attributes": [names], "early_stopped": bool}, ...],
+                                "attributes": [names], "early_stopped": bool,
+                                "measured_at": unix time, "version": str}, ...],
                    "failures": [{"algorithm": str, "reason": str}, ...]}, ...]}
 
-Entries are sorted by time, fastest first.
+Entries are sorted by time, fastest first; each is a :class:`fastrun.cache.Entry`, the record
+the cache keeps (a file without ``measured_at`` and ``version`` per entry, written before they
+were, takes the file's ``created_at`` and ``fastrun_version``).
 """
 
 from __future__ import annotations
@@ -26,11 +29,13 @@ import os
 import statistics
 import time
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 from fastrun import category as category_module
 from fastrun._files import atomic_write
+from fastrun.attribute import AlgoAttribute
+from fastrun.cache import Entry
 from fastrun.formats import RANKINGS_FORMAT, RANKINGS_VERSION
 from fastrun.operator import Problem
 
@@ -67,30 +72,11 @@ class RankingsError(ValueError):
     """A rankings file is missing, unreadable, or not a fastrun rankings file."""
 
 
-@dataclass
-class RankedEntry:
-    """One timed candidate."""
-
-    algorithm: str
-    time_s: float  #: median of the timed repeats
-    spread_s: float  #: interquartile range of the timed repeats
-    repeats: int
-    workspace_bytes: int
-    error: float | None
-    attributes: list[str] = field(default_factory=list)
-    #: Timing stopped after a few repeats because it was clearly slower than the best so far:
-    #: its median rests on few runs.
-    early_stopped: bool = False
-
-    @property
-    def relative_spread(self) -> float:
-        return self.spread_s / self.time_s if self.time_s > 0 else 0.0
-
-    @property
-    def noise(self) -> float:
-        """The relative uncertainty the regression rule allows this time."""
-        spread = self.relative_spread
-        return max(spread, EARLY_STOP_NOISE) if self.early_stopped else spread
+def noise(entry: Entry) -> float:
+    """The relative uncertainty the regression rule allows an entry's time: its spread, and at
+    least :data:`EARLY_STOP_NOISE` when timing stopped early."""
+    spread = entry.relative_spread
+    return max(spread, EARLY_STOP_NOISE) if entry.early_stopped else spread
 
 
 @dataclass
@@ -108,7 +94,7 @@ class RankedProblem:
     key: str
     label: str
     weight: int
-    entries: list[RankedEntry] = field(default_factory=list)
+    entries: list[Entry] = field(default_factory=list)
     failures: list[RankedFailure] = field(default_factory=list)
 
     @property
@@ -116,10 +102,10 @@ class RankedProblem:
         return (self.operator, self.key)
 
     @property
-    def winner(self) -> RankedEntry | None:
+    def winner(self) -> Entry | None:
         return self.entries[0] if self.entries else None
 
-    def entry(self, algorithm: str) -> RankedEntry | None:
+    def entry(self, algorithm: str) -> Entry | None:
         return next((e for e in self.entries if e.algorithm == algorithm), None)
 
     def title(self) -> str:
@@ -139,7 +125,13 @@ class Rankings:
     rounds: int = 1
 
     def to_dict(self) -> dict[str, Any]:
-        return {"format": RANKINGS_FORMAT, "version": RANKINGS_VERSION, **asdict(self)}
+        document = {"format": RANKINGS_FORMAT, "version": RANKINGS_VERSION, **asdict(self)}
+        document["problems"] = [
+            {**{name: value for name, value in asdict(problem).items() if name != "entries"},
+             "entries": [{**e.to_dict(), "early_stopped": e.early_stopped}
+                         for e in problem.entries]}
+            for problem in self.problems]
+        return document
 
     @classmethod
     def from_dict(cls, data: Any, source: str = "rankings") -> Rankings:
@@ -158,10 +150,14 @@ class Rankings:
                     str(p["operator"]), _normal_category(str(p["category"])), str(p["key"]),
                     str(p["label"]),
                     int(p["weight"]),
-                    [RankedEntry(str(e["algorithm"]), float(e["time_s"]), float(e["spread_s"]),
-                                 int(e["repeats"]), int(e["workspace_bytes"]),
-                                 None if e["error"] is None else float(e["error"]),
-                                 [str(a) for a in e["attributes"]], bool(e["early_stopped"]))
+                    [Entry(str(e["algorithm"]),
+                           AlgoAttribute.from_names([str(a) for a in e["attributes"]]),
+                           float(e["time_s"]), float(e["spread_s"]), int(e["workspace_bytes"]),
+                           None if e["error"] is None else float(e["error"]),
+                           int(e["repeats"]),
+                           float(e.get("measured_at", data["created_at"])),
+                           str(e.get("version", data["fastrun_version"])),
+                           bool(e["early_stopped"]))
                      for e in p["entries"]],
                     [RankedFailure(str(f["algorithm"]), str(f["reason"]))
                      for f in p["failures"]])
@@ -286,9 +282,7 @@ def _rank_once(session: Session, problem: Problem, label: str, weight: int) -> R
     return RankedProblem(
         problem.operator, chooser.category(session.registry.operator(problem.operator)),
         problem.key, label, weight,
-        [RankedEntry(e.algorithm, e.time_s, e.spread_s, e.repeats, e.workspace_bytes, e.error,
-                     e.attributes.names(), e.algorithm in early)
-         for e in measured.entries],
+        [replace(e, early_stopped=e.algorithm in early) for e in measured.entries],
         [RankedFailure(algorithm, reason) for algorithm, reason in excluded.items()
          if algorithm not in timed])
 
@@ -303,7 +297,7 @@ def _combine(runs: list[RankedProblem]) -> RankedProblem:
     if len(runs) == 1:
         return runs[0]
     first = runs[0]
-    by_algorithm: dict[str, list[RankedEntry]] = {}
+    by_algorithm: dict[str, list[Entry]] = {}
     failures: dict[str, str] = {}
     for run in runs:
         for entry in run.entries:
@@ -313,11 +307,10 @@ def _combine(runs: list[RankedProblem]) -> RankedProblem:
     entries = []
     for measured in by_algorithm.values():
         best = min(measured, key=lambda e: e.time_s)
-        entries.append(RankedEntry(
-            best.algorithm, best.time_s, best.spread_s, sum(e.repeats for e in measured),
-            best.workspace_bytes, max((e.error for e in measured if e.error is not None),
-                                      default=None),
-            best.attributes, all(e.early_stopped for e in measured)))
+        entries.append(replace(
+            best, repeats=sum(e.repeats for e in measured),
+            error=max((e.error for e in measured if e.error is not None), default=None),
+            early_stopped=all(e.early_stopped for e in measured)))
     entries.sort(key=lambda e: e.time_s)
     return RankedProblem(first.operator, first.category, first.key, first.label, first.weight,
                          entries, [RankedFailure(a, r) for a, r in failures.items()])
@@ -457,7 +450,7 @@ def _compare_problem(then: RankedProblem, now: RankedProblem, margin: float
     if w_old and w_new and w_old != w_new and w_old in new:
         slow, fast = new[w_old], new[w_new]
         excess = slow.time_s - fast.time_s
-        allowed = slow.noise * slow.time_s + fast.noise * fast.time_s + margin * fast.time_s
+        allowed = noise(slow) * slow.time_s + noise(fast) * fast.time_s + margin * fast.time_s
         text = (f"winner changed: {w_old} -> {w_new}; {w_old} is now "
                 f"{slow.time_s / fast.time_s:.2f}x {w_new}")
         if excess > allowed:
@@ -476,8 +469,8 @@ def _compare_problem(then: RankedProblem, now: RankedProblem, margin: float
         ratio_then = old[name].time_s / old[reference].time_s
         ratio_now = new[name].time_s / new[reference].time_s
         change = ratio_now / ratio_then
-        threshold = 1 + margin + (old[name].noise + old[reference].noise
-                                  + new[name].noise + new[reference].noise)
+        threshold = 1 + margin + (noise(old[name]) + noise(old[reference])
+                                  + noise(new[name]) + noise(new[reference]))
         item = AlgorithmChange(name, reference, ratio_then, ratio_now, change, threshold,
                                old[name].time_s, new[name].time_s)
         result.changes.append(item)

@@ -33,6 +33,7 @@ import msgpack
 from fastrun import cache as cache_module
 from fastrun import cachefile
 from fastrun import category as category_module
+from fastrun.cache import Entry
 from fastrun.formats import RANKINGS_FORMAT
 from fastrun.units import plural
 
@@ -52,23 +53,6 @@ class ReportInputError(ValueError):
 # Data
 
 
-@dataclass(frozen=True)
-class Measurement:
-    """One algorithm's measurement for one problem, whichever file kind it came from."""
-
-    algorithm: str
-    time_s: float
-    spread_s: float
-    workspace_bytes: int
-    attributes: tuple[str, ...] = ()
-    error: float | None = None
-    repeats: int = 0
-    measured_at: float | None = None
-    version: str | None = None
-    #: rankings only: timing stopped once the candidate was clearly slower than the best
-    early_stopped: bool = False
-
-
 @dataclass
 class ProblemData:
     """One problem (one key of one category) and its measurements, fastest first."""
@@ -76,7 +60,7 @@ class ProblemData:
     operator: str
     category: str
     key: str
-    entries: list[Measurement]
+    entries: list[Entry]
     label: str = ""
     weight: float | None = None
     #: (algorithm, reason) for candidates that could not be measured
@@ -87,7 +71,7 @@ class ProblemData:
                                                           m.algorithm))
 
     @property
-    def chosen(self) -> Measurement | None:
+    def chosen(self) -> Entry | None:
         """What an unrestricted search picks: the fastest entry (as the chooser does)."""
         return self.entries[0] if self.entries else None
 
@@ -124,18 +108,8 @@ class ReportData:
 
     def to_cache(self) -> cache_module.InMemoryCache:
         """The measurements as a cache, so that a model can be decided from exactly them."""
-        from fastrun.attribute import AlgoAttribute
-
         memory = cache_module.InMemoryCache()
-        memory.put_many(
-            (p.category, p.key, [
-                cache_module.Entry(
-                    algorithm=m.algorithm, attributes=AlgoAttribute.from_names(m.attributes),
-                    time_s=m.time_s, spread_s=m.spread_s, workspace_bytes=m.workspace_bytes,
-                    error=m.error, repeats=m.repeats, measured_at=m.measured_at or 0.0,
-                    version=m.version or "")
-                for m in p.entries])
-            for p in self.problems if p.category)
+        memory.put_many((p.category, p.key, p.entries) for p in self.problems if p.category)
         return memory
 
 
@@ -225,13 +199,7 @@ def _from_cache(name: str) -> ReportData:
     problems = []
     for category, keys in contents.items():
         for key, cached in keys.items():
-            entries = [
-                Measurement(algorithm=e.algorithm, time_s=e.time_s, spread_s=e.spread_s,
-                            workspace_bytes=e.workspace_bytes,
-                            attributes=tuple(e.attributes.names()), error=e.error,
-                            repeats=e.repeats, measured_at=e.measured_at, version=e.version)
-                for e in cached]
-            problems.append(ProblemData(_operator_of(category), category, key, entries))
+            problems.append(ProblemData(_operator_of(category), category, key, list(cached)))
     return ReportData(name, "cache", problems)
 
 
@@ -248,12 +216,7 @@ def _from_rankings(name: str) -> ReportData:
         ProblemData(
             operator=p.operator, category=p.category or f"{rankings.device}|{p.operator}",
             key=p.key, label=p.label, weight=float(p.weight),
-            entries=[Measurement(
-                algorithm=e.algorithm, time_s=e.time_s, spread_s=e.spread_s,
-                workspace_bytes=e.workspace_bytes, attributes=tuple(e.attributes),
-                error=e.error, repeats=e.repeats, measured_at=rankings.created_at,
-                version=rankings.fastrun_version or None, early_stopped=e.early_stopped)
-                for e in p.entries],
+            entries=list(p.entries),
             failures=[(f.algorithm, f.reason) for f in p.failures])
         for p in rankings.problems]
     meta = {}
@@ -495,12 +458,12 @@ def pareto_front(points: Sequence[tuple[float, float]]) -> list[int]:
 # Charts
 
 
-def _tooltip(m: Measurement, fastest: float | None) -> str:
+def _tooltip(m: Entry, fastest: float | None) -> str:
     ratio = f" (×{m.time_s / fastest:.2f} the fastest)" if fastest else ""
     lines = [m.algorithm,
              f"median {fmt_time(m.time_s)} ± {fmt_time(m.spread_s)}{ratio}",
              f"workspace {fmt_bytes(m.workspace_bytes)}",
-             f"attributes {', '.join(m.attributes) or '-'}",
+             f"attributes {', '.join(m.attributes.names()) or '-'}",
              f"repeats {m.repeats}"]
     if m.error is not None:
         lines.append(f"numerical error {m.error:.2g}")
@@ -921,7 +884,7 @@ def _entry_table(problem: ProblemData) -> str:
             f'<td class="num">{esc(fmt_time(m.time_s))}</td>'
             f'<td class="num">{esc(fmt_time(m.spread_s))}</td><td class="num">{ratio}</td>'
             f'<td class="num">{esc(fmt_bytes(m.workspace_bytes))}</td>'
-            f'<td>{esc(", ".join(m.attributes) or "-")}</td>'
+            f'<td>{esc(", ".join(m.attributes.names()) or "-")}</td>'
             f'<td class="num">{"–" if m.error is None else f"{m.error:.1e}"}</td>'
             f'<td class="num">{m.repeats}</td><td>{"✓" if rank - 1 in front else ""}</td></tr>')
     for algorithm, reason in problem.failures:

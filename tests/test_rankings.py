@@ -16,10 +16,10 @@ import pytest
 
 from fastrun import suites
 from fastrun.api import Session
-from fastrun.cache import InMemoryCache
+from fastrun.attribute import AlgoAttribute
+from fastrun.cache import Entry, InMemoryCache
 from fastrun.cli.main import main
 from fastrun.rankings import (
-    RankedEntry,
     RankedFailure,
     RankedProblem,
     Rankings,
@@ -119,10 +119,10 @@ def test_rank_keeps_the_full_ranking_failures_and_early_stops(clock, tmp_path):
     assert [e.algorithm for e in ranked.entries] == ["fast", "dominated", "parent", "hopeless"]
     fast = ranked.entries[0]
     assert fast.time_s == pytest.approx(1e-6) and fast.spread_s == 0 and fast.repeats >= 3
-    assert fast.attributes == ["REPRODUCIBLE"] and fast.error == 0.0
+    assert fast.attributes.names() == ["REPRODUCIBLE"] and fast.error == 0.0
     assert ranked.entry("dominated").workspace_bytes == 64
     assert ranked.entry("hopeless").early_stopped and not fast.early_stopped
-    assert ranked.entry("hopeless").attributes == ["REPRODUCIBLE", "NAIVE"]
+    assert ranked.entry("hopeless").attributes.names() == ["REPRODUCIBLE", "NAIVE"]
     reasons = {f.algorithm: f.reason for f in ranked.failures}
     assert set(reasons) == {"crashes", "wrong"}  # unusable ones are no candidates at all
     assert "RuntimeError" in reasons["crashes"] and "numerical error" in reasons["wrong"]
@@ -143,7 +143,7 @@ def test_rank_keeps_the_full_ranking_failures_and_early_stops(clock, tmp_path):
                         "problems"}
     assert set(raw["problems"][0]["entries"][0]) == {
         "algorithm", "time_s", "spread_s", "repeats", "workspace_bytes", "error", "attributes",
-        "early_stopped"}
+        "early_stopped", "measured_at", "version"}
     assert not list(path.parent.glob(".rankings-*"))  # the temporary file was renamed
 
 
@@ -221,8 +221,8 @@ def test_confirm_clears_a_burst_of_load_and_keeps_a_real_slowdown(clock):
 
 
 def entry(name, time_us, spread=0.01, early=False):
-    return RankedEntry(name, time_us * 1e-6, spread * time_us * 1e-6, 50, 0, 0.0,
-                       ["REPRODUCIBLE"], early)
+    return Entry(name, AlgoAttribute.REPRODUCIBLE, time_us * 1e-6, spread * time_us * 1e-6, 0,
+                 0.0, 50, 0.0, "test", early)
 
 
 def rankings(*entries, device="dev", label="p"):

@@ -17,9 +17,10 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 import fastrun
-from fastrun.cache import FileCache
+from fastrun.attribute import AlgoAttribute
+from fastrun.cache import Entry, FileCache
 from fastrun.cli.main import main
-from fastrun.report import Measurement, ProblemData, pareto_front, problem_anchor, scatter_chart
+from fastrun.report import ProblemData, pareto_front, problem_anchor, scatter_chart
 from fastrun.runtime import load
 
 CHROMIUM_INSTALL = "apt-get install -y chromium  (Debian/Ubuntu; provides /usr/bin/chromium)"
@@ -319,9 +320,10 @@ def test_a_cache_report_says_where_every_candidate_is_and_a_zero_axis_reads_zero
 def test_scatter_labels_never_overlap_and_the_chosen_one_is_always_labelled():
     """Twelve algorithms on the Pareto front within a few percent of each other: the labels
     that fit are placed apart, the rest left to their tooltips, the chosen one first."""
-    entries = [Measurement(algorithm=f"blocked(kb={64 + i},mb=64,nb=64)",
-                           time_s=1e-4 * (1 + i / 100), spread_s=0.0,
-                           workspace_bytes=4096 * (12 - i))
+    entries = [Entry(algorithm=f"blocked(kb={64 + i},mb=64,nb=64)", attributes=AlgoAttribute.NONE,
+                     time_s=1e-4 * (1 + i / 100), spread_s=0.0,
+                     workspace_bytes=4096 * (12 - i), error=None, repeats=10, measured_at=0.0,
+                     version="")
                for i in range(12)]
     svg = scatter_chart(ProblemData("matmul", "cpu;x|matmul@1", "k", entries))
     labels = re.findall(r'<text x="([\d.-]+)" y="([\d.-]+)"[^>]*class="mono"[^>]*>([^<]*)<', svg)
