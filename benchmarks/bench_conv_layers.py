@@ -6,7 +6,7 @@ fast-run searches the layer, then its pick and a one- or two-node onnxruntime mo
 in interleaved rounds with the same thread count.  Printed: the full ranking fast-run measured
 per layer, the per-layer ratio fastrun/onnxruntime, and the summed ratio weighted by how often
 each layer occurs in the network (target at batch 1: <= 1.0).  The layer tables are
-``fastrun.suites.CONV_LAYERS``.
+``fastrun.analysis.suites.CONV_LAYERS``.
 With --oracle, every candidate is also re-measured many times and the pick is compared with the
 best (target: within 5% per layer).
 
@@ -23,8 +23,8 @@ import numpy as np
 
 import fastrun
 from benchmarks._common import header, interleaved_medians
+from fastrun.analysis.suites import CONV_LAYERS as SUITES
 from fastrun.attribute import AlgoAttribute
-from fastrun.suites import CONV_LAYERS as SUITES
 
 
 def ort_session(x: np.ndarray, w: np.ndarray, b: np.ndarray, z: np.ndarray | None, params: dict,

@@ -21,9 +21,9 @@ import numpy as np
 
 import fastrun
 from benchmarks._common import header
+from fastrun.analysis.suites import RESNET18_LAYERS
 from fastrun.cache import InMemoryCache
 from fastrun.devices import get_device
-from fastrun.suites import RESNET18_LAYERS
 
 TARGET = 0.5
 

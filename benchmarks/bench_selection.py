@@ -19,10 +19,10 @@ import numpy as np
 
 import fastrun
 from benchmarks._common import header, interleaved_medians
+from fastrun.analysis.suites import MATMUL_SHAPES
 from fastrun.attribute import AlgoAttribute
-from fastrun.suites import MATMUL_SHAPES
 
-SUITE = MATMUL_SHAPES  # (label, shape of A, shape of B, dtype), shared with fastrun.suites
+SUITE = MATMUL_SHAPES  # (label, shape of A, shape of B, dtype), shared with fastrun.analysis.suites
 QUICK = {"tiny 4", "64", "256", "skinny 4096x16x16", "batched 32x(64x64)"}
 
 

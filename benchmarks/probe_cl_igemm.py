@@ -18,9 +18,9 @@ import time
 
 import numpy as np
 
+from fastrun.analysis.suites import RESNET18_LAYERS
 from fastrun.devices import get_device
 from fastrun.registry import default_registry
-from fastrun.suites import RESNET18_LAYERS
 from fastrun_algorithms.conv.opencl import ImplicitGemmCLConv
 from fastrun_algorithms.conv.opencl.space import igemm_configurations
 

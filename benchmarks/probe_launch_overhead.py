@@ -17,9 +17,9 @@ import time
 import numpy as np
 
 import fastrun
+from fastrun.analysis.suites import RESNET18_LAYERS
 from fastrun.cache import InMemoryCache
 from fastrun.devices import get_device
-from fastrun.suites import RESNET18_LAYERS
 
 
 def _kernel_microseconds(device, call, inputs, runs: int = 50) -> tuple[float, int]:

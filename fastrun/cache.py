@@ -67,7 +67,7 @@ __all__ = ["CacheCorruptWarning", "CacheFormatError", "Entry", "FileCache", "InM
 @dataclass(frozen=True, slots=True)
 class Entry:
     """One measured algorithm for one problem: the one measurement record of the cache, the
-    rankings (:mod:`fastrun.rankings`), the report and the cache tools."""
+    rankings (:mod:`fastrun.analysis.rankings`), the report and the cache tools."""
 
     algorithm: str  #: AlgorithmDesc text, e.g. "blocked(kb=256,mb=64,nb=64)"
     attributes: AlgoAttribute

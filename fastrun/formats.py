@@ -6,7 +6,7 @@ content and refused with its kind named.  The cache file's binary header (magic 
 number) is :mod:`fastrun.cachefile`'s own: it is bytes, not a document field.
 """
 
-#: ``fastrun rank`` output (:mod:`fastrun.rankings`, docs/regression.md)
+#: ``fastrun rank`` output (:mod:`fastrun.analysis.rankings`, docs/regression.md)
 RANKINGS_FORMAT = "fastrun-rankings"
 RANKINGS_VERSION = 1
 #: ``fastrun cache export`` output (:mod:`fastrun.cachetools`, docs/cache-format.md)

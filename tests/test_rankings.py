@@ -14,12 +14,8 @@ from pathlib import Path
 import msgpack
 import pytest
 
-from fastrun import suites
-from fastrun.api import Session
-from fastrun.attribute import AlgoAttribute
-from fastrun.cache import Entry, InMemoryCache
-from fastrun.cli.main import main
-from fastrun.rankings import (
+from fastrun.analysis import suites
+from fastrun.analysis.rankings import (
     RankedFailure,
     RankedProblem,
     Rankings,
@@ -30,6 +26,10 @@ from fastrun.rankings import (
     rank,
     spearman,
 )
+from fastrun.api import Session
+from fastrun.attribute import AlgoAttribute
+from fastrun.cache import Entry, InMemoryCache
+from fastrun.cli.main import main
 from fastrun.registry import default_registry
 from tests.framework.fakes import FakeAlgo, FakeClock, FakeDevice, N, R, make_registry, problem
 

@@ -17,10 +17,10 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 import fastrun
+from fastrun.analysis.report import ProblemData, pareto_front, problem_anchor, scatter_chart
 from fastrun.attribute import AlgoAttribute
 from fastrun.cache import Entry, FileCache
 from fastrun.cli.main import main
-from fastrun.report import ProblemData, pareto_front, problem_anchor, scatter_chart
 from fastrun.runtime import load
 
 CHROMIUM_INSTALL = "apt-get install -y chromium  (Debian/Ubuntu; provides /usr/bin/chromium)"

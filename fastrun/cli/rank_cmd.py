@@ -43,7 +43,7 @@ def _progress(args: argparse.Namespace):
 
 
 def _confirm_progress(args: argparse.Namespace):
-    """Progress of :func:`fastrun.rankings.confirm`: says first why more rounds are coming."""
+    """Progress of :func:`fastrun.analysis.rankings.confirm`: says first why more rounds come."""
     report = _progress(args)
     if report is None:
         return None
@@ -74,8 +74,8 @@ def _ranking_lines(ranked) -> list[str]:
 
 
 def _cmd_rank(args: argparse.Namespace) -> int:
-    from fastrun.rankings import rank
-    from fastrun.suites import get_suite
+    from fastrun.analysis.rankings import rank
+    from fastrun.analysis.suites import get_suite
 
     session = _session(args)
     if args.rounds < 1:
@@ -124,8 +124,8 @@ def _comparison_lines(item, cross_device: bool) -> list[str]:
 
 
 def _cmd_regress(args: argparse.Namespace) -> int:
-    from fastrun.rankings import confirm, load_rankings, rank
-    from fastrun.suites import get_suite
+    from fastrun.analysis.rankings import confirm, load_rankings, rank
+    from fastrun.analysis.suites import get_suite
 
     if args.margin < 0:
         raise ValueError(f"--margin must be >= 0, got {args.margin}")
@@ -241,8 +241,8 @@ def _common(parser: argparse.ArgumentParser, from_baseline: bool = False) -> Non
 
 def add_parser(commands: Any) -> None:
     """Add ``rank`` and ``regress`` to the ``fastrun`` sub-command parsers."""
-    from fastrun.rankings import DEFAULT_CONFIRM_ROUNDS, DEFAULT_MARGIN
-    from fastrun.suites import suite_names
+    from fastrun.analysis.rankings import DEFAULT_CONFIRM_ROUNDS, DEFAULT_MARGIN
+    from fastrun.analysis.suites import suite_names
 
     suites = ", ".join(suite_names())
     rank = commands.add_parser(

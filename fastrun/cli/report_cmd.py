@@ -1,6 +1,6 @@
 """``fastrun report``: one self-contained HTML page of a cache or rankings file.
 
-The page is built by :mod:`fastrun.report`; this module only parses arguments, loads the
+The page is built by :mod:`fastrun.analysis.report`; this module only parses arguments, loads the
 optional model and writes the file. With ``--model``, the model is decided in cache-only mode
 (the heuristic strategy: no problem is searched) from exactly the measurements the page shows,
 so its per-layer section says what a cache-only run of the model would dispatch to on this
@@ -19,7 +19,7 @@ from typing import Any
 
 from fastrun._files import atomic_write
 
-#: As fastrun.report.DEFAULT_MAX_PROBLEMS; not imported from there so that building the
+#: As fastrun.analysis.report.DEFAULT_MAX_PROBLEMS; not imported from there so that building the
 #: command-line parser stays cheap and independent of the report module.
 DEFAULT_MAX_PROBLEMS = 400
 
@@ -56,7 +56,7 @@ def add_parser(commands: Any) -> argparse.ArgumentParser:
 
 
 def run(args: argparse.Namespace) -> int:
-    from fastrun import report
+    from fastrun.analysis import report
 
     if os.path.abspath(args.output) == os.path.abspath(args.input):
         raise ValueError(f"the output {args.output} is the input file; choose another name")
@@ -91,8 +91,8 @@ def _model_data(spec: str, data: Any, batch: int | None, iterations: int) -> Any
     ``fastrun.session(cache=path, strategy="heuristic")`` would read), so that a rankings file
     works too and the input file is never opened for writing.
     """
+    from fastrun.analysis.report import ModelData, model_rows
     from fastrun.api import Session
-    from fastrun.report import ModelData, model_rows
     from fastrun.runtime import load
 
     session = Session(cache=data.to_cache(), strategy="heuristic", progress=False)

@@ -40,8 +40,8 @@ from fastrun.formats import RANKINGS_FORMAT, RANKINGS_VERSION
 from fastrun.operator import Problem
 
 if TYPE_CHECKING:
+    from fastrun.analysis.suites import Suite, SuiteProblem
     from fastrun.api import Session
-    from fastrun.suites import Suite, SuiteProblem
 
 
 #: Default relative margin of the regression rule (see :func:`compare`).
@@ -209,14 +209,14 @@ def load_rankings(path: str | os.PathLike) -> Rankings:
 
 def _raw_items(problems: Suite | Iterable[SuiteProblem | Problem]
                ) -> list[SuiteProblem | Problem]:
-    from fastrun.suites import Suite
+    from fastrun.analysis.suites import Suite
 
     return list(problems.problems if isinstance(problems, Suite) else problems)
 
 
 def _items(problems: Suite | Iterable[SuiteProblem | Problem], registry: Any
            ) -> list[tuple[str, int, Problem]]:
-    from fastrun.suites import SuiteProblem
+    from fastrun.analysis.suites import SuiteProblem
 
     items = []
     for item in _raw_items(problems):
@@ -247,7 +247,7 @@ def rank(session: Session, problems: Suite | Iterable[SuiteProblem | Problem],
     round's ranking.
     """
     from fastrun._version import __version__
-    from fastrun.suites import Suite
+    from fastrun.analysis.suites import Suite
 
     if rounds < 1:
         raise ValueError(f"rounds must be at least 1, got {rounds}")
