@@ -44,9 +44,9 @@ import msgpack
 
 from benchmarks._common import header
 from fastrun import cache as cache_module
-from fastrun import cachefile
 from fastrun.attribute import AlgoAttribute
 from fastrun.cache import Entry, FileCache, read_cache_file
+from fastrun.cache import file as cachefile
 
 CATEGORY = "cpu;processor=Stress CPU;isa=x86-64-v4;threads=16|matmul@4"
 SHARED = (CATEGORY.replace("matmul", "shared"), "k")
@@ -189,7 +189,7 @@ def damage_kinds(directory: str) -> list[tuple[str, object]]:
                          ("flip in last record", len(valid) - 3)]:
         kinds.append((name, valid[:offset] + bytes([valid[offset] ^ 0x5A]) + valid[offset + 1:]))
     format1 = msgpack.packb({"format": "fastrun-cache", "version": 1, "categories": {
-        CATEGORY: {"k": [cache_module._entry_to_raw(e) for e in entries_of("k")]}}})
+        CATEGORY: {"k": [cache_module.entry_to_raw(e) for e in entries_of("k")]}}})
     kinds += [
         ("format 1 cut short", format1[:-9]),
         ("format 1 with bad entries", msgpack.packb({"format": "fastrun-cache", "version": 1,
@@ -262,14 +262,14 @@ def _format1_put(path: str, lock: filelock.FileLock, category: str, key: str,
     with lock:
         document = msgpack.unpackb(Path(path).read_bytes(), raw=False)
         keys = document["categories"].setdefault(category, {})
-        old = [cache_module._entry_from_raw(raw) for raw in keys.get(key, [])]
-        keys[key] = [cache_module._entry_to_raw(e)
+        old = [cache_module.entry_from_raw(raw) for raw in keys.get(key, [])]
+        keys[key] = [cache_module.entry_to_raw(e)
                      for e in cache_module.merge_entries(old, entries)]
         atomic_write(path, msgpack.packb(document, use_bin_type=True))
 
 
 def put_cost(size: int, directory: str, puts: int) -> dict:
-    raws = {f"p{i}": [cache_module._entry_to_raw(e) for e in entries_of(f"p{i}")]
+    raws = {f"p{i}": [cache_module.entry_to_raw(e) for e in entries_of(f"p{i}")]
             for i in range(size)}
     new = os.path.join(directory, f"v2-{size}.bin")
     Path(new).write_bytes(cachefile.snapshot_file({CATEGORY: raws}, {}))

@@ -3,13 +3,13 @@
 Each reader checks a file's ``format`` field against these before it trusts anything else in
 it, so a rankings file handed to the cache tools (or a cache to the report) is told apart by
 content and refused with its kind named.  The cache file's binary header (magic and format
-number) is :mod:`fastrun.cachefile`'s own: it is bytes, not a document field.
+number) is :mod:`fastrun.cache.file`'s own: it is bytes, not a document field.
 """
 
 #: ``fastrun rank`` output (:mod:`fastrun.analysis.rankings`, docs/regression.md)
 RANKINGS_FORMAT = "fastrun-rankings"
 RANKINGS_VERSION = 1
-#: ``fastrun cache export`` output (:mod:`fastrun.cachetools`, docs/cache-format.md)
+#: ``fastrun cache export`` output (:mod:`fastrun.cache.tools`, docs/cache-format.md)
 CACHE_EXPORT_FORMAT = "fastrun-cache-json"
 CACHE_EXPORT_VERSION = 1
 #: the msgpack document of a format-1 cache file, still read and converted

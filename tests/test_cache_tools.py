@@ -16,9 +16,10 @@ import numpy as np
 import pytest
 
 import fastrun
-from fastrun import cachefile, cachetools
 from fastrun.attribute import AlgoAttribute
 from fastrun.cache import CacheFormatError, Categories, FileCache, read_cache_file
+from fastrun.cache import file as cachefile
+from fastrun.cache import tools as cachetools
 from fastrun.cli.main import main
 
 BUDGET = 0.003

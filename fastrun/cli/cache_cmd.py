@@ -1,8 +1,8 @@
 """``fastrun cache``: show, merge, diff, prune and export cache files.
 
-Only argument parsing and output live here; the work is done by :mod:`fastrun.cachetools`, which
+Only argument parsing and output live here; the work is done by :mod:`fastrun.cache.tools`, which
 returns the data that ``--json`` prints as it is. Problems with a file raise
-:class:`fastrun.cachetools.CacheToolError` (a ValueError), which ``fastrun``'s main reports as
+:class:`fastrun.cache.tools.CacheToolError` (a ValueError), which ``fastrun``'s main reports as
 ``fastrun: error: ...`` with exit status 2.
 """
 
@@ -27,7 +27,7 @@ MERGE_RULE = ("for each key, entries are combined by algorithm; of two measureme
 
 
 def _parse_duration(text: str) -> float:
-    from fastrun.cachetools import parse_duration
+    from fastrun.cache.tools import parse_duration
 
     try:
         return parse_duration(text)
@@ -151,7 +151,7 @@ def _print_json(document: Any) -> None:
 
 
 def _cmd_show(args: argparse.Namespace) -> int:
-    from fastrun import cachetools
+    from fastrun.cache import tools as cachetools
 
     device = None if args.device == "none" else args.device
     report = cachetools.show(args.file, args.category, args.operator, device)
@@ -163,7 +163,7 @@ def _cmd_show(args: argparse.Namespace) -> int:
 
 
 def _cmd_merge(args: argparse.Namespace) -> int:
-    from fastrun import cachetools
+    from fastrun.cache import tools as cachetools
 
     report = cachetools.merge(args.inputs, args.output)
     if args.json:
@@ -174,7 +174,7 @@ def _cmd_merge(args: argparse.Namespace) -> int:
 
 
 def _cmd_diff(args: argparse.Namespace) -> int:
-    from fastrun import cachetools
+    from fastrun.cache import tools as cachetools
 
     report = cachetools.diff(args.a, args.b, args.threshold)
     if args.json:
@@ -186,7 +186,7 @@ def _cmd_diff(args: argparse.Namespace) -> int:
 
 
 def _cmd_prune(args: argparse.Namespace) -> int:
-    from fastrun import cachetools
+    from fastrun.cache import tools as cachetools
 
     report = cachetools.prune(args.file, args.category, args.operator, args.older_than,
                               args.version_below, dry_run=args.dry_run)
@@ -198,7 +198,7 @@ def _cmd_prune(args: argparse.Namespace) -> int:
 
 
 def _cmd_compact(args: argparse.Namespace) -> int:
-    from fastrun import cachetools
+    from fastrun.cache import tools as cachetools
 
     report = cachetools.compact(args.file)
     if args.json:
@@ -210,7 +210,7 @@ def _cmd_compact(args: argparse.Namespace) -> int:
 
 
 def _cmd_export(args: argparse.Namespace) -> int:
-    from fastrun import cachetools
+    from fastrun.cache import tools as cachetools
 
     if args.output is not None and os.path.exists(args.output) and os.path.exists(args.file) \
             and os.path.samefile(args.output, args.file):

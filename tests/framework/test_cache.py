@@ -19,7 +19,6 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from fastrun import cache as cache_module
-from fastrun import cachefile
 from fastrun.attribute import AlgoAttribute
 from fastrun.cache import (
     CACHE_FORMAT_VERSION,
@@ -33,6 +32,7 @@ from fastrun.cache import (
     prune,
     set_default_cache,
 )
+from fastrun.cache import file as cachefile
 
 A = AlgoAttribute
 HELPER = Path(__file__).with_name("_cache_writer.py")
@@ -520,7 +520,7 @@ def test_damaged_file_that_cannot_be_moved_is_left_alone(
 
 def test_unreadable_entry_is_skipped_on_get(tmp_path: Path) -> None:
     path = tmp_path / "cache.msgpack"
-    good = cache_module._entry_to_raw(entry("good"))
+    good = cache_module.entry_to_raw(entry("good"))
     bad = ["bad", ["NO_SUCH_ATTRIBUTE"], 1.0, 0.0, 0, None, 1, 0.0, "0.1.0"]
     path.write_bytes(_document(categories={"cpu": {"k": [good, bad]}}))
     assert load_without_warnings(path).get("cpu", "k") == [entry("good")]

@@ -23,7 +23,6 @@ import pytest
 from onnx import TensorProto, helper
 
 from fastrun import cache as cache_module
-from fastrun import cachefile
 from fastrun.attribute import AlgoAttribute
 from fastrun.cache import (
     CacheCorruptWarning,
@@ -32,6 +31,8 @@ from fastrun.cache import (
     FileCache,
     read_cache_file,
 )
+from fastrun.cache import file as cachefile
+from fastrun.cache import store as cache_store
 from fastrun.cli.main import main
 
 CATEGORY = "cpu;processor=Test CPU;isa=x86-64-v3;threads=2|matmul@4"
@@ -97,7 +98,7 @@ def test_a_torn_last_record_is_dropped_and_cut_off_by_the_next_writer(tmp_path: 
     path = tmp_path / "cache.bin"
     FileCache(path).put_many((CATEGORY, f"k{i}", [entry()]) for i in range(3))
     FileCache(path).put(CATEGORY, "whole", [entry()])
-    torn = cachefile.put_record(CATEGORY, "torn", [cache_module._entry_to_raw(entry())])
+    torn = cachefile.put_record(CATEGORY, "torn", [cache_module.entry_to_raw(entry())])
     with open(path, "ab") as file:  # a writer killed in the middle of its write
         file.write(torn[: len(torn) // 2])
     reader = quiet(path)
@@ -114,7 +115,7 @@ def test_a_torn_last_record_is_dropped_and_cut_off_by_the_next_writer(tmp_path: 
 
 def test_the_log_is_compacted_into_a_new_snapshot(tmp_path: Path,
                                                   monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(cache_module, "COMPACT_AFTER_BYTES", 2000)
+    monkeypatch.setattr(cache_store, "COMPACT_AFTER_BYTES", 2000)
     path = tmp_path / "cache.bin"
     cache = FileCache(path)
     cache.put(CATEGORY, "first", [entry()])
@@ -134,7 +135,7 @@ def test_format1_files_are_read_and_converted_on_their_first_write(tmp_path: Pat
     path = tmp_path / "old.bin"
     old_category = "cpu;Test CPU;x86-64-v3;threads=2|matmul@4|format=1"
     document = {"format": "fastrun-cache", "version": 1, "categories": {
-        old_category: {"k": [cache_module._entry_to_raw(entry())]}}}
+        old_category: {"k": [cache_module.entry_to_raw(entry())]}}}
     path.write_bytes(msgpack.packb(document, use_bin_type=True))
     cache = quiet(path)
     assert cache.categories() == [CATEGORY]  # the same facts, named
@@ -267,7 +268,7 @@ def poisoned(tmp_path: Path) -> Path:
     with open(path, "ab") as file:
         file.write(cachefile.put_record(CATEGORY, "k", list(BAD_ENTRIES.values())))
         file.write(cachefile.put_record(CATEGORY, "ctrl\x1b[2J\x07key", [
-            cache_module._entry_to_raw(entry("evil\x1b[31malgo"))]))
+            cache_module.entry_to_raw(entry("evil\x1b[31malgo"))]))
     return path
 
 

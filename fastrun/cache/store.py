@@ -19,7 +19,7 @@ file, ``fastrun cache merge``), they are combined by :func:`merge_entries`:
 
 The file
 --------
-:class:`FileCache` keeps a cache in a format-2 file (:mod:`fastrun.cachefile`, documented in
+:class:`FileCache` keeps a cache in a format-2 file (:mod:`fastrun.cache.file`, documented in
 ``docs/cache-format.md``): a snapshot, then an append-only log of measurements written under a
 file lock, each record with its length and checksum, so that several processes share one file
 without losing each other's results, a writer killed at any moment leaves at worst a torn last
@@ -42,14 +42,15 @@ from typing import Any, Protocol, runtime_checkable
 
 import filelock
 
-from fastrun import cachefile, config
+from fastrun import config
 from fastrun._files import atomic_write
 from fastrun.attribute import AlgoAttribute
-from fastrun.cachefile import CacheFormatError
+from fastrun.cache import file as cachefile
+from fastrun.cache.file import CacheFormatError
 
 logger = logging.getLogger(__name__)
 
-#: The file format this fastrun writes (see :mod:`fastrun.cachefile`).
+#: The file format this fastrun writes (see :mod:`fastrun.cache.file`).
 CACHE_FORMAT_VERSION = cachefile.VERSION
 
 #: Raw cache contents: category -> key -> list of raw entries.
@@ -59,10 +60,6 @@ _RawCategories = cachefile.RawCategories
 class CacheCorruptWarning(UserWarning):
     """A damaged cache file could not be read and was moved aside (its contents are not
     used)."""
-
-__all__ = ["CacheCorruptWarning", "CacheFormatError", "Entry", "FileCache", "InMemoryCache",
-           "PersistentCache", "merge_entries", "prune", "read_cache_file"]
-
 
 @dataclass(frozen=True, slots=True)
 class Entry:
@@ -223,7 +220,7 @@ class InMemoryCache:
 # File cache
 
 
-def _entry_to_raw(entry: Entry) -> list[Any]:
+def entry_to_raw(entry: Entry) -> list[Any]:
     return [
         entry.algorithm,
         entry.attributes.names(),
@@ -237,7 +234,7 @@ def _entry_to_raw(entry: Entry) -> list[Any]:
     ]
 
 
-def _entry_from_raw(raw: list[Any]) -> Entry:
+def entry_from_raw(raw: list[Any]) -> Entry:
     """Build an Entry from its stored list; ValueError says what is wrong with it."""
     problem = cachefile.check_raw(raw)
     if problem is None:
@@ -265,7 +262,7 @@ def _entries_from_raw(category: str, key: str, raws: list[list[Any]],
     entries = []
     for raw in raws if type(raws) is list else ():
         try:
-            entries.append(_entry_from_raw(raw))
+            entries.append(entry_from_raw(raw))
         except ValueError as problem:
             logger.warning("cache category %r key %r: skipping entry: %s", category, key, problem)
             if skipped is not None:
@@ -278,7 +275,7 @@ def check_entries(category: str, key: str, entries: Iterable[Entry]) -> list[Ent
     reading (a NaN or negative time, say): nothing invalid is ever stored."""
     result = list(entries)
     for entry in result:
-        problem = cachefile.check_raw(_entry_to_raw(entry))
+        problem = cachefile.check_raw(entry_to_raw(entry))
         if problem is not None:
             raise ValueError(f"cache category {category!r} key {key!r}: refusing entry "
                              f"{entry.algorithm!r}: {problem}")
@@ -323,14 +320,14 @@ COMPACT_AFTER_BYTES = 1 << 20
 class FileCache:
     """A cache kept in one file, shared safely between threads and processes.
 
-    The file is format 2 (:mod:`fastrun.cachefile`): a snapshot followed by an append-only log
+    The file is format 2 (:mod:`fastrun.cache.file`): a snapshot followed by an append-only log
     of measurements, so a ``put`` appends one record under the lock, O(its record), and a
     lookup that misses reads only the records other processes appended since.  Reading merges
     snapshot and log by the module's merge rule; once the log outgrows the snapshot it is
     compacted into a new snapshot by atomic replace.  A format-1 file is read and converted on
     its first write.
 
-    What a path holds decides what happens to it (:func:`fastrun.cachefile.probe`): a damaged
+    What a path holds decides what happens to it (:func:`fastrun.cache.file.probe`): a damaged
     fastrun cache is moved aside (``<path>.corrupt-<time>``) with a
     :class:`CacheCorruptWarning`; anything else that is no readable cache (a newer format, an
     ONNX model, JSON, a directory, a FIFO, a device, a file over the size limit) is never
@@ -455,7 +452,7 @@ class FileCache:
         keys = self._raw.setdefault(category, {})
         old = keys.get(key)
         merged = merge_entries(_entries_from_raw(category, key, old) if old else (), entries)
-        keys[key] = [_entry_to_raw(entry) for entry in merged]
+        keys[key] = [entry_to_raw(entry) for entry in merged]
 
     def _warn(self, message: str, category: type[Warning]) -> None:
         logger.warning("%s", message)
@@ -576,7 +573,7 @@ class FileCache:
         if self._needs_snapshot:
             self._write_snapshot()
             return
-        records = b"".join(cachefile.put_record(category, key, [_entry_to_raw(e) for e in entries])
+        records = b"".join(cachefile.put_record(category, key, [entry_to_raw(e) for e in entries])
                            for category, key, entries in batch)
         with open(self.target, "r+b") as file:
             file.seek(self._end)
@@ -649,7 +646,7 @@ class FileCache:
                     return False
                 result = current
             self._raw = {
-                category: {key: [_entry_to_raw(entry) for entry in entries]
+                category: {key: [entry_to_raw(entry) for entry in entries]
                            for key, entries in keys.items()}
                 for category, keys in result.items()
             }
