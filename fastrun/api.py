@@ -14,12 +14,12 @@ from collections.abc import Sequence
 from typing import Any
 
 from fastrun.cache import FileCache, PersistentCache, default_cache
-from fastrun.chooser import AlgoChooser, Decision, PreparedCall
+from fastrun.core.chooser import AlgoChooser, Decision, PreparedCall
+from fastrun.core.strategy import ExecutionPolicy, SearchOptions, Strategy
 from fastrun.devices import Device, get_device
 from fastrun.operator import Problem
 from fastrun.progress import Progress, make_progress
 from fastrun.registry import Registry, default_registry
-from fastrun.strategy import ExecutionPolicy, SearchOptions, Strategy
 
 
 def open_cache(cache: PersistentCache | str | os.PathLike | None,

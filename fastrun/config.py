@@ -111,7 +111,7 @@ def profile_budget(explicit: float | None = None) -> float:
 
 
 def tuning_budget(explicit: int | None = None, default: int = 24) -> int:
-    """Candidates timed fully per problem (see fastrun.tuning); 0 or less: no budget."""
+    """Candidates timed fully per problem (see fastrun.core.tuning); 0 or less: no budget."""
     return setting(explicit, renamed("FASTRUN_TUNING_CANDIDATES", "FASTRUN_TUNING_BUDGET"),
                    default, int)
 

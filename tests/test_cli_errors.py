@@ -59,7 +59,7 @@ def test_profile_conv_mistakes(attrs: list[str], fragments: list[str]) -> None:
 
 
 def test_memory_limit_setting_is_read_and_checked(monkeypatch: pytest.MonkeyPatch) -> None:
-    from fastrun import limits
+    from fastrun.core import limits
 
     monkeypatch.setenv("FASTRUN_MEMORY_LIMIT", "1MiB")
     with pytest.raises(limits.TensorTooLargeError, match=r"needs 4\.0 MiB"):

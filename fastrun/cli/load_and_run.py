@@ -385,7 +385,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.iter < 1 or args.warmup_iter < 0:
         print("load_and_run: error: --iter must be >= 1 and --warmup-iter >= 0", file=sys.stderr)
         return 2
-    from fastrun.chooser import NoUsableAlgorithmError
+    from fastrun.core.chooser import NoUsableAlgorithmError
     from fastrun.registry import RegistryError
 
     try:

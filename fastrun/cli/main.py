@@ -259,7 +259,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     logging.basicConfig(level=level, format="%(levelname)s %(name)s: %(message)s")
     unsaved.quiet_warnings()
     unsaved.quiet_interrupted_finalizers()
-    from fastrun.chooser import NoUsableAlgorithmError
+    from fastrun.core.chooser import NoUsableAlgorithmError
     from fastrun.registry import RegistryError
 
     try:

@@ -23,7 +23,7 @@ from typing import Any
 
 import numpy as np
 
-from fastrun import limits
+from fastrun.core import limits
 from fastrun.operator import Problem
 from fastrun.registry import Registry, RegistryError
 from fastrun.runtime.errors import ModelError, UnsupportedOperatorError
@@ -183,7 +183,7 @@ class Builder:
 
     def check_size(self, shape: Sequence[int], dtype: Any) -> None:
         """Refuse, before allocating, a tensor larger than the memory limit
-        (:mod:`fastrun.limits`), naming the node."""
+        (:mod:`fastrun.core.limits`), naming the node."""
         try:
             limits.check_tensor(shape, dtype, f"node {self.node.name!r} ({self.node.op_type})")
         except limits.TensorTooLargeError as error:

@@ -26,18 +26,19 @@ from typing import Any
 
 import numpy as np
 
-from fastrun import _memory, config, limits
+from fastrun import _memory, config
 from fastrun.api import Session
 from fastrun.cache import InMemoryCache
-from fastrun.chooser import AlgoChooser, Decision, NoUsableAlgorithmError, PreparedCall
+from fastrun.core import limits
+from fastrun.core.chooser import AlgoChooser, Decision, NoUsableAlgorithmError, PreparedCall
+from fastrun.core.reasons import Source
+from fastrun.core.strategy import SearchOptions, Strategy
 from fastrun.devices import get_device
 from fastrun.operator import Problem
-from fastrun.reasons import Source
 from fastrun.runtime import fusion, layout
 from fastrun.runtime.errors import DeviceUnsupportedError, ModelError
 from fastrun.runtime.graph import Graph, from_onnx
 from fastrun.runtime.lowering import Step, Value, lower
-from fastrun.strategy import SearchOptions, Strategy
 
 log = logging.getLogger(__name__)
 

@@ -17,8 +17,8 @@ from hypothesis import strategies as st
 from fastrun.algorithm import Algorithm
 from fastrun.api import Session
 from fastrun.cache import InMemoryCache
+from fastrun.core.strategy import Strategy
 from fastrun.operator import Problem
-from fastrun.strategy import Strategy
 from fastrun_algorithms.conv import blocked_depthwise, blocked_direct, via_nchw
 from fastrun_algorithms.conv.operator import ConvOperator
 from fastrun_algorithms.layout import algorithms as reorders

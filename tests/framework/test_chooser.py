@@ -7,8 +7,8 @@ import pytest
 
 from fastrun.attribute import AlgoAttribute
 from fastrun.cache import Entry, InMemoryCache
-from fastrun.chooser import AlgoChooser, NoUsableAlgorithmError
-from fastrun.strategy import SearchOptions, Strategy
+from fastrun.core.chooser import AlgoChooser, NoUsableAlgorithmError
+from fastrun.core.strategy import SearchOptions, Strategy
 from tests.framework.fakes import FakeAlgo, FakeClock, FakeDevice, N, R, make_registry, problem
 
 MS = 1_000_000

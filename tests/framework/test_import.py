@@ -21,14 +21,14 @@ def test_import_fastrun_does_not_import_the_compute_library_or_heavy_packages():
 
 
 def test_opencl_support_imports_pyopencl_only_when_a_device_is_opened():
-    modules = _modules_after("import fastrun, fastrun.devices.opencl, fastrun.chooser\n"
+    modules = _modules_after("import fastrun, fastrun.devices.opencl, fastrun.core.chooser\n"
                              "import fastrun.api\nfastrun.get_device('cpu').category")
     assert "pyopencl" not in modules
 
 
 def test_framework_modules_never_import_the_compute_library():
-    code = ("import fastrun.chooser, fastrun.api, fastrun.cli.main, fastrun.cache, "
-            "fastrun.profiler")
+    code = ("import fastrun.core.chooser, fastrun.api, fastrun.cli.main, fastrun.cache, "
+            "fastrun.core.profiler")
     modules = _modules_after(code)
     assert not any(m.startswith("fastrun_algorithms") for m in modules)
 

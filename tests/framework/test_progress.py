@@ -4,9 +4,9 @@ import io
 import logging
 
 from fastrun.cache import InMemoryCache
-from fastrun.chooser import AlgoChooser
+from fastrun.core.chooser import AlgoChooser
+from fastrun.core.strategy import SearchOptions, Strategy
 from fastrun.progress import Progress, TerminalProgress, make_progress
-from fastrun.strategy import SearchOptions, Strategy
 from tests.framework.fakes import FakeAlgo, FakeClock, FakeDevice, make_registry, problem
 
 

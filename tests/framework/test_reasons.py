@@ -8,9 +8,9 @@ import pickle
 import pytest
 
 from fastrun.cache import InMemoryCache
-from fastrun.chooser import AlgoChooser, NoUsableAlgorithmError
-from fastrun.reasons import Exclusion, Source, Why, why_of
-from fastrun.strategy import SearchOptions, Strategy
+from fastrun.core.chooser import AlgoChooser, NoUsableAlgorithmError
+from fastrun.core.reasons import Exclusion, Source, Why, why_of
+from fastrun.core.strategy import SearchOptions, Strategy
 from tests.framework.fakes import FakeAlgo, FakeClock, FakeDevice, N, make_registry, problem
 
 

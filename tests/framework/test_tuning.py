@@ -1,14 +1,14 @@
-"""The budgeted search (fastrun.tuning) on fake algorithms and the fake clock: which candidates
+"""The budgeted search (fastrun.core.tuning) on fake algorithms and the fake clock: which candidates
 are timed fully, what the rest are excluded with, determinism, and the budget settings."""
 
 from __future__ import annotations
 
 import pytest
 
-from fastrun import tuning
 from fastrun.cache import InMemoryCache
-from fastrun.chooser import AlgoChooser
-from fastrun.strategy import SearchOptions, Strategy
+from fastrun.core import tuning
+from fastrun.core.chooser import AlgoChooser
+from fastrun.core.strategy import SearchOptions, Strategy
 from tests.framework.fakes import FakeAlgo, FakeClock, FakeDevice, make_registry, problem
 
 US = 1_000

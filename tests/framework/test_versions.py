@@ -9,9 +9,9 @@ import numpy as np
 
 from fastrun.algorithm import Algorithm
 from fastrun.cache import InMemoryCache
-from fastrun.chooser import AlgoChooser
+from fastrun.core.chooser import AlgoChooser
+from fastrun.core.strategy import SearchOptions, Strategy
 from fastrun.registry import default_registry
-from fastrun.strategy import SearchOptions, Strategy
 from tests.framework.fakes import FakeAlgo, FakeClock, FakeDevice, make_registry, problem
 
 

@@ -13,7 +13,8 @@ Three modules, one job each, in the one direction of their imports:
 * :mod:`.charts` formats numbers and draws the SVG charts from those records;
 * :mod:`.page` puts the CSS, the sections and the charts together: :func:`render`.
 
-Nothing here prints, writes files or touches the input file.
+Nothing here prints, writes files or touches the input file.  What it may import: the cache
+(its reader and records), the rankings, the category facts and the base modules.
 """
 
 from fastrun.analysis.report.charts import pareto_front, scatter_chart

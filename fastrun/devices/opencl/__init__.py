@@ -7,6 +7,9 @@ for an OpenCL device (:class:`OpenCLUnavailableError`).
 Devices are opened once per process and per (platform, device) index pair: a context, a
 profiling queue and the program cache are worth keeping across sessions, and kernels built in
 one context cannot run in another.
+
+What it may import: the device protocol, the base modules, numpy and pyopencl (inside
+functions); it is the only place in fastrun that imports pyopencl.
 """
 
 from __future__ import annotations

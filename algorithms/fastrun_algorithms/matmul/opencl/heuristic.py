@@ -1,7 +1,7 @@
 """Rule-of-thumb order of the OpenCL matmul algorithms for one problem.
 
 It is the order a heuristic strategy picks from, the profiling order, and what the budgeted
-search (:mod:`fastrun.tuning`) always includes in its first round ("the heuristic's first
+search (:mod:`fastrun.core.tuning`) always includes in its first round ("the heuristic's first
 ones"), so its job is to put a few good configurations first without knowing the device.
 """
 

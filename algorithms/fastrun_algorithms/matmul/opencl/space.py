@@ -1,6 +1,6 @@
 """The registered OpenCL matmul configurations (pure Python: no OpenCL needed to list them).
 
-A budgeted search (:mod:`fastrun.tuning`) can only find the best of a space it can afford to
+A budgeted search (:mod:`fastrun.core.tuning`) can only find the best of a space it can afford to
 sample, so the spaces are cut down to a few hundred configurations by rules that hold on every
 GPU and CPU OpenCL device measured, not by what won on one of them.  docs/opencl-matmul.md
 explains each rule.

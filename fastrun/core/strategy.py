@@ -92,8 +92,8 @@ class SearchOptions:
     max_repeats: int = 100
     #: Stop timing a candidate once its fastest run is this many times the best median so far.
     early_stop_ratio: float = 1.5
-    #: Rounds of the interleaved confirmation of the close candidates (:mod:`fastrun.profiler`);
-    #: 0 turns it off.
+    #: Rounds of the interleaved confirmation of the close candidates
+    #: (:mod:`fastrun.core.profiler`); 0 turns it off.
     confirm_rounds: int = 7
     #: Candidates within this ratio of the best median take part in the confirmation.
     confirm_ratio: float = 1.6
@@ -102,8 +102,8 @@ class SearchOptions:
     #: Seed of the random profiling inputs (and of the budgeted search's sample).
     seed: int = 0
     #: Candidates of one problem timed fully; a problem with more is sampled and narrowed by
-    #: successive halving first (:mod:`fastrun.tuning`).  None: FASTRUN_TUNING_CANDIDATES, else 24;
-    #: 0: time every candidate fully.
+    #: successive halving first (:mod:`fastrun.core.tuning`).  None: FASTRUN_TUNING_CANDIDATES,
+    #: else 24; 0: time every candidate fully.
     tuning_budget: int | None = None
 
     @classmethod

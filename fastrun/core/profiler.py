@@ -34,14 +34,14 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 
-from fastrun import limits
 from fastrun._version import __version__
 from fastrun.algorithm import Algorithm, RunContext
 from fastrun.cache import Entry
+from fastrun.core import limits
+from fastrun.core.strategy import SearchOptions
 from fastrun.devices import Device
 from fastrun.operator import Operator, Problem
 from fastrun.progress import Progress
-from fastrun.strategy import SearchOptions
 
 log = logging.getLogger(__name__)
 
@@ -104,7 +104,7 @@ class Profiler:
     @staticmethod
     def check_sizes(problem: Problem, operator: Operator) -> None:
         """Refuse a problem whose inputs or output would not fit the memory limit
-        (:mod:`fastrun.limits`): nothing is allocated, and the message names the tensor."""
+        (:mod:`fastrun.core.limits`): nothing is allocated, and the message names the tensor."""
         for index, (shape, dtype) in enumerate(zip(problem.shapes, problem.dtypes, strict=True)):
             limits.check_tensor(shape, dtype, f"{problem} input {index}")
         try:

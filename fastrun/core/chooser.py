@@ -26,14 +26,14 @@ from fastrun.algorithm import Algorithm
 from fastrun.attribute import AlgoAttribute
 from fastrun.cache import Entry, PersistentCache
 from fastrun.category import text as category_text
+from fastrun.core.profiler import Failure, Profiler, ProfileResult
+from fastrun.core.reasons import Exclusion, Source, Why, why_of
+from fastrun.core.strategy import ExecutionPolicy, SearchOptions
+from fastrun.core.tuning import budgeted_candidates
 from fastrun.devices import Device
 from fastrun.operator import Operator, Problem
-from fastrun.profiler import Failure, Profiler, ProfileResult
 from fastrun.progress import Progress
-from fastrun.reasons import Exclusion, Source, Why, why_of
 from fastrun.registry import Registry
-from fastrun.strategy import ExecutionPolicy, SearchOptions
-from fastrun.tuning import budgeted_candidates
 from fastrun.units import human_bytes
 
 log = logging.getLogger(__name__)
@@ -454,7 +454,7 @@ class AlgoChooser:
             if children is not None:
                 timed.append(algorithm)
                 workspace[algorithm.desc.text] = _total_workspace(algorithm, problem, children)
-        # Spaces larger than the tuning budget are sampled and halved first (fastrun.tuning).
+        # Spaces larger than the tuning budget are sampled and halved first (fastrun.core.tuning).
         timed = budgeted_candidates(problem, operator, timed, self.profiler, self, workspace,
                                     excluded, prelude)
         result: ProfileResult = self.profiler.profile(problem, operator, timed, self, workspace,

@@ -29,9 +29,9 @@ from collections.abc import Callable, Mapping, Sequence
 
 from fastrun import config
 from fastrun.algorithm import Algorithm, RunContext
+from fastrun.core.profiler import Profiler
+from fastrun.core.reasons import Exclusion, Why
 from fastrun.operator import Operator, Problem
-from fastrun.profiler import Profiler
-from fastrun.reasons import Exclusion, Why
 
 log = logging.getLogger(__name__)
 
