@@ -1,9 +1,8 @@
 """Devices as plugins: the ``Device`` protocol, and opening a device from a spec.
 
-What may import what: this package and its backends import the core (``fastrun.config``,
-``fastrun.category``), never the runtime, the cache or the tools; a backend may import its
-own libraries (the OpenCL one imports pyopencl, only when a device is opened), and nothing
-outside a backend does.
+What it may import: the base modules (``fastrun.config``, ``fastrun.category``), never the
+core, the cache, the runtime or the tools; a backend may import its own libraries (the OpenCL
+one imports pyopencl, only when a device is opened), and nothing outside a backend does.
 
 A backend is a :class:`Device` subclass registered in the ``fastrun.devices`` entry point
 group under its kind: ``cpu`` (:mod:`fastrun.devices.cpu`) and ``opencl``
