@@ -13,7 +13,9 @@ import threading
 from collections.abc import Sequence
 from typing import Any
 
+from fastrun import config
 from fastrun.cache import FileCache, PersistentCache, default_cache
+from fastrun.cache.problems import ProblemRecorder
 from fastrun.core.chooser import AlgoChooser, Decision, PreparedCall
 from fastrun.core.strategy import ExecutionPolicy, SearchOptions, Strategy
 from fastrun.devices import Device, get_device
@@ -40,7 +42,8 @@ class Session:
                  workspace_limit: int | str | None = None,
                  registry: Registry | None = None,
                  progress: Progress | bool | None = None,
-                 budget_s: float | None = None, **options: Any):
+                 budget_s: float | None = None, record: str | os.PathLike | None = None,
+                 **options: Any):
         self.device = get_device(device)
         self.device.activate()
         self.options = SearchOptions.create(strategy, workspace_limit, budget_s, **options)
@@ -48,8 +51,11 @@ class Session:
         self.registry = registry or default_registry()
         if not isinstance(progress, Progress):
             progress = make_progress(progress)
+        record_path = config.record_path(os.fspath(record) if record is not None else None)
+        #: appends the problems that miss the cache (``record=PATH``, ``FASTRUN_RECORD``)
+        self.recorder = ProblemRecorder(record_path) if record_path else None
         self.chooser = AlgoChooser(self.registry, self.device, self.cache, self.options,
-                                   progress=progress)
+                                   progress=progress, recorder=self.recorder)
         self._tokens: list[contextvars.Token] = []
 
     # -- computing -----------------------------------------------------------------------------

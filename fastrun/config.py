@@ -20,6 +20,8 @@ VARIABLES: dict[str, str] = {
     "FASTRUN_STRATEGY": "default strategy of fastrun.call outside a session (heuristic, "
     "fast-run, full-run, optionally +reproducible)",
     "FASTRUN_CACHE": "path of a cache file used as the default process-wide cache",
+    "FASTRUN_RECORD": "path of a problems file every session appends its cache misses to "
+                      "(docs/fleet.md)",
     "FASTRUN_CACHE_MAX_BYTES": "largest cache file fastrun reads (default 1GiB); a larger file "
     "is left alone and the run keeps its results in memory",
     "FASTRUN_CACHE_LOCK_TIMEOUT": "seconds a cache write waits for another process's lock "
@@ -159,6 +161,11 @@ def strategy_text(explicit: str | None = None) -> str:
 
 def cache_path(explicit: str | None = None) -> str | None:
     return setting(explicit, "FASTRUN_CACHE", None, str)
+
+
+def record_path(explicit: str | None = None) -> str | None:
+    """The problems file a session records its cache misses into; None: no recording."""
+    return setting(explicit, "FASTRUN_RECORD", None, str) or None
 
 
 def memory_limit(explicit: int | str | None = None, default: int | None = None) -> int | None:

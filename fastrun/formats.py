@@ -17,3 +17,6 @@ CACHE_FORMAT1_NAME = "fastrun-cache"
 #: ``load_and_run --profile-json`` output (docs/cli.md)
 PROFILE_FORMAT = "fastrun-profile"
 PROFILE_VERSION = 1
+#: the problems a session missed in its cache (``record=PATH``, :mod:`fastrun.cache.problems`)
+PROBLEMS_FORMAT = "fastrun-problems"
+PROBLEMS_VERSION = 1

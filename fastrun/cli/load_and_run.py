@@ -54,6 +54,9 @@ def build_parser() -> argparse.ArgumentParser:
                         help="transform constant weights once at load, e.g. Winograd's "
                              "filters (default: on; --no-weight-preprocess transforms them in "
                              "every call)")
+    parser.add_argument("--record", metavar="PATH",
+                        help="append every problem that misses the cache to this problems file "
+                             "(default: FASTRUN_RECORD), for `fastrun tune --problems` later")
     parser.add_argument("--blocked-layout", action="store_true",
                         help="let the search run convolutions in the channel-blocked layout "
                         "where that is measured to pay (default: FASTRUN_BLOCKED_LAYOUT, off)")
@@ -238,7 +241,7 @@ def run(args: argparse.Namespace) -> int:
     session = Session(device=args.device,
                       cache=args.algo_policy if args.algo_policy else InMemoryCache(),
                       strategy=strategy_from(args), workspace_limit=args.workspace_limit,
-                      budget_s=args.budget,
+                      budget_s=args.budget, record=args.record,
                       progress=False if args.no_progress else None)
     args.session = session  # for the Ctrl-C message
     given = _read_inputs(args.input)

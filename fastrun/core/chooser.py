@@ -25,6 +25,7 @@ import numpy as np
 from fastrun.algorithm import Algorithm
 from fastrun.attribute import AlgoAttribute
 from fastrun.cache import Entry, PersistentCache
+from fastrun.cache.problems import ProblemRecorder
 from fastrun.category import text as category_text
 from fastrun.core.profiler import Failure, Profiler, ProfileResult
 from fastrun.core.reasons import Exclusion, Source, Why, why_of
@@ -157,11 +158,13 @@ class AlgoChooser:
 
     def __init__(self, registry: Registry, device: Device, cache: PersistentCache,
                  options: SearchOptions, clock: Callable[[], int] | None = None,
-                 progress: Progress | None = None):
+                 progress: Progress | None = None, recorder: ProblemRecorder | None = None):
         self.registry = registry
         self.device = device
         self.cache = cache
         self.options = options
+        #: where problems that miss the cache are recorded (a session's ``record=PATH``)
+        self.recorder = recorder
         self.profiler = Profiler(device, options, clock=clock, progress=progress)
         self.stats = SearchStats()
         self._decisions: dict[tuple[str, str], Decision] = {}
@@ -311,6 +314,9 @@ class AlgoChooser:
             self.stats.single += 1
         else:
             decision = self._from_cache(problem, category, candidates, excluded)
+            if decision is None and self.recorder is not None:
+                self.recorder.record(problem.operator, problem.shapes, problem.dtypes,
+                                     problem.params, problem.key, category)
         if decision is not None:
             if decision.source is Source.CACHE:
                 self.stats.cache_hits += 1
