@@ -102,6 +102,8 @@ def _records(path: str, offset: int) -> tuple[dict[tuple[str, str], RecordedProb
     except OSError as error:
         raise ProblemsFileError(f"cannot read problems file {path}: "
                                 f"{error.strerror or error}") from None
+    if offset == 0 and not data:
+        return found, 0  # an empty file: a new one (the first record writes the header)
     end = data.rfind(b"\n") + 1  # a torn last line is left for later (or for ever)
     lines = data[:end].splitlines()
     if offset == 0:

@@ -88,6 +88,7 @@ def test_processes_recording_at_once_lose_nothing_and_duplicate_nothing(tmp_path
 
 def test_a_torn_last_line_is_skipped_and_the_next_record_starts_afresh(tmp_path):
     path = tmp_path / "torn.jsonl"
+    path.write_text("")  # an empty file is a new one
     ProblemRecorder(path).record("matmul", [[2, 2], [2, 2]], ["float32"] * 2, {}, "a", "cat")
     with open(path, "a", encoding="utf-8") as file:
         file.write('{"operator": "matmul", "shapes": [[3')  # a writer killed mid-line
