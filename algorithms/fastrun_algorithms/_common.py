@@ -47,6 +47,26 @@ def parallel_rank(pays: bool) -> tuple[float, ...]:
     return (0.0,) if pays else (3.0,)
 
 
+class NumpyRanked:
+    """Mixin (before ``Algorithm`` in the bases) of a memory-bound family's numpy algorithm:
+    ranked :data:`NUMPY_RANK`."""
+
+    def heuristic_rank(self, problem: Problem) -> tuple[float, ...]:
+        return NUMPY_RANK
+
+
+class ParallelRanked:
+    """Mixin (before ``Algorithm`` in the bases) of a memory-bound family's parallel loop:
+    ranked by :func:`parallel_rank` of ``pays``, the operator's ``parallel_pays`` that the
+    family's ``register`` hands to the algorithm."""
+
+    #: the operator's rule for where a parallel pass pays
+    pays: Callable[[Problem], bool]
+
+    def heuristic_rank(self, problem: Problem) -> tuple[float, ...]:
+        return parallel_rank(self.pays(problem))
+
+
 @intrinsic
 def stack_buffer(typingctx, count, dtype):
     """``stack_buffer(COUNT, dtype)`` in a numba kernel: a pointer to COUNT (a literal) elements

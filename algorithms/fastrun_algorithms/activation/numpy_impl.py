@@ -13,7 +13,7 @@ import numpy as np
 from fastrun.algorithm import Algorithm, RunContext
 from fastrun.attribute import AlgoAttribute
 from fastrun.operator import Problem
-from fastrun_algorithms._common import NUMPY_RANK
+from fastrun_algorithms._common import NumpyRanked
 from fastrun_algorithms.activation.operator import ClipOperator
 
 
@@ -82,7 +82,7 @@ UNARY_FUNCTIONS = {
 }
 
 
-class NumpyUnary(Algorithm):
+class NumpyUnary(NumpyRanked, Algorithm):
     """numpy's ufuncs: SIMD loops on one thread.  Cheapest for small and medium tensors, and
     the only algorithm of tanh, whose numpy loop is vectorised (numba's calls the scalar libm
     tanh and lost even on 16 threads).  REPRODUCIBLE: elementwise, computed the same way every
@@ -95,9 +95,6 @@ class NumpyUnary(Algorithm):
         self.operator = operator  # before super().__init__, which builds the identity from it
         super().__init__()
         self.function = UNARY_FUNCTIONS[operator]
-
-    def heuristic_rank(self, problem: Problem) -> tuple[float, ...]:
-        return NUMPY_RANK
 
     def workspace_bytes(self, problem: Problem) -> int:
         """leaky_relu with alpha outside (0, 1] selects through a boolean mask."""

@@ -30,7 +30,7 @@ from numba import prange
 from fastrun.algorithm import Algorithm, RunContext
 from fastrun.attribute import AlgoAttribute
 from fastrun.operator import Problem
-from fastrun_algorithms._common import parallel_rank
+from fastrun_algorithms._common import ParallelRanked
 from fastrun_algorithms.activation.operator import ClipOperator
 
 
@@ -95,7 +95,7 @@ KERNELS: dict[str, tuple[Callable, Callable[[Problem], tuple]]] = {
 }
 
 
-class ParallelUnary(Algorithm):
+class ParallelUnary(ParallelRanked, Algorithm):
     """numba ``prange`` over the flat tensor; a non-contiguous input is copied to a
     contiguous one first.  REPRODUCIBLE: an element's value does not depend on the thread
     that computes it."""
@@ -108,11 +108,7 @@ class ParallelUnary(Algorithm):
         super().__init__()
         self.kernel, self.arguments = KERNELS[operator]
         self._args: dict[str, tuple] = {}
-        #: the operator's rule for where a parallel pass pays (its ``parallel_pays``)
         self.pays = pays
-
-    def heuristic_rank(self, problem: Problem) -> tuple[float, ...]:
-        return parallel_rank(self.pays(problem))
 
     def workspace_bytes(self, problem: Problem) -> int:
         """Nothing for contiguous inputs (the case that matters); a strided one is copied,

@@ -18,7 +18,7 @@ import numpy as np
 from fastrun.algorithm import Algorithm, RunContext
 from fastrun.attribute import AlgoAttribute
 from fastrun.operator import Problem
-from fastrun_algorithms._common import SERIAL_RANK, parallel_rank
+from fastrun_algorithms._common import SERIAL_RANK, ParallelRanked
 from fastrun_algorithms.elementwise import _kernels
 from fastrun_algorithms.elementwise._layout import Shape, broadcast_layout, flat
 from fastrun_algorithms.elementwise.operator import BinaryOp
@@ -92,7 +92,7 @@ class SerialElementwise(NumbaElementwise):
         return SERIAL_RANK
 
 
-class ParallelElementwise(NumbaElementwise):
+class ParallelElementwise(ParallelRanked, NumbaElementwise):
     """numba ``prange`` over fixed blocks of the output (``_kernels.BLOCK`` elements), which
     numba's scheduler hands out to the threads as equal contiguous runs.  Pays off once the
     loop outlasts the thread hand-off; where that is, profiling measures.  REPRODUCIBLE: an
@@ -103,8 +103,5 @@ class ParallelElementwise(NumbaElementwise):
 
     def __init__(self, op: BinaryOp, pays: Callable[[Problem], bool]):
         super().__init__(op)
-        #: the operator's rule for where a parallel pass pays (its ``parallel_pays``)
         self.pays = pays
 
-    def heuristic_rank(self, problem: Problem) -> tuple[float, ...]:
-        return parallel_rank(self.pays(problem))

@@ -10,11 +10,11 @@ import numpy as np
 from fastrun.algorithm import Algorithm, RunContext
 from fastrun.attribute import AlgoAttribute
 from fastrun.operator import Problem
-from fastrun_algorithms._common import NUMPY_RANK
+from fastrun_algorithms._common import NumpyRanked
 from fastrun_algorithms.elementwise.operator import BinaryOp
 
 
-class UfuncElementwise(Algorithm):
+class UfuncElementwise(NumpyRanked, Algorithm):
     """``np.add`` and friends: single-threaded, SIMD loops, the cheapest call for small arrays
     (about half a microsecond), and what every other algorithm is checked against.
 
@@ -29,9 +29,6 @@ class UfuncElementwise(Algorithm):
         self.operator = op.name  # before super().__init__, which builds the identity from it
         super().__init__()
         self.ufunc = op.ufunc
-
-    def heuristic_rank(self, problem: Problem) -> tuple[float, ...]:
-        return NUMPY_RANK
 
     def run(self, problem: Problem, inputs: Sequence[Any], ctx: RunContext,
             prepared: Any = None) -> np.ndarray:

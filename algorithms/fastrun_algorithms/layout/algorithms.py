@@ -10,7 +10,7 @@ import numpy as np
 from fastrun.algorithm import Algorithm, RunContext
 from fastrun.attribute import AlgoAttribute
 from fastrun.operator import Problem
-from fastrun_algorithms._common import NUMPY_RANK, parallel_rank
+from fastrun_algorithms._common import NumpyRanked, ParallelRanked
 from fastrun_algorithms.layout.blocking import (
     BLOCKED,
     to_blocked,
@@ -37,16 +37,13 @@ class _Reorder(Algorithm):
         return self.unblocking(x, problem.param("channels"))
 
 
-class NumpyReorder(_Reorder):
+class NumpyReorder(NumpyRanked, _Reorder):
     """A padded copy and a transposing copy, on one thread."""
 
     name = "numpy"
 
-    def heuristic_rank(self, problem: Problem) -> tuple[float, ...]:
-        return NUMPY_RANK
 
-
-class ParallelReorder(_Reorder):
+class ParallelReorder(ParallelRanked, _Reorder):
     """One pass by numba's workers, in tasks of a few hundred pixels of one channel block, so
     a batch-1 tensor has work for every thread."""
 
@@ -56,11 +53,7 @@ class ParallelReorder(_Reorder):
 
     def __init__(self, pays: Callable[[Problem], bool]):
         super().__init__()
-        #: the operator's rule for where a parallel conversion pays (its ``parallel_pays``)
         self.pays = pays
-
-    def heuristic_rank(self, problem: Problem) -> tuple[float, ...]:
-        return parallel_rank(self.pays(problem))
 
 
 def algorithms(pays: Callable[[Problem], bool]) -> list[Algorithm]:

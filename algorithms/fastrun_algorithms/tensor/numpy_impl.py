@@ -16,17 +16,14 @@ import numpy as np
 from fastrun.algorithm import Algorithm, RunContext
 from fastrun.attribute import AlgoAttribute
 from fastrun.operator import Problem
-from fastrun_algorithms._common import NUMPY_RANK
+from fastrun_algorithms._common import NumpyRanked
 from fastrun_algorithms.tensor.operator import check_indices
 
 
-class _Numpy(Algorithm):
+class _Numpy(NumpyRanked, Algorithm):
     name = "numpy"
     #: moving data is exact and done the same way every run
     attributes = AlgoAttribute.REPRODUCIBLE
-
-    def heuristic_rank(self, problem: Problem) -> tuple[float, ...]:
-        return NUMPY_RANK
 
 
 def _copy_of(view: np.ndarray) -> np.ndarray:

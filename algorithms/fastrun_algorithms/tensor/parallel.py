@@ -27,7 +27,7 @@ from numba import prange
 from fastrun.algorithm import Algorithm, RunContext
 from fastrun.attribute import AlgoAttribute
 from fastrun.operator import Problem
-from fastrun_algorithms._common import U, parallel_rank
+from fastrun_algorithms._common import ParallelRanked, U
 
 #: Bytes one task copies: large enough that a task outweighs taking it, small enough that a
 #: (1, 128, 56, 56) float32 input (1.6 MB) makes 24 tasks.
@@ -51,7 +51,7 @@ def _copy_rows(src, out, offset):
             out[r, U(offset + b)] = src[r, U(b)]
 
 
-class ParallelConcat(Algorithm):
+class ParallelConcat(ParallelRanked, Algorithm):
     """Concat as parallel byte copies (see the module docstring); any dtype."""
 
     operator = "concat"
@@ -61,11 +61,7 @@ class ParallelConcat(Algorithm):
 
     def __init__(self, pays: Callable[[Problem], bool]):
         super().__init__()
-        #: the operator's rule for where a parallel copy pays (its ``parallel_pays``)
         self.pays = pays
-
-    def heuristic_rank(self, problem: Problem) -> tuple[float, ...]:
-        return parallel_rank(self.pays(problem))
 
     def workspace_bytes(self, problem: Problem) -> int:
         """None: inputs are read where they lie (a runtime passes them C-contiguous; only a
