@@ -10,7 +10,6 @@ from __future__ import annotations
 import functools
 import platform
 from importlib.metadata import PackageNotFoundError, version
-from typing import Any
 
 import numpy as np
 
@@ -126,9 +125,3 @@ class CPUDevice(Device):
         model, _ = _cpu_model_and_flags()
         return [f"{model}, {config.num_threads(None)} threads by default "
                 f"(cpu:THREADS picks another count)"]
-
-    def array_type(self) -> type:
-        return np.ndarray
-
-    def cast(self, array: Any, dtype: Any) -> np.ndarray:
-        return np.asarray(array).astype(dtype)
