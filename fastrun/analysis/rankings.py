@@ -29,7 +29,7 @@ import os
 import statistics
 import time
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, dataclass, field, fields, replace
 from typing import TYPE_CHECKING, Any
 
 from fastrun import category as category_module
@@ -111,6 +111,15 @@ class RankedProblem:
     def title(self) -> str:
         return f"{self.operator}({self.key})"
 
+    def to_dict(self) -> dict[str, Any]:
+        """The file's form: each entry the cache's record (:meth:`Entry.to_dict`) plus
+        ``early_stopped``."""
+        return {**{f.name: getattr(self, f.name) for f in fields(self)
+                   if f.name not in ("entries", "failures")},
+                "entries": [{**e.to_dict(), "early_stopped": e.early_stopped}
+                            for e in self.entries],
+                "failures": [asdict(f) for f in self.failures]}
+
 
 @dataclass
 class Rankings:
@@ -125,13 +134,9 @@ class Rankings:
     rounds: int = 1
 
     def to_dict(self) -> dict[str, Any]:
-        document = {"format": RANKINGS_FORMAT, "version": RANKINGS_VERSION, **asdict(self)}
-        document["problems"] = [
-            {**{name: value for name, value in asdict(problem).items() if name != "entries"},
-             "entries": [{**e.to_dict(), "early_stopped": e.early_stopped}
-                         for e in problem.entries]}
-            for problem in self.problems]
-        return document
+        return {"format": RANKINGS_FORMAT, "version": RANKINGS_VERSION,
+                **{f.name: getattr(self, f.name) for f in fields(self) if f.name != "problems"},
+                "problems": [problem.to_dict() for problem in self.problems]}
 
     @classmethod
     def from_dict(cls, data: Any, source: str = "rankings") -> Rankings:
