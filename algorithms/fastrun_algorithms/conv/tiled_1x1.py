@@ -206,10 +206,9 @@ class Tiled1x1Conv(ConvAlgorithm):
         geo = geometry(problem)
         x, w, bias = operands(geo, inputs)
         pixels = geo.oh * geo.ow
-        key = (problem.key,)
         gathered = None
         if self._strided(geo):
-            gathered = _SCRATCH.take(key, lambda: (
+            gathered = _SCRATCH.take(problem.key, lambda: (
                 np.empty((geo.n, geo.c, geo.oh, geo.ow), dtype=np.float32),))
             _compiled_gather()(x, geo.stride_h, geo.stride_w,
                                PARTS_PER_THREAD * numba.get_num_threads(), gathered[0])
@@ -223,7 +222,7 @@ class Tiled1x1Conv(ConvAlgorithm):
                     activation_code(geo), float(geo.clip_min), float(geo.clip_max),
                     z.reshape(z.shape[0], z.shape[1], -1), geo.has_residual, out)
         if gathered is not None:
-            _SCRATCH.give(key, gathered)
+            _SCRATCH.give(problem.key, gathered)
         return geo.output_view(out.reshape(geo.n, geo.k, geo.oh, geo.ow))
 
     def conv_rank(self, geo: ConvGeometry) -> tuple[float, ...]:
