@@ -26,10 +26,13 @@ kernel is shaped like MLAS's NCHWc one: a job computes 4 channel blocks x 6 pixe
 accumulators), and the loop runs over (input channel block, tap, input channel in the block),
 so the 6 inputs of consecutive steps are neighbours in memory (one lane further) and each
 step's 4 weight vectors follow the previous ones: the weights are packed as (group, output
-block, input block, tap, 16 input channels, 16 output channels).  Measured on the 16-core Xeon
-host (2026-11-27, one kernel alone): 1190-1200 GFLOP/s on 3x3 layers of 128 and 256 channels
-at 16 threads, 140 at one thread (torch's single-precision GEMM on 2048: 1231 and 156); the
-2 x 6 tile driven by an offset per (channel, tap), as in NCHW, reached 560-690.  The staged
+block, input block, tap, 16 input channels, 16 output channels).  On the 16-core Xeon host
+(2026-11-27, one layer alone, 16 threads) this kernel made 661-942 GFLOP/s on ResNet-18's
+stride-1 3x3 layers and 500-855 on ResNet-50's 1x1 ones; a scratch kernel of the same loop
+with a plain bias + ReLU store made 1190-1200 on the 3x3 layers of 128 and 256 channels
+(torch's single-precision GEMM on 2048: 1231), so the epilogue's store is where the rest
+lies.  The NCHW path's 2 x 6 tile, driven by an offset per (channel, tap), made 563-685 on
+those 3x3 layers.  The staged
 copy is blocked too, and a tile is stored as whole 16-lane vectors instead of 16 strided rows.
 
 Edges.  The last pixel tile is shifted back to end at the last pixel, overlapping the one before
@@ -78,59 +81,30 @@ PIXELS = 6
 #: Elements of one job's tile: a global, so that numba sees the literal the stack buffer needs.
 TILE = 2 * PIXELS * LANES
 #: Output channel blocks of one job's tile in ``nchw16c``: 4 x 6 = 24 accumulators, with 4
-#: weight vectors and a broadcast, 29 of AVX-512's 32 registers (the loop there is not unrolled
-#: over taps, so nothing spills; 2 x 6, 2 x 8, 4 x 4 and 3 x 6 measured slower on the Xeon).
+#: weight vectors and a broadcast, 29 of AVX-512's 32 registers; in a scratch kernel of the
+#: same loop on the Xeon, tiles of 2 x 6, 2 x 8, 4 x 4, 3 x 6 and 1 x 14 were slower.
 BLOCKED_BLOCKS = 4
 #: Elements of the ``nchw16c`` tile.
 BLOCKED_TILE = BLOCKED_BLOCKS * PIXELS * LANES
 
 
 @numba.njit(inline="always")
-def _fma_tile4(acc, t, x0, x1, x2, x3, x4, x5, wa, wb, wc, wd):
-    """Lane ``t`` of the ``nchw16c`` tile: ``acc[b, p, t] += x_p * w_b`` for 4 blocks and 6
-    pixels, 24 vector multiply-adds when called in a loop over t."""
-    acc[0, 0, t] += x0 * wa
-    acc[0, 1, t] += x1 * wa
-    acc[0, 2, t] += x2 * wa
-    acc[0, 3, t] += x3 * wa
-    acc[0, 4, t] += x4 * wa
-    acc[0, 5, t] += x5 * wa
-    acc[1, 0, t] += x0 * wb
-    acc[1, 1, t] += x1 * wb
-    acc[1, 2, t] += x2 * wb
-    acc[1, 3, t] += x3 * wb
-    acc[1, 4, t] += x4 * wb
-    acc[1, 5, t] += x5 * wb
-    acc[2, 0, t] += x0 * wc
-    acc[2, 1, t] += x1 * wc
-    acc[2, 2, t] += x2 * wc
-    acc[2, 3, t] += x3 * wc
-    acc[2, 4, t] += x4 * wc
-    acc[2, 5, t] += x5 * wc
-    acc[3, 0, t] += x0 * wd
-    acc[3, 1, t] += x1 * wd
-    acc[3, 2, t] += x2 * wd
-    acc[3, 3, t] += x3 * wd
-    acc[3, 4, t] += x4 * wd
-    acc[3, 5, t] += x5 * wd
-
-
-@numba.njit(inline="always")
-def _fma_tile(acc, t, x0, x1, x2, x3, x4, x5, wa, wb):
-    """Lane ``t`` of the tile: ``acc[b, p, t] += x_p * w_b`` for both blocks and 6 pixels.
-    Called in a loop over t, each line becomes one vector multiply-add of a broadcast pixel."""
-    acc[0, 0, t] += x0 * wa
-    acc[0, 1, t] += x1 * wa
-    acc[0, 2, t] += x2 * wa
-    acc[0, 3, t] += x3 * wa
-    acc[0, 4, t] += x4 * wa
-    acc[0, 5, t] += x5 * wa
-    acc[1, 0, t] += x0 * wb
-    acc[1, 1, t] += x1 * wb
-    acc[1, 2, t] += x2 * wb
-    acc[1, 3, t] += x3 * wb
-    acc[1, 4, t] += x4 * wb
-    acc[1, 5, t] += x5 * wb
+def _fma_tile(acc, b, t, x0, x1, x2, x3, x4, x5, wa, wb):
+    """Lane ``t`` of blocks ``b`` and ``b + 1`` of the tile: ``acc[b + i, p, t] += x_p * w_i``
+    for 6 pixels.  Called in a loop over t, each line becomes one vector multiply-add of a
+    broadcast pixel (``b`` is a constant where it is inlined)."""
+    acc[b, 0, t] += x0 * wa
+    acc[b, 1, t] += x1 * wa
+    acc[b, 2, t] += x2 * wa
+    acc[b, 3, t] += x3 * wa
+    acc[b, 4, t] += x4 * wa
+    acc[b, 5, t] += x5 * wa
+    acc[b + 1, 0, t] += x0 * wb
+    acc[b + 1, 1, t] += x1 * wb
+    acc[b + 1, 2, t] += x2 * wb
+    acc[b + 1, 3, t] += x3 * wb
+    acc[b + 1, 4, t] += x4 * wb
+    acc[b + 1, 5, t] += x5 * wb
 
 
 @numba.njit(inline="always")
@@ -176,7 +150,7 @@ def _accumulate(acc, xs, n, packed, g, b0, b1, base, p0, origin, taps):
         x2, x3 = xs[n, U(o2 + q)], xs[n, U(o3 + q)]
         x4, x5 = xs[n, U(o4 + q)], xs[n, U(o5 + q)]
         for t in range(LANES):
-            _fma_tile(acc, t, x0, x1, x2, x3, x4, x5, packed[g, b0, d, U(t)],
+            _fma_tile(acc, 0, t, x0, x1, x2, x3, x4, x5, packed[g, b0, d, U(t)],
                       packed[g, b1, d, U(t)])
 
 
@@ -209,9 +183,10 @@ def _step4(acc, xs, n, q, o0, o1, o2, o3, o4, o5, packed, g, b0, b1, b2, b3, cb,
     x2, x3 = xs[n, U(o2 + q)], xs[n, U(o3 + q)]
     x4, x5 = xs[n, U(o4 + q)], xs[n, U(o5 + q)]
     for t in range(LANES):
-        _fma_tile4(acc, t, x0, x1, x2, x3, x4, x5,
-                   packed[g, b0, cb, d, i, U(t)], packed[g, b1, cb, d, i, U(t)],
-                   packed[g, b2, cb, d, i, U(t)], packed[g, b3, cb, d, i, U(t)])
+        _fma_tile(acc, 0, t, x0, x1, x2, x3, x4, x5,
+                  packed[g, b0, cb, d, i, U(t)], packed[g, b1, cb, d, i, U(t)])
+        _fma_tile(acc, 2, t, x0, x1, x2, x3, x4, x5,
+                  packed[g, b2, cb, d, i, U(t)], packed[g, b3, cb, d, i, U(t)])
 
 
 def _pack_blocked_kernel(w: np.ndarray, packed: np.ndarray) -> None:
