@@ -49,6 +49,83 @@ def call_times(function: Callable[[], object], calls: int) -> list[float]:
     return times
 
 
+def steady_loop(run: Callable[[], object], iters: int, warmup: int) -> dict:
+    """A process's steady state, as a user's serving loop sees it: warm up, then time
+    ``iters`` calls one by one.  Page faults per call tell fresh memory apart."""
+    import resource
+
+    for _ in range(warmup):
+        run()
+    faults = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+    times = call_times(run, iters)
+    faults = resource.getrusage(resource.RUSAGE_SELF).ru_minflt - faults
+    times_ms = sorted(t * 1e3 for t in times)
+    return {"median_ms": statistics.median(times_ms),
+            "p90_ms": times_ms[min(len(times_ms) - 1, int(0.9 * len(times_ms)))],
+            "faults_per_iter": faults / iters, "times_ms": times_ms}
+
+
+def ort_session(model_spec: str, threads: int):
+    """onnxruntime on a zoo model spec (``zoo:NAME``, ``zoo:NAME@PIXELS``): the CPU provider
+    with ``threads`` intra-op threads, sequential: the peer every model benchmark uses."""
+    import onnxruntime as ort
+
+    from fastrun.runtime import zoo
+
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = threads
+    options.inter_op_num_threads = 1
+    options.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
+    options.log_severity_level = 3
+    return ort.InferenceSession(zoo.resolve(model_spec).SerializeToString(), options,
+                                providers=["CPUExecutionProvider"])
+
+
+def ort_steady_loop(model_spec: str, batch: int, threads: int, iters: int, warmup: int) -> dict:
+    """onnxruntime's steady state on random inputs of ``batch``, for a process of its own."""
+    import numpy as np
+
+    session = ort_session(model_spec, threads)
+    spec = session.get_inputs()[0]
+    shape = [batch, *spec.shape[1:]]
+    feeds = {spec.name: np.random.default_rng(1).uniform(-1, 1, shape).astype(np.float32)}
+    return steady_loop(lambda: session.run(None, feeds), iters, warmup)
+
+
+def _fastrun_model(model_spec: str, batch: int, threads: int, strategy: str,
+                   cache: str | None, **options):
+    import fastrun
+    from fastrun.cache import InMemoryCache
+    from fastrun.runtime import load
+
+    session = fastrun.session(cache=cache if cache else InMemoryCache(), strategy=strategy,
+                              device=f"cpu:{threads}", progress=False, **options)
+    return session, load(model_spec, session, batch=batch, weight_preprocess=True)
+
+
+def fastrun_search(model_spec: str, batch: int, threads: int, cache: str | None,
+                   **options) -> dict:
+    """A fast-run search of a model into ``cache``, for a process of its own."""
+    started = time.perf_counter()
+    session, model = _fastrun_model(model_spec, batch, threads, "fast-run", cache, **options)
+    model.search()
+    return {"search_s": time.perf_counter() - started, "profiled": session.stats.profiled}
+
+
+def fastrun_steady_loop(model_spec: str, batch: int, threads: int, cache: str | None,
+                        iters: int, warmup: int, **options) -> dict:
+    """fastrun's steady state on a model read from ``cache`` (nothing searched: a miss takes
+    its nearest measured problem, else the rule of thumb), for a process of its own."""
+    session, model = _fastrun_model(model_spec, batch, threads, "heuristic", cache, **options)
+    feeds = model.random_inputs(seed=1)
+    model.search()
+    result = steady_loop(lambda: model.run(feeds), iters, warmup)
+    stats = session.stats
+    result.update(profiled=stats.profiled, nearest=stats.nearest, heuristic=stats.heuristic,
+                  cache_hits=stats.cache_hits, cache_misses=stats.heuristic + stats.nearest)
+    return result
+
+
 def interleaved_samples(functions: dict[str, Callable[[], object]], rounds: int,
                         number: int, settle_s: float = 0.0) -> dict[str, list[float]]:
     """Seconds per call of each function, one sample per round, measured in alternating

@@ -31,21 +31,20 @@ import time
 import numpy as np
 
 import fastrun
-from benchmarks._common import header, interleaved_samples, medians, paired_ratio, time_calls
+from benchmarks._common import (
+    header,
+    interleaved_samples,
+    medians,
+    ort_session,
+    paired_ratio,
+    time_calls,
+)
 from fastrun.cache import FileCache, InMemoryCache
 from fastrun.runtime import load, zoo
 
 
 def ort_runner(model_name: str, feeds: dict, threads: int):
-    import onnxruntime as ort
-
-    options = ort.SessionOptions()
-    options.intra_op_num_threads = threads
-    options.inter_op_num_threads = 1
-    options.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
-    options.log_severity_level = 3
-    session = ort.InferenceSession(zoo.build(model_name).SerializeToString(), options,
-                                   providers=["CPUExecutionProvider"])
+    session = ort_session(f"zoo:{model_name}", threads)
     return lambda: session.run(None, feeds)
 
 

@@ -26,15 +26,18 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import resource
 import statistics
 import subprocess
 import sys
 import tempfile
-import time
 from dataclasses import dataclass, field
 
-from benchmarks._common import call_times, header
+from benchmarks._common import (
+    fastrun_search,
+    fastrun_steady_loop,
+    header,
+    ort_steady_loop,
+)
 
 MODELS = "resnet18,resnet50,mobilenet_v2,squeezenet"
 
@@ -60,65 +63,19 @@ class Variant:
 
 # -- the worker processes ------------------------------------------------------------------------
 
-def _steady_loop(run, iters: int, warmup: int) -> dict:
-    """Warm up, then time ``iters`` calls; page faults per call tell fresh memory apart."""
-    for _ in range(warmup):
-        run()
-    faults = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
-    times = call_times(run, iters)
-    faults = resource.getrusage(resource.RUSAGE_SELF).ru_minflt - faults
-    times_ms = sorted(t * 1e3 for t in times)
-    return {"median_ms": statistics.median(times_ms),
-            "p90_ms": times_ms[min(len(times_ms) - 1, int(0.9 * len(times_ms)))],
-            "faults_per_iter": faults / iters, "times_ms": times_ms}
-
-
-def _fastrun_model(args: argparse.Namespace, strategy: str):
-    import fastrun
-    from fastrun.cache import InMemoryCache
-    from fastrun.runtime import load
-
-    cache = args.cache if args.cache else InMemoryCache()
-    session = fastrun.session(cache=cache, strategy=strategy, device=f"cpu:{args.threads}",
-                              progress=False, budget_s=args.budget)
-    model = load(f"zoo:{args.model}", session, batch=args.batch, weight_preprocess=True)
-    return session, model
-
-
 def worker_search(args: argparse.Namespace) -> dict:
-    started = time.perf_counter()
-    session, model = _fastrun_model(args, "fast-run")
-    model.search()
-    return {"search_s": time.perf_counter() - started, "profiled": session.stats.profiled}
+    return fastrun_search(f"zoo:{args.model}", args.batch, args.threads, args.cache,
+                          budget_s=args.budget)
 
 
 def worker_fastrun(args: argparse.Namespace) -> dict:
-    session, model = _fastrun_model(args, "heuristic")  # with a cache: cache, then heuristic
-    feeds = model.random_inputs(seed=1)
-    model.search()
-    result = _steady_loop(lambda: model.run(feeds), args.iters, args.warmup)
-    result["profiled"] = session.stats.profiled
-    result["cache_misses"] = session.stats.heuristic
-    return result
+    return fastrun_steady_loop(f"zoo:{args.model}", args.batch, args.threads, args.cache,
+                               args.iters, args.warmup, budget_s=args.budget)
 
 
 def worker_ort(args: argparse.Namespace) -> dict:
-    import numpy as np
-    import onnxruntime as ort
-
-    from fastrun.runtime import zoo
-
-    options = ort.SessionOptions()
-    options.intra_op_num_threads = args.threads
-    options.inter_op_num_threads = 1
-    options.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
-    options.log_severity_level = 3
-    session = ort.InferenceSession(zoo.build(args.model).SerializeToString(), options,
-                                   providers=["CPUExecutionProvider"])
-    spec = session.get_inputs()[0]
-    shape = [args.batch, *spec.shape[1:]]
-    feeds = {spec.name: np.random.default_rng(1).uniform(-1, 1, shape).astype(np.float32)}
-    return _steady_loop(lambda: session.run(None, feeds), args.iters, args.warmup)
+    return ort_steady_loop(f"zoo:{args.model}", args.batch, args.threads, args.iters,
+                           args.warmup)
 
 
 WORKERS = {"search": worker_search, "fastrun": worker_fastrun, "ort": worker_ort}

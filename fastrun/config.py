@@ -22,6 +22,9 @@ VARIABLES: dict[str, str] = {
     "FASTRUN_CACHE": "path of a cache file used as the default process-wide cache",
     "FASTRUN_RECORD": "path of a problems file every session appends its cache misses to "
                       "(docs/fleet.md)",
+    "FASTRUN_NEAREST": "largest shape distance at which a cache-only or heuristic run serves a "
+    "problem the cache lacks from the nearest measured one (default 1.0: one axis doubled; "
+    "0 turns it off; fastrun.core.nearest)",
     "FASTRUN_CACHE_MAX_BYTES": "largest cache file fastrun reads (default 1GiB); a larger file "
     "is left alone and the run keeps its results in memory",
     "FASTRUN_CACHE_LOCK_TIMEOUT": "seconds a cache write waits for another process's lock "
@@ -166,6 +169,15 @@ def cache_path(explicit: str | None = None) -> str | None:
 def record_path(explicit: str | None = None) -> str | None:
     """The problems file a session records its cache misses into; None: no recording."""
     return setting(explicit, "FASTRUN_RECORD", None, str) or None
+
+
+def nearest_limit(explicit: float | None = None) -> float:
+    """Largest distance of a nearest measured neighbour (fastrun.core.nearest); 0: none."""
+    limit = setting(explicit, "FASTRUN_NEAREST", 1.0, float)
+    if not 0 <= limit < float("inf"):
+        raise ValueError(f"nearest-neighbour limit {limit} is not a distance (0 turns it off, "
+                         "1.0 is the default)")
+    return limit
 
 
 def memory_limit(explicit: int | str | None = None, default: int | None = None) -> int | None:

@@ -132,6 +132,23 @@ class Operator:
     def validate(self, problem: Problem) -> None:
         """Raise ValueError with a clear message when the problem is not well formed."""
 
+    def size_axes(self, shapes: Sequence[Shape]) -> tuple[int, ...]:
+        """The sizes that set a problem's work, each counted once: what the distance to the
+        nearest measured problem compares (:mod:`fastrun.core.nearest`).
+
+        By default every axis of every input, an input whose shape repeats an earlier one's
+        counted once (``add(a, b)``).  An operator whose inputs repeat one size in another
+        tensor (a conv's residual has the output's height and width) names its own, so that
+        one change of size is not counted twice.
+        """
+        seen: set[Shape] = set()
+        axes: list[int] = []
+        for shape in shapes:
+            if tuple(shape) not in seen:
+                seen.add(tuple(shape))
+                axes.extend(shape)
+        return tuple(axes)
+
     def output_shape(self, problem: Problem) -> Shape:
         raise NotImplementedError
 

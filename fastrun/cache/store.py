@@ -172,6 +172,11 @@ class PersistentCache(Protocol):
 
     def categories(self) -> list[str]: ...
 
+    def keys(self, category: str) -> list[str]:
+        """The problem keys stored in one category (no entries built: the nearest-neighbour
+        index reads every key of a category)."""
+        ...
+
 
 class InMemoryCache:
     """A cache that lives as long as the process: the default when no cache file is configured."""
@@ -211,6 +216,10 @@ class InMemoryCache:
     def categories(self) -> list[str]:
         with self._lock:
             return list(self._data)
+
+    def keys(self, category: str) -> list[str]:
+        with self._lock:
+            return list(self._data.get(category, ()))
 
     def __repr__(self) -> str:
         return f"InMemoryCache({len(self)} keys)"
@@ -531,6 +540,10 @@ class FileCache:
     def categories(self) -> list[str]:
         with self._lock:
             return list(self._raw)
+
+    def keys(self, category: str) -> list[str]:
+        with self._lock:
+            return list(self._raw.get(category, ()))
 
     # ---- writing
 

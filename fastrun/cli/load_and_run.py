@@ -156,6 +156,9 @@ def _node_table(model, step_times: list[list[float]]) -> str:
                  for cell, width in zip(row, widths, strict=True)]
         lines.append("  ".join(cell.ljust(width) for cell, width in zip(cells, widths,
                                                                          strict=True)))
+    for report in model.reports:
+        if report.decision is not None and report.decision.policy.neighbour is not None:
+            lines.append(f"{report.step.node}: nearest {report.decision.policy.neighbour_text()}")
     lines.append("profiled: the search's time for the step alone, its inputs in cache and its "
                  "threads awake; in run: its median inside whole inferences, after the step "
                  "before it (docs/runtime.md says why they differ)")
@@ -241,7 +244,7 @@ def run(args: argparse.Namespace) -> int:
     session = Session(device=args.device,
                       cache=args.algo_policy if args.algo_policy else InMemoryCache(),
                       strategy=strategy_from(args), workspace_limit=args.workspace_limit,
-                      budget_s=args.budget, record=args.record,
+                      budget_s=args.budget, record=args.record, nearest=args.nearest,
                       progress=False if args.no_progress else None)
     args.session = session  # for the Ctrl-C message
     given = _read_inputs(args.input)
@@ -266,7 +269,7 @@ def run(args: argparse.Namespace) -> int:
     if args.verbose:
         print(_node_table(model, step_times))
         print()
-    decided = stats.cache_hits + stats.heuristic + stats.profiled
+    decided = stats.cache_hits + stats.heuristic + stats.profiled + stats.nearest
     summary: dict[str, Any] = {
         "model": args.model,
         "inputs": {name: list(v.shape) for name, v in model.inputs.items()},
@@ -279,6 +282,7 @@ def run(args: argparse.Namespace) -> int:
         "search_wall_seconds": search_wall,
         "profiled": stats.profiled,
         "cache_hits": stats.cache_hits,
+        "nearest": stats.nearest,
         "heuristic": stats.heuristic,
         "single_choice": stats.single,
         "blocked_steps": model.layout_plan.blocked_steps if model.layout_plan else 0,
@@ -301,8 +305,9 @@ def run(args: argparse.Namespace) -> int:
     print(f"strategy   {summary['strategy']}"
           + (f", cache {args.algo_policy}" if args.algo_policy else ""))
     print(f"search     {search_wall:.2f} s: {stats.profiled} problem(s) profiled, "
-          f"{stats.cache_hits} cache hit(s), {stats.heuristic} heuristic, {stats.single} with "
-          "a single algorithm")
+          f"{stats.cache_hits} cache hit(s), "
+          + (f"{stats.nearest} from the nearest measured problem, " if stats.nearest else "")
+          + f"{stats.heuristic} heuristic, {stats.single} with a single algorithm")
     if model.layout_plan is not None and model.layout_plan.blocked_steps:
         print(f"layout     {model.layout_plan.blocked_steps} step(s) in nchw16c, "
               f"{model.layout_plan.reorders} conversion(s)")

@@ -87,7 +87,22 @@ def add_strategy_arguments(parser: argparse.ArgumentParser) -> None:
                              "--fast-run/--full-run: search what is missing, saving as it goes")
     parser.add_argument("--budget", type=_parse_budget, default=None, metavar="SECONDS",
                         help="timed repeats per candidate (default 0.2 s, FASTRUN_PROFILE_SECONDS)")
+    parser.add_argument("--nearest", type=_parse_distance, default=None, metavar="DISTANCE",
+                        help="without a search, serve a problem the cache lacks from the "
+                             "nearest measured one within this shape distance (default 1.0, "
+                             "FASTRUN_NEAREST: one axis doubled; 0: never; docs/fleet.md)")
     unsaved.add_argument(parser)
+
+
+def _parse_distance(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not 0 <= value < float("inf"):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a distance: expected a number >= 0 "
+                                         "(0 turns nearest serving off)")
+    return value
 
 
 def strategy_from(args: argparse.Namespace) -> str:
@@ -107,6 +122,7 @@ def _cmd_profile(args: argparse.Namespace) -> int:
         strategy=strategy_from(args),
         workspace_limit=args.workspace_limit,
         budget_s=args.budget,
+        nearest=args.nearest,
         progress=None if not args.json else False,
     )
     args.session = session  # for the Ctrl-C message

@@ -7,8 +7,10 @@ Order of business for a problem (MegEngine's Fast Run, with the improvements DES
 3. the strategy profiles -> choose the sub-problems of every candidate first (children before
    parents, with a cycle check), time the candidates, write the measurements to the cache at
    once (so an interrupted search resumes), take the fastest eligible one;
-4. otherwise the operator's rule of thumb;
-5. nothing left -> :class:`NoUsableAlgorithmError`, naming every candidate and why it was excluded.
+4. otherwise, when nothing is searched, the choice of the nearest measured problem within the
+   distance limit whose algorithm is usable here (:mod:`fastrun.core.nearest`);
+5. otherwise the operator's rule of thumb;
+6. nothing left -> :class:`NoUsableAlgorithmError`, naming every candidate and why it was excluded.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -27,6 +29,7 @@ from fastrun.attribute import AlgoAttribute
 from fastrun.cache import Entry, PersistentCache
 from fastrun.cache.problems import ProblemRecorder
 from fastrun.category import text as category_text
+from fastrun.core.nearest import NearestIndex
 from fastrun.core.profiler import Failure, Profiler, ProfileResult
 from fastrun.core.reasons import Exclusion, Source, Why, why_of
 from fastrun.core.strategy import ExecutionPolicy, SearchOptions
@@ -139,6 +142,8 @@ class SearchStats:
     profiled: int = 0
     cache_hits: int = 0
     heuristic: int = 0
+    #: problems served from the nearest measured problem (nothing searched)
+    nearest: int = 0
     #: problems with exactly one eligible algorithm: nothing to look up or time
     single: int = 0
     search_seconds: float = 0.0
@@ -166,6 +171,7 @@ class AlgoChooser:
         #: where problems that miss the cache are recorded (a session's ``record=PATH``)
         self.recorder = recorder
         self.profiler = Profiler(device, options, clock=clock, progress=progress)
+        self.nearest = NearestIndex(cache)
         self.stats = SearchStats()
         self._decisions: dict[tuple[str, str], Decision] = {}
         #: call signature -> (algorithm, problem): the dispatch fast path
@@ -262,8 +268,22 @@ class AlgoChooser:
         """RunContext: compute a (sub-)problem with the algorithm decided for it."""
         return self.decide(problem).algorithm.run(problem, inputs, self)
 
-    def rank(self, problem: Problem, prelude: Callable[[], object] | None = None
-             ) -> tuple[ProfileResult, dict[str, str]]:
+    def candidates(self, problem: Problem) -> list[Algorithm]:
+        """The algorithms a search of ``problem`` would time: usable here, of this device's
+        kind, not forbidden by the strategy."""
+        return self._candidates(problem, {})
+
+    def sub_problems(self, problem: Problem) -> list[Problem]:
+        """The distinct sub-problems a search of ``problem`` decides first (those of every
+        candidate): what a fleet tunes before the problem itself (:mod:`fastrun.fleet`)."""
+        found: dict[str, Problem] = {}
+        for algorithm in self.candidates(problem):
+            for sub in algorithm.sub_problems(problem):
+                found.setdefault(f"{sub.operator}({sub.key})", sub)
+        return list(found.values())
+
+    def rank(self, problem: Problem, prelude: Callable[[], object] | None = None,
+             only: Sequence[str] | None = None) -> tuple[ProfileResult, dict[str, str]]:
         """Time every candidate of ``problem`` now and return the full, unpruned ranking and
         why candidates were not timed or failed (desc text -> reason: sub-problem cycle or
         no usable sub-problem algorithm, workspace limit, raised, numerical error).
@@ -274,6 +294,9 @@ class AlgoChooser:
         ranking run never changes what dispatch does.  Sub-problems are decided (and, under
         a profiling strategy, searched and cached) exactly as for a search, so a parent is
         timed with the children it would have in production.
+
+        ``only``: time just these candidates (desc texts): one part of a problem whose
+        candidates a fleet spreads over several workers (:mod:`fastrun.fleet`).
         """
         operator = self.registry.operator(problem.operator)
         operator.validate(problem)
@@ -288,6 +311,8 @@ class AlgoChooser:
                 # Unusable and strategy-forbidden algorithms are not candidates at all; only
                 # candidates that could not be timed, and why, are reported.
                 candidates = self._candidates(problem, {})
+                if only is not None:
+                    candidates = [c for c in candidates if c.desc.text in only]
                 for algorithm in operator.heuristic_order(problem, candidates):
                     children = self._fit(algorithm, problem, excluded, check_required=False)
                     if children is not None:
@@ -330,8 +355,13 @@ class AlgoChooser:
             if len(self._deciding) == 1:  # nested searches are inside their parent's time
                 self.stats.search_seconds += decision.search_seconds
         else:
-            decision = self._from_heuristic(problem, operator, category, candidates, excluded)
-            self.stats.heuristic += 1
+            decision = self._from_nearest(problem, operator, category, candidates, excluded)
+            if decision is not None:
+                self.stats.nearest += 1
+            else:
+                decision = self._from_heuristic(problem, operator, category, candidates,
+                                                 excluded)
+                self.stats.heuristic += 1
         log.debug("%s -> %s [%s]", problem, decision.policy.algorithm, decision.source)
         return decision
 
@@ -477,6 +507,29 @@ class AlgoChooser:
         algorithm, policy = picked
         return Decision(problem, algorithm, policy, category, result.entries, result.failures,
                         excluded)
+
+    def _from_nearest(self, problem: Problem, operator: Operator, category: str,
+                      candidates: list[Algorithm], excluded: dict[str, str]) -> Decision | None:
+        """The choice of the nearest measured problem whose entries name an algorithm usable
+        here, under this strategy and limit (:mod:`fastrun.core.nearest`); None when there is
+        none within the limit."""
+        for neighbour in self.nearest.neighbours(category, problem, self.options.nearest,
+                                                 operator.size_axes):
+            entries = self.cache.get(category, neighbour.key)
+            if not entries:
+                continue
+            picked = self._pick(problem, entries, candidates, excluded, Source.NEAREST)
+            if picked is None:
+                continue
+            algorithm, policy = picked
+            # The neighbour's time measured another problem: it is not this one's.
+            policy = replace(policy, time_s=None, neighbour=neighbour.key,
+                             distance=neighbour.distance)
+            log.info("%s: no measurement; served by %s, measured on its nearest neighbour %s "
+                     "(distance %.2f)", problem, algorithm.desc.text, neighbour.key,
+                     neighbour.distance)
+            return Decision(problem, algorithm, policy, category, [], [], excluded)
+        return None
 
     def _from_heuristic(self, problem: Problem, operator: Operator, category: str,
                         candidates: list[Algorithm], excluded: dict[str, str]) -> Decision:

@@ -24,6 +24,8 @@ class Source(enum.StrEnum):
     CACHE = "cache"
     #: timed now
     PROFILED = "profiled"
+    #: not measured itself: the choice of the nearest measured problem (fastrun.core.nearest)
+    NEAREST = "nearest"
     #: the operator's rule of thumb (no measurement)
     HEURISTIC = "heuristic"
 

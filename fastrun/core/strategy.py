@@ -105,15 +105,20 @@ class SearchOptions:
     #: successive halving first (:mod:`fastrun.core.tuning`).  None: FASTRUN_TUNING_CANDIDATES,
     #: else 24; 0: time every candidate fully.
     tuning_budget: int | None = None
+    #: Largest shape distance at which a run that searches nothing serves a missed problem
+    #: from the nearest measured one (:mod:`fastrun.core.nearest`); 0: never.
+    nearest: float = 1.0
 
     @classmethod
     def create(cls, strategy: str | Strategy | None = None,
                workspace_limit: int | str | None = None,
-               budget_s: float | None = None, **others: Any) -> SearchOptions:
+               budget_s: float | None = None, nearest: float | None = None,
+               **others: Any) -> SearchOptions:
         return cls(
             strategy=Strategy.parse(strategy if strategy is not None else config.strategy_text()),
             workspace_limit=config.workspace_limit(workspace_limit),
             budget_s=config.profile_budget(budget_s),
+            nearest=config.nearest_limit(nearest),
             **others,
         )
 
@@ -132,11 +137,16 @@ class ExecutionPolicy:
     operator: str
     key: str
     algorithm: str
-    #: 'cache', 'profiled', 'heuristic', or 'only' (the one eligible algorithm)
+    #: 'cache', 'profiled', 'nearest', 'heuristic', or 'only' (the one eligible algorithm)
     source: str
+    #: the measured time of this problem (None when it was not measured: a rule of thumb, or
+    #: a neighbour's measurement, which times another problem)
     time_s: float | None = None
     workspace_bytes: int = 0
     children: tuple[ExecutionPolicy, ...] = field(default_factory=tuple)
+    #: source 'nearest': the key of the measured problem whose choice this is, and its distance
+    neighbour: str | None = None
+    distance: float | None = None
 
     @property
     def total_workspace(self) -> int:
@@ -150,10 +160,18 @@ class ExecutionPolicy:
 
     def render(self, indent: str = "") -> str:
         timing = f" {self.time_s * 1e3:.3f} ms" if self.time_s is not None else ""
+        if self.neighbour is not None:
+            timing += f" {self.neighbour_text()}"
         lines = [f"{indent}{self.operator}({self.key}) -> {self.algorithm} "
                  f"[{self.source}{timing}, workspace {human_bytes(self.workspace_bytes)}]"]
         lines.extend(child.render(indent + "  ") for child in self.children)
         return "\n".join(lines)
+
+    def neighbour_text(self) -> str:
+        """'to KEY (distance D)' for a choice served from a neighbour, else ''."""
+        if self.neighbour is None:
+            return ""
+        return f"to {self.neighbour} (distance {self.distance:.2f})"
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -164,4 +182,6 @@ class ExecutionPolicy:
             "time_s": self.time_s,
             "workspace_bytes": self.workspace_bytes,
             "children": [c.to_dict() for c in self.children],
+            **({"neighbour": self.neighbour, "distance": self.distance}
+               if self.neighbour is not None else {}),
         }

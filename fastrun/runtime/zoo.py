@@ -10,16 +10,21 @@ range through the whole network: outputs are finite and spread enough to compare
 runtime with a relative tolerance.  They are not trained: the "classes" mean nothing.
 
 Every model has one input ``"input"`` (float32, ``["N", 3, 224, 224]``, symbolic batch ``N``) and
-one output ``"output"`` (float32, ``["N", 1000]``).  ``squeezenet`` ends in a Softmax, so its output
-holds probabilities; the others output logits.
+one output ``"output"`` (float32, ``["N", 1000]``).  The models that end in a global pool (all but
+vgg16, whose classifier fixes 7x7 features) are also built for other square images:
+``build("resnet18", image_size=160)``, or the spec ``zoo:resnet18@160``, with the same weights (the
+weights do not depend on the image size), for a deployment whose inputs vary in size.
+``squeezenet`` ends in a Softmax, so its output holds probabilities; the others output logits.
 
 API::
 
     names()                                   # ["mobilenet_v2", "resnet18", ...]
     describe("resnet18")                      # one line, e.g. for `fastrun zoo list`
     build("resnet50", seed=0, opset=13)       # onnx.ModelProto
+    build("mobilenet_v2", image_size=160)     # the same weights, for 160x160 images
     export("vgg16", "vgg16.onnx", seed=0)     # writes the file
     resolve("zoo:resnet18")                   # what the runtime calls for a "zoo:" model spec
+    resolve("zoo:resnet18@288")               # ... at another image size
 """
 
 from __future__ import annotations
@@ -64,6 +69,8 @@ PRODUCER_NAME = "fastrun.zoo"
 INPUT_NAME = "input"
 OUTPUT_NAME = "output"
 IMAGE_SIZE = 224
+#: Smallest image: every model downsamples by 32 before its global pool.
+MIN_IMAGE_SIZE = 32
 NUM_CLASSES = 1000
 _BN_EPS = 1e-5
 
@@ -82,9 +89,10 @@ class _Writer:
     separate namespaces), which keeps the graph readable in Netron and in error messages.
     """
 
-    def __init__(self, seed: int, opset: int):
+    def __init__(self, seed: int, opset: int, image_size: int = IMAGE_SIZE):
         self.rng = np.random.default_rng(seed)
         self.opset = opset
+        self.image_size = image_size
         self.model = onnx.ModelProto()
         self.graph = self.model.graph
         self._node_names: set[str] = set()
@@ -226,7 +234,7 @@ class _Writer:
         g = self.graph
         g.name = model_name
         g.input.append(helper.make_tensor_value_info(
-            INPUT_NAME, TensorProto.FLOAT, ["N", 3, IMAGE_SIZE, IMAGE_SIZE]))
+            INPUT_NAME, TensorProto.FLOAT, ["N", 3, self.image_size, self.image_size]))
         g.output.append(helper.make_tensor_value_info(
             OUTPUT_NAME, TensorProto.FLOAT, ["N", NUM_CLASSES]))
         m = self.model
@@ -403,6 +411,8 @@ def _squeezenet(w: _Writer) -> str:
 class _Model:
     builder: Callable[[_Writer], str]
     description: str
+    #: its classifier takes the features of a 224x224 image only (no global pool)
+    fixed_size: bool = False
 
 
 _MODELS: dict[str, _Model] = {
@@ -415,7 +425,7 @@ _MODELS: dict[str, _Model] = {
                                           "depthwise 3x3, Clip as ReLU6, Dropout), "
                                           "3.5M parameters, 1000 logits"),
     "vgg16": _Model(_vgg16, "torchvision VGG-16 (13 conv3x3 + Relu, 3 Gemm, Dropout), "
-                            "138.4M parameters (553 MB), 1000 logits"),
+                            "138.4M parameters (553 MB), 1000 logits", fixed_size=True),
     "squeezenet": _Model(_squeezenet, "torchvision SqueezeNet 1.1 (Fire modules with Concat, "
                                       "ceil-mode MaxPool, Dropout), 1.2M parameters, "
                                       "1000 Softmax probabilities"),
@@ -444,12 +454,14 @@ def describe(name: str) -> str:
     return _lookup(name).description
 
 
-def build(name: str, *, seed: int = 0, opset: int = DEFAULT_OPSET) -> onnx.ModelProto:
+def build(name: str, *, seed: int = 0, opset: int = DEFAULT_OPSET,
+          image_size: int = IMAGE_SIZE) -> onnx.ModelProto:
     """Generates model ``name`` with weights drawn from ``numpy.random.default_rng(seed)``.
 
-    The same (name, seed, opset) always gives a byte-identical model.  ``opset`` selects how the
-    opset-dependent nodes are written (Unsqueeze axes attribute/input, Dropout ratio
-    attribute/input); it must lie in ``MIN_OPSET..MAX_OPSET``.
+    The same (name, seed, opset, image_size) always gives a byte-identical model.  ``opset``
+    selects how the opset-dependent nodes are written (Unsqueeze axes attribute/input, Dropout
+    ratio attribute/input); it must lie in ``MIN_OPSET..MAX_OPSET``.  ``image_size``: the input's
+    height and width (the weights are the same at every size); vgg16 takes 224 only.
     """
     model = _lookup(name)
     if isinstance(opset, bool) or not isinstance(opset, int | np.integer):
@@ -457,7 +469,15 @@ def build(name: str, *, seed: int = 0, opset: int = DEFAULT_OPSET) -> onnx.Model
     if not MIN_OPSET <= opset <= MAX_OPSET:
         raise ValueError(f"zoo models are written for opsets {MIN_OPSET}..{MAX_OPSET}, "
                          f"not {opset}")
-    writer = _Writer(seed, int(opset))
+    if isinstance(image_size, bool) or not isinstance(image_size, int | np.integer):
+        raise TypeError(f"image_size must be an int, not {type(image_size).__name__}")
+    if image_size != IMAGE_SIZE and model.fixed_size:
+        raise ValueError(f"zoo:{name} takes {IMAGE_SIZE}x{IMAGE_SIZE} images only (its "
+                         f"classifier is fixed), not {image_size}")
+    if image_size < MIN_IMAGE_SIZE:
+        raise ValueError(f"image size {image_size} is below the smallest, {MIN_IMAGE_SIZE} "
+                         "(the models downsample by 32)")
+    writer = _Writer(seed, int(opset), int(image_size))
     return writer.finish(name, model.builder(writer))
 
 
@@ -469,11 +489,18 @@ def export(name: str, path: str | PathLike[str], *, seed: int = 0,
 
 
 def resolve(spec: str) -> onnx.ModelProto:
-    """Builds the model named by a ``"zoo:NAME"`` spec with the default seed and opset.
+    """Builds the model named by a ``"zoo:NAME"`` or ``"zoo:NAME@SIZE"`` spec (SIZE: the image's
+    height and width, default 224) with the default seed and opset.
 
     Paths are the runtime's business: anything not starting with ``zoo:`` is a ValueError.
     """
     if not isinstance(spec, str) or not spec.startswith(PREFIX):
         raise ValueError(f"not a zoo model spec: {spec!r} (expected '{PREFIX}NAME' with NAME "
                          f"one of {', '.join(names())})")
-    return build(spec[len(PREFIX):])
+    name, at, size = spec[len(PREFIX):].partition("@")
+    if not at:
+        return build(name)
+    if not size.isdigit():
+        raise ValueError(f"zoo model spec {spec!r}: the image size after '@' must be a whole "
+                         f"number of pixels, e.g. {PREFIX}{name}@160")
+    return build(name, image_size=int(size))

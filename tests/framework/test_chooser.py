@@ -193,8 +193,9 @@ def test_cache_given_without_profile_is_used_before_heuristic(clock):
     decision = c.decide(problem())
     assert decision.algorithm is second and decision.source == "cache"
     assert (first.runs, second.runs) == runs
-    # a miss falls back to the heuristic, still without timing
-    other = c.decide(problem(n=16))
+    # a miss far from every measured problem falls back to the heuristic, still without timing
+    # (8 -> 64 is distance 3; the nearest-neighbour tests are in test_nearest.py)
+    other = c.decide(problem(n=64))
     assert other.source == "heuristic" and (first.runs, second.runs) == runs
     assert c.stats.cache_hits == 1 and c.stats.heuristic == 1 and c.stats.profiled == 0
 

@@ -12,6 +12,7 @@ import onnx
 import onnxruntime as ort
 import pytest
 
+import fastrun
 from fastrun.runtime import zoo
 
 ALL = ["mobilenet_v2", "resnet18", "resnet50", "squeezenet", "vgg16"]
@@ -87,6 +88,30 @@ def test_unknown_names_are_clear_errors():
 def test_unsupported_opset_is_rejected(opset):
     with pytest.raises(ValueError, match=f"opsets {zoo.MIN_OPSET}..{zoo.MAX_OPSET}"):
         zoo.build("squeezenet", opset=opset)
+
+
+def test_other_image_sizes_keep_the_weights_and_run():
+    small = zoo.resolve("zoo:mobilenet_v2@96")
+    dims = [d.dim_value or d.dim_param for d in small.graph.input[0].type.tensor_type.shape.dim]
+    assert dims == ["N", 3, 96, 96]
+    default = zoo.build("mobilenet_v2")
+    assert [t.raw_data for t in small.graph.initializer] == \
+        [t.raw_data for t in default.graph.initializer]
+    from fastrun.runtime import load
+
+    model = load(small, fastrun.Session(strategy="heuristic", progress=False))
+    out = model.run(model.random_inputs(0))["output"]
+    assert out.shape == (1, 1000) and np.isfinite(out).all()
+
+
+@pytest.mark.parametrize(("spec", "message"), [
+    ("zoo:vgg16@160", "224x224 images only"),
+    ("zoo:resnet18@16", "below the smallest"),
+    ("zoo:resnet18@big", "whole number of pixels"),
+])
+def test_bad_image_sizes_are_clear_errors(spec, message):
+    with pytest.raises(ValueError, match=message):
+        zoo.resolve(spec)
 
 
 def test_resolve_and_export(tmp_path):

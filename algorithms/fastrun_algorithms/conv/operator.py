@@ -79,6 +79,11 @@ class ConvOperator(Operator):
     def output_shape(self, problem: Problem) -> Shape:
         return geometry(problem).out_shape
 
+    def size_axes(self, shapes: Sequence[Shape]) -> tuple[int, ...]:
+        """X's axes, the output channels and the kernel's size: the bias repeats the output
+        channels, the residual the output's shape, and W's second axis X's channels."""
+        return (*shapes[0], shapes[1][0], *shapes[1][2:])
+
     def reference(self, problem: Problem, inputs: Sequence[np.ndarray]) -> np.ndarray:
         """Float64 conv by summing one shifted input slice per kernel offset: few lines, no
         tricks, the result every algorithm is checked against."""

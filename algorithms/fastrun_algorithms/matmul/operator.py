@@ -54,6 +54,10 @@ class MatmulOperator(Operator):
     def output_shape(self, problem: Problem) -> Shape:
         return layout_of(problem).out_shape
 
+    def size_axes(self, shapes: Sequence[Shape]) -> tuple[int, ...]:
+        """A's axes (batch, M, K) and B's N: B's K repeats A's."""
+        return (*shapes[0], *shapes[1][-1:]) if len(shapes[1]) > 1 else tuple(shapes[0])
+
     def reference(self, problem: Problem, inputs: Sequence[np.ndarray]) -> np.ndarray:
         """``np.matmul`` in float64, so float32 candidates are checked against a result with
         far less rounding error than their own."""

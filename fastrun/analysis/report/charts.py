@@ -67,8 +67,8 @@ EARLY = "#cbd5e1"
 FRONT = "#e11d48"
 GRID = "#e5e7eb"
 AXIS = "#6b7280"
-SOURCE_COLOURS = {"cache": "#2563eb", "profiled": "#7c3aed", "heuristic": "#f59e0b",
-                  "only": "#64748b"}
+SOURCE_COLOURS = {"cache": "#2563eb", "profiled": "#7c3aed", "nearest": "#0d9488",
+                  "heuristic": "#f59e0b", "only": "#64748b"}
 
 _FONT = 12  #: px, chart text
 _CHAR = 6.6  #: px, an estimate of one character's width at _FONT
@@ -427,7 +427,7 @@ def model_chart(model: ModelData, shown: set[str]) -> str:
                               "no layer has a measured time (none was found in the input)",
                               size=11, fill=AXIS))
     legend_x = label_width
-    for source in ("cache", "profiled", "heuristic", "only"):
+    for source in SOURCE_COLOURS:
         if not any(r.source == source for r in rows):
             continue
         parts.append(f'<rect x="{_num(legend_x)}" y="{_num(stack_top + stack_height + 10)}" '

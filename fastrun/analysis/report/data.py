@@ -109,10 +109,12 @@ class LayerRow:
     op_type: str
     operator: str
     algorithm: str
-    source: str  #: "cache", "heuristic", "only", "profiled"
+    source: str  #: "cache", "heuristic", "only", "profiled", "nearest"
     time_s: float | None
     category: str = ""
     key: str = ""
+    #: source "nearest": which measured problem's choice it is ("to KEY (distance D)")
+    neighbour: str = ""
 
 
 @dataclass
@@ -250,5 +252,6 @@ def model_rows(reports: Iterable[Any]) -> tuple[list[LayerRow], int]:
         rows.append(LayerRow(
             index=len(rows) + 1, node=str(step.node), op_type=str(step.op_type),
             operator=problem.operator, algorithm=report.algorithm, source=report.source,
-            time_s=decision.policy.time_s, category=decision.category, key=problem.key))
+            time_s=decision.policy.time_s, category=decision.category, key=problem.key,
+            neighbour=decision.policy.neighbour_text()))
     return rows, views

@@ -78,6 +78,7 @@ section.problem { background: #fff; border: 1px solid #e2e8f0; border-radius: 10
 .badge.cache { background: #dbeafe; color: #1d4ed8; }
 .badge.profiled { background: #ede9fe; color: #6d28d9; }
 .badge.heuristic { background: #fef3c7; color: #b45309; }
+.badge.nearest { background: #ccfbf1; color: #0f766e; }
 .badge.only { background: #e2e8f0; color: #475569; }
 .charts { display: flex; flex-wrap: wrap; gap: 16px; align-items: flex-start; }
 svg.chart { display: block; max-width: 100%; height: auto; overflow: visible; }
@@ -263,8 +264,9 @@ def _model_section(model: ModelData, shown: set[str]) -> str:
            f'<code>{esc(model.device)}</code>. {badges}</p>',
            _model_figures(model),
            '<p class="legend">cache: the input measured this problem on this category · '
-           'heuristic: not in the input, a rule of thumb chose · only: a single eligible '
-           'algorithm. Layers without a measured time are drawn as dashed boxes.</p>']
+           'nearest: not in the input, the choice of its nearest measured problem (named in '
+           'the table) · heuristic: not in the input, a rule of thumb chose · only: a single '
+           'eligible algorithm. Layers without a measured time are drawn as dashed boxes.</p>']
     if model.layers and not sources.get("cache") and not sources.get("profiled"):
         out.append('<p class="notice">No layer was found in the input: it was probably '
                    "measured on another device category (or for other shapes).</p>")
@@ -280,7 +282,9 @@ def _model_section(model: ModelData, shown: set[str]) -> str:
         out.append(f'<tr><td class="num">{r.index}</td><td class="mono">{esc(r.node)}</td>'
                    f'<td>{esc(r.op_type)}</td><td>{esc(r.operator)}</td>'
                    f'<td class="mono">{algorithm}</td>'
-                   f'<td><span class="badge {esc(r.source)}">{esc(r.source)}</span></td>'
+                   f'<td><span class="badge {esc(r.source)}">{esc(r.source)}</span>'
+                   + (f' <span class="mono">{esc(r.neighbour)}</span>' if r.neighbour else "")
+                   + '</td>'
                    f'<td class="num">{esc(fmt_time(r.time_s))}</td></tr>')
     out.append("</tbody></table></section>")
     return "".join(out)

@@ -1,0 +1,198 @@
+"""Serving a missed problem from the nearest measured one (issue 17, item 2): used only without
+a search, only for comparable problems within the limit, never with an algorithm that cannot
+compute the new problem, reported as ``nearest`` with the neighbour's key and distance."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import numpy as np
+import pytest
+
+import fastrun
+from fastrun.cache import FileCache, InMemoryCache
+from fastrun.core.chooser import AlgoChooser
+from fastrun.core.nearest import split_key
+from fastrun.core.strategy import SearchOptions, Strategy
+from fastrun.operator import Problem
+from tests.framework.fakes import FakeAlgo, FakeClock, FakeDevice, make_registry, problem
+
+MS = 1_000_000
+
+
+@pytest.fixture
+def clock():
+    return FakeClock()
+
+
+def chooser(registry, clock, strategy, cache, **options):
+    opts = SearchOptions(strategy=Strategy.parse(strategy), budget_s=0.01, **options)
+    return AlgoChooser(registry, FakeDevice(clock), cache, opts, clock=clock)
+
+
+class SmallOnly(FakeAlgo):
+    """Computes problems of up to ``largest`` elements only."""
+
+    def __init__(self, *args, largest: int, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.largest = largest
+
+    def unusable_reason(self, problem):
+        return None if problem.shapes[0][0] <= self.largest else "too large"
+
+
+def two_algorithms(clock, **second):
+    """'rule' is the heuristic's first pick and slow; 'fast' is what a search finds.  'rule'
+    needs less workspace, so the cache keeps both entries (neither dominates)."""
+    rule = FakeAlgo("fake", "rule", 5 * MS, clock, heuristic_rank=0)
+    cls = SmallOnly if "largest" in second else FakeAlgo
+    fast = cls("fake", "fast", 1 * MS, clock, heuristic_rank=1, workspace=1024, **second)
+    return rule, fast
+
+
+def searched(registry, clock, *sizes, cache=None):
+    cache = cache if cache is not None else InMemoryCache()
+    searching = chooser(registry, clock, "fast-run", cache)
+    for n in sizes:
+        searching.decide(problem(n=n))
+    return cache
+
+
+def test_split_key_reads_back_every_problem_key():
+    for p in (Problem.create("conv", [(1, 64, 56, 56), (64, 64, 3, 3), (64,)], ["float32"] * 3,
+                             {"strides": (1, 1), "pads": (1, 1, 1, 1), "activation": "relu"}),
+              Problem.create("matmul", [(128,), (128, 64)], ["float64"] * 2),
+              Problem.create("scale", [()], ["float32"])):
+        dtypes, shapes, params = split_key(p.key)
+        assert dtypes == p.dtypes and shapes == p.shapes
+        assert params == p.key.partition(";")[2]
+    for foreign in ("", "garbage", "float32[2x2]float32[3]", "f[2,2]", "float32[2x2],"):
+        assert split_key(foreign) is None
+
+
+def test_a_miss_near_a_measured_problem_takes_its_choice_and_names_it(clock):
+    rule, fast = two_algorithms(clock)
+    registry = make_registry(rule, fast)
+    cache = searched(registry, clock, 32)
+    runs = (rule.runs, fast.runs)
+    c = chooser(registry, clock, "heuristic", cache)
+    decision = c.decide(problem(n=64))
+    assert decision.algorithm is fast and decision.source == "nearest"
+    policy = decision.policy
+    assert policy.neighbour == problem(n=32).key and policy.distance == pytest.approx(1.0)
+    assert policy.time_s is None  # the neighbour's time measured another problem
+    assert f"nearest to {problem(n=32).key} (distance 1.00)" in policy.render()
+    assert policy.to_dict()["neighbour"] == problem(n=32).key
+    assert (rule.runs, fast.runs) == runs  # nothing timed
+    assert c.stats.nearest == 1 and c.stats.heuristic == 0 and c.stats.profiled == 0
+    # a search never takes a neighbour's word: it measures
+    assert chooser(registry, clock, "fast-run", cache).decide(problem(n=64)).source == "profiled"
+
+
+def test_the_limit_and_turning_it_off(clock):
+    rule, fast = two_algorithms(clock)
+    registry = make_registry(rule, fast)
+    cache = searched(registry, clock, 32)
+    assert chooser(registry, clock, "heuristic", cache).decide(problem(n=96)).source \
+        == "heuristic"  # log2(96 / 32) = 1.58 > 1.0
+    wider = chooser(registry, clock, "heuristic", cache, nearest=2.0).decide(problem(n=96))
+    assert wider.source == "nearest" and wider.policy.distance == pytest.approx(math.log2(3))
+    off = chooser(registry, clock, "heuristic", cache, nearest=0.0).decide(problem(n=64))
+    assert off.source == "heuristic" and off.algorithm is rule
+
+
+def test_the_nearest_of_several_wins(clock):
+    rule, fast = two_algorithms(clock)
+    registry = make_registry(rule, fast)
+    cache = searched(registry, clock, 32, 128)
+    c = chooser(registry, clock, "heuristic", cache, nearest=2.0)
+    assert c.decide(problem(n=48)).policy.neighbour == problem(n=32).key      # 0.58 against 1.42
+    assert c.decide(problem(n=96)).policy.neighbour == problem(n=128).key     # 0.42 against 1.58
+    # at equal distances the larger problem's ranking is taken
+    assert c.decide(problem(n=64)).policy.neighbour == problem(n=128).key
+    # below 16 elements (a part-empty vector) against 32: never compared, whatever the limit
+    assert c.decide(problem(n=12)).source == "heuristic"
+
+
+def test_an_algorithm_unusable_for_the_new_problem_is_never_taken(clock):
+    rule, fast = two_algorithms(clock, largest=32)
+    slowest = FakeAlgo("fake", "slowest", 9 * MS, clock, heuristic_rank=2)  # two candidates left
+    registry = make_registry(rule, fast, slowest)
+    cache = searched(registry, clock, 32)
+    assert [e.algorithm for e in cache.get(*next(iter(cache))[:2])] == ["fast", "rule"]
+    decision = chooser(registry, clock, "heuristic", cache).decide(problem(n=64))
+    # the neighbour's fastest cannot compute 64 elements: its next entry is taken
+    assert decision.algorithm is rule and decision.source == "nearest"
+    assert "too large" in decision.excluded["fast"]
+
+
+def test_the_workspace_limit_holds_for_a_neighbours_choice(clock):
+    rule, fast = two_algorithms(clock)
+    registry = make_registry(rule, fast)
+    cache = searched(registry, clock, 32)
+    decision = chooser(registry, clock, "heuristic", cache,
+                       workspace_limit=512).decide(problem(n=64))
+    assert decision.algorithm is rule and decision.source == "nearest"
+
+
+def test_other_dtypes_ranks_parameters_and_operators_are_never_neighbours(clock):
+    rule, fast = two_algorithms(clock)
+    other_rule = FakeAlgo("child", "rule", 5 * MS, clock, heuristic_rank=0)
+    other_fast = FakeAlgo("child", "fast", 1 * MS, clock, heuristic_rank=1, workspace=1024)
+    registry = make_registry(rule, fast, other_rule, other_fast)
+    cache = searched(registry, clock, 32)
+    c = chooser(registry, clock, "heuristic", cache)
+    for stranger in (Problem.create("fake", [(16,)], ["float32"]),       # dtype
+                     Problem.create("fake", [(8, 2)], ["float64"]),      # rank
+                     Problem.create("fake", [(16,)], ["float64"], {"scale": 2}),  # parameters
+                     Problem.create("child", [(16,)], ["float64"])):     # operator
+        assert c.decide(stranger).source == "heuristic", stranger
+
+
+def test_measurements_added_later_are_found(clock, tmp_path):
+    rule, fast = two_algorithms(clock)
+    registry = make_registry(rule, fast)
+    path = tmp_path / "shared.bin"
+    serving = chooser(registry, clock, "heuristic", FileCache(path))
+    assert serving.decide(problem(n=64)).source == "heuristic"
+    searched(registry, clock, 32, cache=FileCache(path))  # another process measures 32
+    assert serving.decide(problem(n=48)).source == "nearest"
+
+
+def test_a_real_conv_is_served_by_a_usable_algorithm_with_the_right_result(tmp_path):
+    """The algorithms library's conv: searched at 12x12, run at 14x14 from the cache alone."""
+    cache = InMemoryCache()
+    weight = np.random.default_rng(0).standard_normal((16, 8, 3, 3)).astype(np.float32)
+    x12 = np.random.default_rng(1).standard_normal((1, 8, 12, 12)).astype(np.float32)
+    with fastrun.session(cache=cache, strategy="fast-run", budget_s=0.002, progress=False):
+        fastrun.call("conv", x12, weight, pads=(1, 1, 1, 1))
+    session = fastrun.Session(cache=cache, strategy="heuristic", progress=False)
+    x14 = np.random.default_rng(2).standard_normal((1, 8, 14, 14)).astype(np.float32)
+    decision = session.decide(session.problem("conv", [x14.shape, weight.shape],
+                                              ["float32"] * 2, pads=(1, 1, 1, 1)))
+    assert decision.source == "nearest"
+    assert decision.policy.distance == pytest.approx(2 * math.log2(14 / 12))
+    assert decision.algorithm.unusable_reason(decision.problem) is None
+    with session:
+        got = fastrun.call("conv", x14, weight, pads=(1, 1, 1, 1))
+    operator = session.registry.operator("conv")
+    expected = operator.reference(decision.problem, [x14, weight])
+    np.testing.assert_allclose(got, expected, rtol=1e-3, atol=1e-3)
+
+
+def test_load_and_run_reports_the_neighbours(tmp_path, capsys):
+    from fastrun.cli import load_and_run
+
+    cache = tmp_path / "s32.bin"
+    assert load_and_run.main(["zoo:squeezenet@32", "--fast-run", "--algo-policy", str(cache),
+                              "--budget", "0.002", "--iter", "1", "--no-progress"]) == 0
+    capsys.readouterr()
+    out_json = tmp_path / "run.json"
+    assert load_and_run.main(["zoo:squeezenet@40", "--algo-policy", str(cache), "--iter", "1",
+                              "--verbose", "--no-progress", "--summary-json", str(out_json)]) == 0
+    out = capsys.readouterr().out
+    assert "from the nearest measured problem" in out
+    assert "nearest to float32[1x" in out
+    summary = json.loads(out_json.read_text())
+    assert summary["nearest"] > 0
