@@ -20,3 +20,7 @@ PROFILE_VERSION = 1
 #: the problems a session missed in its cache (``record=PATH``, :mod:`fastrun.cache.problems`)
 PROBLEMS_FORMAT = "fastrun-problems"
 PROBLEMS_VERSION = 1
+#: per-job search times a ``fastrun tune`` wrote beside its cache (:mod:`fastrun.fleet.jobs`,
+#: docs/fleet.md); ``fastrun tune --simulate`` replays them
+TUNE_TIMES_FORMAT = "fastrun-tune-times"
+TUNE_TIMES_VERSION = 1

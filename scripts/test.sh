@@ -14,6 +14,16 @@ if ! command -v chromium >/dev/null 2>&1; then
     fi
 fi
 
+# The Ray tests run their cluster in a network namespace of their own (unshare -n, then ip link
+# set lo up): iproute2 provides ip.
+if ! command -v ip >/dev/null 2>&1; then
+    if [ "$(id -u)" = 0 ]; then
+        apt-get update -qq && apt-get install -y -qq iproute2 >/dev/null
+    else
+        sudo apt-get update -qq && sudo apt-get install -y -qq iproute2 >/dev/null
+    fi
+fi
+
 python3 -m pip install -q -e ".[test]"
 python3 -m pytest
 

@@ -13,9 +13,9 @@ ROOT = pathlib.Path(__file__).resolve().parent.parent / "fastrun"
 #: Layers from the bottom: the base (settings, category facts, formats and the plugin API:
 #: algorithm, operator, attribute, registry), the cache and the devices (side by side, neither
 #: importing the other), the decision machinery, the session facade, the runtime, the analysis
-#: tools, the CLI.
+#: tools, fleet tuning, the CLI.
 LAYERS = {"base": 0, "cache": 1, "devices": 1, "core": 2, "facade": 3, "runtime": 4,
-          "analysis": 5, "cli": 6}
+          "analysis": 5, "fleet": 6, "cli": 7}
 
 
 def _modules() -> dict[str, pathlib.Path]:

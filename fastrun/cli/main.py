@@ -207,7 +207,7 @@ def _cmd_zoo_export(args: argparse.Namespace) -> int:
 
 def build_parser() -> argparse.ArgumentParser:
     from fastrun._version import __version__
-    from fastrun.cli import cache_cmd, rank_cmd, report_cmd
+    from fastrun.cli import cache_cmd, rank_cmd, report_cmd, tune_cmd
 
     parser = argparse.ArgumentParser(
         prog="fastrun", description="Fast-Run algorithm selection: profile, cache, dispatch.")
@@ -265,6 +265,7 @@ def build_parser() -> argparse.ArgumentParser:
     cache_cmd.add_parser(commands)
     rank_cmd.add_parser(commands)
     report_cmd.add_parser(commands)
+    tune_cmd.add_parser(commands)
     return parser
 
 

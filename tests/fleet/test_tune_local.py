@@ -1,0 +1,186 @@
+"""``fastrun tune`` on local worker processes (the path a tune without Ray takes, and the one
+the Ray tests fall back to where namespaces are not allowed): the union of models' jobs,
+results in the cache that a model run then hits, a worker killed mid-tune, a driver killed
+with SIGKILL resuming, recorded problems as a source, failures recorded with their errors."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+import fastrun
+from fastrun.cache import FileCache, InMemoryCache
+from fastrun.fleet.driver import check_worker, run_tune
+from fastrun.fleet.engines import LocalEngine
+from fastrun.fleet.jobs import read_times
+from fastrun.fleet.tune import collect, tune
+from fastrun.fleet.worker import WorkerSettings
+
+DEVICE = "cpu:1"
+SMALL = "zoo:squeezenet@32"
+OTHER = "zoo:resnet18@32"
+BUDGET = 0.003
+
+
+def _idents(jobs):
+    return {job.ident for job in jobs}
+
+
+def test_two_models_tune_the_union_of_what_each_would_alone():
+    both = collect([SMALL, OTHER], device=DEVICE)
+    first, second = collect([SMALL], device=DEVICE), collect([OTHER], device=DEVICE)
+    assert _idents(both) == _idents(first) | _idents(second)
+    assert len(both) == len(_idents(both))  # each problem once
+    # every job's children are jobs too, and come from the same walk
+    idents = _idents(both)
+    assert all(set(job.children) <= idents for job in both)
+    assert any(job.children for job in both)  # Winograd and im2col wait for their GEMMs
+
+
+def test_a_local_tune_fills_the_cache_that_a_model_run_then_hits(tmp_path):
+    cache_path = str(tmp_path / "tuned.bin")
+    jobs = collect([SMALL], device=DEVICE)
+    summary = tune(jobs, cache_path, device=DEVICE, workers=2, budget_s=BUDGET, stream=None)
+    assert summary.tuned == len(jobs) and not summary.failed
+    assert sum(w.tuned for w in summary.workers) >= len(jobs)  # a long problem in parts
+    assert all(w.tuned > 0 for w in summary.workers)  # both workers took work
+    times = read_times(cache_path + ".times.jsonl")
+    assert set(times) == _idents(jobs)
+    # the runtime poses the same problems: a fast-run search of the model profiles nothing
+    from fastrun.runtime import load
+
+    session = fastrun.Session(device=DEVICE, cache=FileCache(cache_path), strategy="fast-run",
+                              progress=False)
+    load(SMALL, session).search()
+    assert session.stats.profiled == 0 and session.stats.cache_hits > 0
+    # a second tune finds everything done
+    again = tune(collect([SMALL], device=DEVICE), cache_path, device=DEVICE, workers=1,
+                 budget_s=BUDGET, stream=None)
+    assert again.tuned == 0 and again.skipped == len(jobs)
+
+
+class _KillingEngine(LocalEngine):
+    """Kills the first worker's process right after handing it its second job."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.handed = 0
+
+    def submit(self, name, payload):
+        super().submit(name, payload)
+        if name == "local-1":
+            self.handed += 1
+            if self.handed == 2:
+                os.kill(self._workers[name][0].pid, signal.SIGKILL)
+
+
+def test_a_worker_killed_in_the_middle_loses_nothing(tmp_path):
+    jobs = collect([SMALL], device=DEVICE)
+    session = fastrun.Session(device=DEVICE, cache=InMemoryCache(), strategy="fast-run",
+                              progress=False)
+    categories = {op: session.chooser.category(session.registry.operator(op))
+                  for op in {job.operator for job in jobs}}
+    engine = _KillingEngine(WorkerSettings(device=DEVICE, budget_s=BUDGET), 2, 1)
+    cache = FileCache(tmp_path / "killed.bin")
+    summary = run_tune(jobs, cache, engine, session.device.category, categories, stream=None)
+    assert summary.tuned == len(jobs) and not summary.failed
+    lost = {w.name: w.lost for w in summary.workers}
+    assert "exited" in lost["local-1"]
+    assert all(cache.get(*job.ident) for job in jobs)
+
+
+def test_a_worker_of_another_category_is_refused_with_the_fact_named():
+    session = fastrun.Session(device=DEVICE, cache=InMemoryCache(), progress=False)
+    category = session.chooser.category(session.registry.operator("conv"))
+    other = category.replace(";threads=1;", ";threads=2;")
+    assert other != category
+    reason = check_worker({"categories": {"conv": other}}, session.device.category,
+                          {"conv": category})
+    assert "threads 2 (worker) vs 1 (target)" in reason
+    assert check_worker({"categories": {"conv": category}}, "", {"conv": category}) == ""
+
+
+def test_recorded_problems_are_tuned_and_failures_are_recorded(tmp_path):
+    record = tmp_path / "seen.jsonl"
+    serving = fastrun.Session(device=DEVICE, cache=InMemoryCache(), strategy="heuristic",
+                              record=record, progress=False)
+    problem = serving.problem("matmul", [(24, 40), (40, 8)], ["float32"] * 2)
+    serving.decide(problem)
+    jobs = collect(problems_files=[str(record)], device=DEVICE)
+    assert jobs[-1].key == problem.key  # after its sub-problems (Strassen's halves)
+    assert jobs[-1].children and set(jobs[-1].children) <= {job.ident for job in jobs[:-1]}
+    cache_path = str(tmp_path / "rec.bin")
+    done = tune(jobs, cache_path, device=DEVICE, workers=1, budget_s=BUDGET, stream=None)
+    assert done.tuned == len(jobs) and FileCache(cache_path).get(*jobs[-1].ident)
+    # a workspace limit no algorithm of a big conv fits: the job fails on two attempts
+    conv = collect([SMALL], device=DEVICE)
+    failing = tune(conv, str(tmp_path / "tiny.bin"), device=DEVICE, workers=2,
+                   budget_s=BUDGET, workspace_limit=1, stream=None)
+    assert failing.failed
+    for errors in failing.failed.values():
+        assert errors[0].startswith("needs ") or len(errors) == 2
+    assert any("NoUsableAlgorithmError" in " ".join(e) for e in failing.failed.values())
+
+
+def test_a_driver_killed_with_sigkill_resumes_with_what_is_missing(tmp_path):
+    cache_path = tmp_path / "resume.bin"
+    times = tmp_path / "resume.bin.times.jsonl"
+    command = [sys.executable, "-m", "fastrun", "tune", OTHER, "--algo-policy",
+               str(cache_path), "--device", DEVICE, "--workers", "1", "--budget",
+               str(BUDGET), "--no-progress"]
+    driver = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                              start_new_session=False)
+    deadline = time.monotonic() + 240
+    while time.monotonic() < deadline:
+        if times.exists() and len(times.read_text().splitlines()) >= 4:
+            break
+        if driver.poll() is not None:
+            pytest.fail(f"the tune ended before it could be killed: {driver.communicate()}")
+        time.sleep(0.05)
+    driver.send_signal(signal.SIGKILL)
+    driver.wait(timeout=30)
+    before = len(read_times(str(times)))
+    total = len(collect([OTHER], device=DEVICE))
+    assert 3 <= before < total
+    done = subprocess.run([*command, "--json", str(tmp_path / "summary.json")],
+                          capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    assert summary["skipped"] >= before - 1 and summary["skipped"] + summary["tuned"] == total
+    cache = FileCache(cache_path)
+    assert all(cache.get(*job.ident) for job in collect([OTHER], device=DEVICE))
+
+
+def test_the_command_line_lists_simulates_and_refuses_bad_input_clearly(tmp_path, capsys):
+    from fastrun.cli.main import main
+
+    assert main(["tune", SMALL, "--list", "--device", DEVICE, "--algo-policy", "x.bin"]) == 0
+    out = capsys.readouterr().out
+    assert f"{len(collect([SMALL], device=DEVICE))} job(s)" in out and "needs " in out
+    times = tmp_path / "t.jsonl"
+    times.write_text('{"format": "fastrun-tune-times", "version": 1}\n'
+                     '{"category": "c", "key": "a", "seconds": 3.0, "children": []}\n'
+                     '{"category": "c", "key": "b", "seconds": 1.0, "children": [["c", "a"]]}\n')
+    assert main(["tune", "--simulate", str(times), "--workers", "1,4"]) == 0
+    out = capsys.readouterr().out
+    assert "| 1 | 4.0 | 1.00 | 100% |" in out and "| 4 | 4.0 | 1.00 | 25% |" in out
+    not_problems = tmp_path / "cache.json"
+    not_problems.write_text('{"format": "fastrun-cache-json", "version": 1}\n')
+    for argv, message in [
+        (["tune", SMALL], "needs --algo-policy"),
+        (["tune", "--algo-policy", "c.bin"], "nothing to tune"),
+        (["tune", SMALL, "--algo-policy", "c.bin", "--workers", "0"], "positive number"),
+        (["tune", "--problems", str(not_problems), "--algo-policy", "c.bin"],
+         "not a fastrun problems file"),
+        (["tune", "--simulate", str(tmp_path / "none.jsonl")], "does not exist"),
+        (["tune", "--simulate", str(not_problems)], "not a fastrun tune times log"),
+    ]:
+        assert main(argv) == 2, argv
+        err = capsys.readouterr().err
+        assert message in err and "Traceback" not in err, (argv, err)
