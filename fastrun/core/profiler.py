@@ -350,9 +350,29 @@ class _OutputCheck:
                          originals: Sequence[np.ndarray]) -> str | None:
         for index, (value, original) in enumerate(zip(inputs, originals, strict=True)):
             host = self.device.to_host(value)
-            if not np.array_equal(host, original, equal_nan=original.dtype.kind in "fc"):
+            if not same_bits(np.asarray(host), original):
                 return f"wrote into its input {index}"
         return None
+
+
+#: Bytes compared at once by :func:`same_bits`: small enough to stay out of a large temporary.
+_CHUNK_BYTES = 1 << 23
+
+
+def same_bits(a: np.ndarray, b: np.ndarray) -> bool:
+    """Whether two arrays hold the same shape, dtype and bits (a NaN equals itself, -0 is not
+    +0: a candidate that wrote either did write).  Compared as bytes in chunks: on VGG-16's
+    400 MB classifier weight, ``array_equal(equal_nan=True)`` took 0.57 s per candidate and
+    input, most of that problem's check, for temporaries of the whole array."""
+    if a.shape != b.shape or a.dtype != b.dtype:
+        return False
+    left = np.ascontiguousarray(a).reshape(-1).view(np.uint8)
+    right = np.ascontiguousarray(b).reshape(-1).view(np.uint8)
+    for start in range(0, left.size, _CHUNK_BYTES):
+        stop = start + _CHUNK_BYTES
+        if not np.array_equal(left[start:stop], right[start:stop]):
+            return False
+    return True
 
 
 class _UserInterrupts:

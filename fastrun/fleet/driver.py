@@ -135,8 +135,7 @@ def _known_entries(cache: PersistentCache, job: TuneJob, jobs: dict[Ident, TuneJ
     return out
 
 
-def check_worker(info: dict[str, Any], target_device: str, categories: dict[str, str]
-                 ) -> str:
+def check_worker(info: dict[str, Any], categories: dict[str, str]) -> str:
     """Why a worker's measurements cannot go into the target's cache ('' when they can):
     the first fact that differs, named, with both sides' values."""
     for operator, wanted in categories.items():
@@ -160,7 +159,7 @@ def run_tune(jobs: list[TuneJob], cache: PersistentCache, engine, target_device:
     started = clock()
     by_ident = {job.ident: job for job in jobs}
     done = {ident for ident in by_ident if cache.get(*ident)}
-    scheduler = Scheduler(jobs, done, max_failures=max_failures)
+    scheduler = Scheduler([])  # the real one once the workers are known (parts per worker)
     wanted = set(categories.values())
     reports: dict[str, WorkerReport] = {}
     progress = ProgressLine(stream)
@@ -245,7 +244,7 @@ def _check_workers(engine, names: list[str], reports: dict[str, WorkerReport],
         except EngineError as error:
             info, reason = {}, str(error)
         else:
-            reason = check_worker(info, target_device, categories)
+            reason = check_worker(info, categories)
         report = reports[name] = WorkerReport(name, host=str(info.get("host", "")))
         if reason:
             report.refused = reason

@@ -100,10 +100,9 @@ def test_a_worker_of_another_category_is_refused_with_the_fact_named():
     category = session.chooser.category(session.registry.operator("conv"))
     other = category.replace(";threads=1;", ";threads=2;")
     assert other != category
-    reason = check_worker({"categories": {"conv": other}}, session.device.category,
-                          {"conv": category})
+    reason = check_worker({"categories": {"conv": other}}, {"conv": category})
     assert "threads 2 (worker) vs 1 (target)" in reason
-    assert check_worker({"categories": {"conv": category}}, "", {"conv": category}) == ""
+    assert check_worker({"categories": {"conv": category}}, {"conv": category}) == ""
 
 
 def test_recorded_problems_are_tuned_and_failures_are_recorded(tmp_path):
