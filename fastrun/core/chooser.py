@@ -273,15 +273,6 @@ class AlgoChooser:
         kind, not forbidden by the strategy."""
         return self._candidates(problem, {})
 
-    def sub_problems(self, problem: Problem) -> list[Problem]:
-        """The distinct sub-problems a search of ``problem`` decides first (those of every
-        candidate): what a fleet tunes before the problem itself (:mod:`fastrun.fleet`)."""
-        found: dict[str, Problem] = {}
-        for algorithm in self.candidates(problem):
-            for sub in algorithm.sub_problems(problem):
-                found.setdefault(f"{sub.operator}({sub.key})", sub)
-        return list(found.values())
-
     def rank(self, problem: Problem, prelude: Callable[[], object] | None = None,
              only: Sequence[str] | None = None) -> tuple[ProfileResult, dict[str, str]]:
         """Time every candidate of ``problem`` now and return the full, unpruned ranking and

@@ -46,6 +46,9 @@ class TuneJob:
     work: float = 0.0
     #: the candidates a search times, in the rule of thumb's order (desc texts)
     candidates: tuple[str, ...] = ()
+    #: the children each candidate's timing needs (those without any are left out): a part
+    #: of the problem waits only for its own candidates' children
+    candidate_children: dict[str, tuple[Ident, ...]] = field(default_factory=dict)
     #: what an earlier tune spent per candidate, and outside them (inputs, reference,
     #: confirmation), when known: what splitting a problem into parts is planned from
     candidate_s: dict[str, float] = field(default_factory=dict)
@@ -98,6 +101,8 @@ def apply_times(jobs: Iterable[TuneJob], records: Mapping[Ident, Mapping[str, An
             continue
         job.candidate_s = dict(record.get("candidates") or {})
         job.overhead_s = record.get("overhead_s")
+        if not job.candidate_children:
+            job.candidate_children = dict(record.get("candidate_children") or {})
         if job.candidate_s and job.overhead_s is not None:
             job.estimate_s = job.overhead_s + sum(job.candidate_s.values())
         else:
@@ -138,19 +143,26 @@ def collect_jobs(problems: Iterable[tuple[Problem, str]], chooser: AlgoChooser
         if ident in visiting:  # a sub-problem cycle: the search excludes that candidate
             return ()
         visiting.add(ident)
-        children: list[Ident] = []
-        for sub in chooser.sub_problems(problem):
-            children.extend(c for c in visit(sub, label) if c not in children)
-        visiting.discard(ident)
         candidates = chooser.candidates(problem)
+        # what each candidate's timing needs: its own sub-problems, not its rivals'
+        per_candidate: dict[str, tuple[Ident, ...]] = {}
+        for algorithm in candidates:
+            needed: list[Ident] = []
+            for sub in {(s.operator, s.key): s for s in algorithm.sub_problems(problem)}.values():
+                needed.extend(c for c in visit(sub, label) if c not in needed)
+            per_candidate[algorithm.desc.text] = tuple(needed)
+        visiting.discard(ident)
+        children = tuple(dict.fromkeys(c for needed in per_candidate.values() for c in needed))
         if len(candidates) < 2:
-            needs[ident] = tuple(children)
+            needs[ident] = children
         else:
             order = operator.heuristic_order(problem, candidates)
             jobs[ident] = TuneJob(problem.operator, problem.shapes, problem.dtypes,
-                                  problem.params, problem.key, ident[0], label,
-                                  tuple(children), work=_work(chooser, problem),
-                                  candidates=tuple(a.desc.text for a in order))
+                                  problem.params, problem.key, ident[0], label, children,
+                                  work=_work(chooser, problem),
+                                  candidates=tuple(a.desc.text for a in order),
+                                  candidate_children={name: needed for name, needed
+                                                      in per_candidate.items() if needed})
             needs[ident] = (ident,)
         return needs[ident]
 
@@ -192,6 +204,9 @@ def read_times(path: str) -> dict[Ident, dict[str, Any]]:
             record["children"] = [tuple(c) for c in record.get("children", [])]
             record["candidates"] = {str(k): float(v)
                                     for k, v in record.get("candidates", {}).items()}
+            record["candidate_children"] = {
+                str(k): tuple(tuple(c) for c in v)
+                for k, v in record.get("candidate_children", {}).items()}
             overhead = record.get("overhead_s")
             record["overhead_s"] = None if overhead is None else float(overhead)
         except (ValueError, KeyError, TypeError):
@@ -207,7 +222,9 @@ def append_time(path: str, job: TuneJob, seconds: float, workers: list[str],
 
     record = {"category": job.category, "key": job.key, "operator": job.operator,
               "seconds": seconds, "workers": workers, "candidates": dict(candidate_s),
-              "overhead_s": overhead_s, "children": [list(c) for c in job.children]}
+              "overhead_s": overhead_s, "children": [list(c) for c in job.children],
+              "candidate_children": {name: [list(c) for c in needed]
+                                     for name, needed in job.candidate_children.items()}}
     new = not os.path.exists(path) or os.path.getsize(path) == 0
     with open(path, "a", encoding="utf-8") as file:
         if new:

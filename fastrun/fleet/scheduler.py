@@ -59,18 +59,20 @@ def expected_seconds(jobs: Iterable[TuneJob]) -> dict[Uid, float]:
 
 def split(jobs: Iterable[TuneJob], workers: int, parts_per_worker: int = 3,
           max_candidates: int = 24) -> list[TuneJob]:
-    """Jobs with the long problems split into parts, each timing some of the candidates, so
-    that no part is much longer than ``1 / (workers * parts_per_worker)`` of all the work.
+    """Jobs with the long problems split into parts, each timing some of the candidates, so that no
+    part is much longer than ``1 / (workers * parts_per_worker)`` of all the work.
 
-    Why: a fleet finishes no sooner than its longest job, and one problem (VGG-16's 25088 x
-    4096 GEMV) took 23 s of the 180 s the zoo's 473 problems took on one worker; 64 workers
-    would wait on it for 13% of the tune.  Candidates are packed into parts longest first,
-    from their times in an earlier tune (else as equals); each part pays the problem's fixed
-    cost (inputs, reference) again.  A part's candidates are timed against each other only,
-    the merged entries decide: the fleet's machines are of one kind, which is what lets their
-    measurements share one cache.  Not split: one worker; problems with fewer than two
-    candidates, or more than ``max_candidates`` (a budgeted search samples those, which only
-    works on the whole space).
+    Why: a fleet finishes no sooner than its longest job, and one problem (VGG-16's 25088 x 4096
+    GEMV) took 23 s of the 180 s the zoo's 473 problems took on one worker; 64 workers would
+    wait on it for 13% of the tune. Candidates are packed into parts longest first, from their
+    times in an earlier tune (else as equals), candidates that need the same sub-problems
+    together: a part waits only for its own candidates' sub-problems, so a conv's direct kernels
+    are timed while the GEMM that its Winograd candidates call is still being tuned. Each part
+    pays the problem's fixed cost (inputs, reference) again. A part's candidates are timed
+    against each other only, and the merged entries decide: the fleet's machines are of one
+    kind, which is what lets their measurements share one cache. Not split: one worker; problems
+    with fewer than two candidates, or more than ``max_candidates`` (a budgeted search samples
+    those, which only works on the whole space).
     """
     jobs = list(jobs)
     if workers < 2:
@@ -85,17 +87,36 @@ def split(jobs: Iterable[TuneJob], workers: int, parts_per_worker: int = 3,
             out.append(job)
             continue
         costs = {name: job.candidate_s.get(name, 1.0) for name in job.candidates}
-        bins: list[tuple[float, int, list[str]]] = [(0.0, i, []) for i in range(count)]
-        for name in sorted(job.candidates, key=lambda n: -costs[n]):
-            load, index, names = heapq.heappop(bins)
-            names.append(name)
-            heapq.heappush(bins, (load + costs[name], index, names))
-        groups = [names for _, _, names in sorted(bins, key=lambda b: b[1]) if names]
         order = {name: i for i, name in enumerate(job.candidates)}
-        for index, names in enumerate(groups):
-            out.append(replace(job, algorithms=tuple(sorted(names, key=order.get)),
-                               part=index, parts=len(groups), attempts=[]))
+        groups = []
+        # candidates that wait for the same children go together, so that those waiting for
+        # none start at once; each set gets parts in proportion to its time
+        by_needs: dict[tuple, list[str]] = {}
+        for name in job.candidates:
+            by_needs.setdefault(job.candidate_children.get(name, ()), []).append(name)
+        total = sum(costs.values()) or 1.0
+        for needs, names in by_needs.items():
+            share = sum(costs[n] for n in names) / total
+            for part in _pack(names, costs, max(1, round(count * share))):
+                groups.append((needs, sorted(part, key=order.get)))
+        if len(groups) < 2:
+            out.append(job)
+            continue
+        for index, (needs, names) in enumerate(groups):
+            out.append(replace(job, algorithms=tuple(names), children=needs, part=index,
+                               parts=len(groups), attempts=[]))
     return out
+
+
+def _pack(names: list[str], costs: dict[str, float], count: int) -> list[list[str]]:
+    """``names`` into at most ``count`` groups of similar total cost, longest first."""
+    bins: list[tuple[float, int, list[str]]] = [(0.0, i, []) for i in range(min(count,
+                                                                                len(names)))]
+    for name in sorted(names, key=lambda n: -costs[n]):
+        load, index, members = heapq.heappop(bins)
+        members.append(name)
+        heapq.heappush(bins, (load + costs[name], index, members))
+    return [members for _, _, members in sorted(bins, key=lambda b: b[1]) if members]
 
 
 class Scheduler:

@@ -119,3 +119,26 @@ def test_splitting_lets_a_large_fleet_wait_less_on_one_long_problem():
     result = simulate(jobs, 16)
     # the big problem alone (16.2 s) would bound the wall time; in parts it does not
     assert result.makespan_s < 8 and result.serial_s == pytest.approx(16.2 + 30)
+
+
+def test_a_part_waits_only_for_its_own_candidates_sub_problems():
+    costs = {"direct": 4.0, "im2col": 4.0, "winograd": 4.0, "implicit": 4.0}
+    conv = job("conv", None, candidates=list(costs))
+    conv.candidate_s, conv.overhead_s = dict(costs), 0.1
+    conv.estimate_s = 16.1
+    conv.candidate_children = {"im2col": (("cat", "gemm"),), "winograd": (("cat", "gemm"),)}
+    conv.children = (("cat", "gemm"),)
+    gemm = job("gemm", 4.0)
+    jobs = split([gemm, conv, *(job(f"s{i}", 1.0) for i in range(12))], workers=4)
+    parts = {tuple(j.algorithms): j for j in jobs if j.key == "conv"}
+    assert len(parts) >= 2
+    for names, part in parts.items():
+        needs_gemm = bool(set(names) & {"im2col", "winograd"})
+        assert set(names) <= ({"im2col", "winograd"} if needs_gemm else {"direct", "implicit"})
+        assert part.children == ((("cat", "gemm"),) if needs_gemm else ())
+    scheduler = Scheduler(jobs)
+    ready = []
+    while (found := scheduler.next_for("w", workers=1)) is not None:
+        ready.append(found)
+    assert {j.key for j in ready} >= {"gemm", "conv"}  # the free parts start at once
+    assert all(not j.children for j in ready)
