@@ -26,7 +26,7 @@ import numpy as np
 
 from fastrun.algorithm import Algorithm
 from fastrun.attribute import AlgoAttribute
-from fastrun.cache import Entry, PersistentCache
+from fastrun.cache import Entry, PersistentCache, entry_order
 from fastrun.cache.problems import ProblemRecorder
 from fastrun.category import text as category_text
 from fastrun.core.nearest import NearestIndex
@@ -428,9 +428,11 @@ class AlgoChooser:
 
     def _pick(self, problem: Problem, entries: Sequence[Entry], candidates: Sequence[Algorithm],
               excluded: dict[str, str], source: str) -> tuple[Algorithm, ExecutionPolicy] | None:
-        """The fastest entry that names a current candidate and fits strategy and limit."""
+        """The fastest entry that names a current candidate and fits strategy and limit.  Ties in
+        time go the way the cache orders them (:func:`entry_order`: smaller workspace, then
+        the name), so a search and a later cache lookup pick the same one."""
         by_name = {c.desc.text: c for c in candidates}
-        for entry in sorted(entries, key=lambda e: e.time_s):
+        for entry in sorted(entries, key=entry_order):
             algorithm = by_name.get(entry.algorithm)
             if algorithm is None:
                 continue

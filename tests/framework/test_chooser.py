@@ -488,3 +488,18 @@ def test_a_candidate_that_raises_during_the_confirmation_leaves_the_first_rankin
     decision = chooser(make_registry(flaky, steady), clock).decide(problem())
     assert decision.algorithm.desc.name == "flaky"  # the block ranking
     assert "confirmation of" in caplog.text and "flaky raised RuntimeError" in caplog.text
+
+
+def test_equal_times_pick_what_the_cache_puts_first(clock):
+    """A tie in time goes to the smaller workspace, then the name, in the search as in a later
+    cache lookup (PoCL's timer made two OpenCL configurations tie exactly)."""
+    zeta, alpha = algos(clock, ("zeta", 1 * MS, {"heuristic_rank": 0}),
+                        ("alpha", 1 * MS, {"heuristic_rank": 1}))
+    registry = make_registry(zeta, alpha)
+    cache = InMemoryCache()
+    decision = chooser(registry, clock, "fast-run", cache=cache, confirm_rounds=0
+                       ).decide(problem())
+    ((_, _, entries),) = list(cache)
+    assert decision.algorithm is alpha and entries[0].algorithm == "alpha"
+    again = chooser(registry, clock, "heuristic", cache=cache).decide(problem())
+    assert again.source == "cache" and again.algorithm is alpha
