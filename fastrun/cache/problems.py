@@ -3,7 +3,7 @@
 Why: a fleet is tuned for what production runs, not for a guess.  A session with
 ``record=PATH`` (``FASTRUN_RECORD``, ``load_and_run --record PATH``) appends each problem that
 missed the cache to this file, for a fleet to tune exactly those later (``fastrun tune
---problems``, issue 17's next step, is not built yet).
+--problems``, :mod:`fastrun.fleet`, docs/fleet.md).
 
 The file is JSON lines: a header ``{"format": "fastrun-problems", "version": 1}``, then one
 record per problem with the operator, shapes, dtypes and canonical parameters (enough to

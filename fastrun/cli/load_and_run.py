@@ -56,7 +56,8 @@ def build_parser() -> argparse.ArgumentParser:
                              "every call)")
     parser.add_argument("--record", metavar="PATH",
                         help="append every problem that misses the cache to this problems file "
-                             "(default: FASTRUN_RECORD), to tune them later (docs/runtime.md)")
+                             "(default: FASTRUN_RECORD), to tune them later with fastrun tune "
+                             "--problems (docs/fleet.md)")
     parser.add_argument("--blocked-layout", action="store_true",
                         help="let the search run convolutions in the channel-blocked layout "
                         "where that is measured to pay (default: FASTRUN_BLOCKED_LAYOUT, off)")
