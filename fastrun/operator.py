@@ -8,6 +8,7 @@ usable must be in it and nothing else may be.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -71,6 +72,11 @@ class Problem:
             tuple(sorted((k, _freeze(v)) for k, v in (params or {}).items())),
         )
 
+    @property
+    def params_text(self) -> str:
+        """The key's parameter part (what follows the first ``;``), '' without parameters."""
+        return self.key.partition(";")[2]
+
     def param(self, name: str, default: Any = None) -> Any:
         for key, value in self.params:
             if key == name:
@@ -83,6 +89,26 @@ class Problem:
 
     def __str__(self) -> str:
         return f"{self.operator}({self.key})"
+
+
+_TENSOR_TEXT = re.compile(r"([A-Za-z0-9_]+)\[([0-9x]*)\]")
+
+
+def split_key(key: str) -> tuple[tuple[str, ...], tuple[tuple[int, ...], ...], str] | None:
+    """(dtypes, shapes, parameter text) of a problem key, None when it is not one: the inverse
+    of :attr:`Problem.key` for what a cache stores only as text (the nearest-neighbour index
+    reads its keys).  The tensor part holds no ``;``, so the first one ends it, and no ``,``
+    inside a tensor."""
+    tensors, _, params = key.partition(";")
+    dtypes, shapes = [], []
+    for part in tensors.split(","):
+        match = _TENSOR_TEXT.fullmatch(part)
+        if match is None:
+            return None
+        dtypes.append(match.group(1))
+        dims = match.group(2)
+        shapes.append(tuple(int(d) for d in dims.split("x")) if dims else ())
+    return tuple(dtypes), tuple(shapes), params
 
 
 @dataclass(frozen=True)

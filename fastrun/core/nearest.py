@@ -50,21 +50,19 @@ does not carry where another size's Winograd tiles fall.
 from __future__ import annotations
 
 import math
-import re
 import threading
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
 
-from fastrun.operator import Problem
+from fastrun.operator import Problem, split_key
 
 #: Neighbours returned per question: enough to get past a few whose picks do not apply.
 MAX_NEIGHBOURS = 8
 #: Sizes below this and sizes at or above it are different regimes (see the module docstring).
 VECTOR_LANES = 16
 
-_TENSOR = re.compile(r"([A-Za-z0-9_]+)\[([0-9x]*)\]")
 #: log2 of an axis of size 0: far from every positive size, at distance 0 from another 0
 _ZERO_AXIS = -1e6
 
@@ -75,24 +73,6 @@ class Neighbour:
 
     key: str
     distance: float
-
-
-def split_key(key: str) -> tuple[tuple[str, ...], tuple[tuple[int, ...], ...], str] | None:
-    """(dtypes, shapes, parameter text) of a problem key, None when it is not one.
-
-    Keys are built by :class:`fastrun.operator.Problem`: ``dtype[AxBxC],...;name=value,...``.
-    The tensor part holds no ``;``, so the first one ends it, and no ``,`` inside a tensor.
-    """
-    tensors, _, params = key.partition(";")
-    dtypes, shapes = [], []
-    for part in tensors.split(","):
-        match = _TENSOR.fullmatch(part)
-        if match is None:
-            return None
-        dtypes.append(match.group(1))
-        dims = match.group(2)
-        shapes.append(tuple(int(d) for d in dims.split("x")) if dims else ())
-    return tuple(dtypes), tuple(shapes), params
 
 
 def _group(dtypes: tuple[str, ...], shapes: tuple[tuple[int, ...], ...], params: str,
@@ -133,7 +113,7 @@ class _CategoryIndex:
 
     def neighbours(self, problem: Problem, limit: float) -> list[Neighbour]:
         sizes = _log_sizes(self.size_axes(problem.shapes))
-        group = _group(problem.dtypes, problem.shapes, _params_text(problem), len(sizes))
+        group = _group(problem.dtypes, problem.shapes, problem.params_text, len(sizes))
         found = self.groups.get(group)
         if found is None:
             return []
@@ -147,10 +127,6 @@ class _CategoryIndex:
         order = sorted((d, -v, name) for d, v, name in zip(distances, volumes, names, strict=True)
                        if d <= limit + 1e-9 and name != problem.key)
         return [Neighbour(name, float(d)) for d, _, name in order[:MAX_NEIGHBOURS]]
-
-
-def _params_text(problem: Problem) -> str:
-    return problem.key.partition(";")[2]
 
 
 class NearestIndex:

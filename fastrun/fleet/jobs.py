@@ -13,6 +13,8 @@ it); its sub-problems are, and its parent waits for them directly.
 from __future__ import annotations
 
 import json
+import math
+import os
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -121,8 +123,6 @@ def problem_from_payload(payload: Mapping[str, Any]) -> Problem:
 
 
 def _work(chooser: AlgoChooser, problem: Problem) -> float:
-    import math
-
     sizes = chooser.registry.operator(problem.operator).size_axes(problem.shapes)
     return sum(math.log2(s) for s in sizes if s > 0)
 
@@ -218,8 +218,6 @@ def read_times(path: str) -> dict[Ident, dict[str, Any]]:
 def append_time(path: str, job: TuneJob, seconds: float, workers: list[str],
                 candidate_s: Mapping[str, float], overhead_s: float | None) -> None:
     """One line per finished problem (the header first in a new file)."""
-    import os
-
     record = {"category": job.category, "key": job.key, "operator": job.operator,
               "seconds": seconds, "workers": workers, "candidates": dict(candidate_s),
               "overhead_s": overhead_s, "children": [list(c) for c in job.children],

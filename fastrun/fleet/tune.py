@@ -19,15 +19,7 @@ from fastrun.fleet.driver import TuneSummary, run_tune
 from fastrun.fleet.engines import LocalEngine, RayEngine
 from fastrun.fleet.jobs import TuneJob, apply_times, collect_jobs, read_times
 from fastrun.fleet.scheduler import Simulation, simulate
-from fastrun.fleet.worker import WorkerSettings, forwarded_environment
-
-
-def _session(device: str, strategy: str = "fast-run", workspace_limit: int | None = None):
-    from fastrun.api import Session
-    from fastrun.cache import InMemoryCache
-
-    return Session(device=device, cache=InMemoryCache(), strategy=strategy,
-                   workspace_limit=workspace_limit, progress=False, nearest=0.0)
+from fastrun.fleet.worker import WorkerSettings, forwarded_environment, tuning_session
 
 
 def collect(models: Sequence[str] = (), suites: Sequence[str] = (),
@@ -44,7 +36,7 @@ def collect(models: Sequence[str] = (), suites: Sequence[str] = (),
     from fastrun.analysis.suites import get_suite, model_suite
     from fastrun.cache.problems import read_problems
 
-    session = _session(device, workspace_limit=workspace_limit)
+    session = tuning_session(device, workspace_limit=workspace_limit)
     registry = session.registry
     found = []
     for model in models:
@@ -81,7 +73,7 @@ def tune(jobs: list[TuneJob], cache_path: str, device: str = "cpu",
     Ray address ('auto' for the local cluster) for one worker per node; else ``workers``
     local processes (default 1).  Earlier search times in the times log order the work; this
     tune's are appended to it."""
-    session = _session(device, workspace_limit=workspace_limit)
+    session = tuning_session(device, workspace_limit=workspace_limit)
     registry = session.registry
     operators = sorted({job.operator for job in jobs})
     categories = {name: session.chooser.category(registry.operator(name)) for name in operators}

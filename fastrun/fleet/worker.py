@@ -59,6 +59,19 @@ def forwarded_environment() -> dict[str, str]:
             if name.startswith(FORWARDED_PREFIX) and name not in NOT_FORWARDED}
 
 
+def tuning_session(device: str, strategy: str = "fast-run", budget_s: float | None = None,
+                   workspace_limit: int | None = None, progress: Progress | None = None):
+    """A session of a tune's own: a private in-memory cache (results go back to the driver,
+    which alone writes the shared one), no progress bar, and no nearest-neighbour serving (a
+    tune measures).  The driver collects jobs with one, each worker searches with one."""
+    from fastrun.api import Session
+    from fastrun.cache import InMemoryCache
+
+    return Session(device=device, cache=InMemoryCache(), strategy=strategy, budget_s=budget_s,
+                   workspace_limit=workspace_limit,
+                   progress=progress if progress is not None else False, nearest=0.0)
+
+
 class Worker:
     """One worker, living in the worker's process: its settings applied once, then a fresh
     session per job (a job's sub-problems come with it; what an earlier job decided must not
@@ -70,14 +83,9 @@ class Worker:
         if settings.cpus is not None and hasattr(os, "sched_setaffinity"):
             os.sched_setaffinity(0, settings.cpus)
 
-    def session(self, progress=None):
-        from fastrun.api import Session
-        from fastrun.cache import InMemoryCache
-
-        return Session(device=self.settings.device, cache=InMemoryCache(),
-                       strategy=self.settings.strategy, budget_s=self.settings.budget_s,
-                       workspace_limit=self.settings.workspace_limit,
-                       progress=progress if progress is not None else False, nearest=0.0)
+    def session(self, progress: Progress | None = None):
+        return tuning_session(self.settings.device, self.settings.strategy,
+                              self.settings.budget_s, self.settings.workspace_limit, progress)
 
     def info(self) -> dict[str, Any]:
         """Who this worker is and what its measurements are valid for: the device's category

@@ -13,9 +13,8 @@ import pytest
 import fastrun
 from fastrun.cache import FileCache, InMemoryCache
 from fastrun.core.chooser import AlgoChooser
-from fastrun.core.nearest import split_key
 from fastrun.core.strategy import SearchOptions, Strategy
-from fastrun.operator import Problem
+from fastrun.operator import Problem, split_key
 from tests.framework.fakes import FakeAlgo, FakeClock, FakeDevice, make_registry, problem
 
 MS = 1_000_000
@@ -66,7 +65,7 @@ def test_split_key_reads_back_every_problem_key():
               Problem.create("scale", [()], ["float32"])):
         dtypes, shapes, params = split_key(p.key)
         assert dtypes == p.dtypes and shapes == p.shapes
-        assert params == p.key.partition(";")[2]
+        assert params == p.params_text
     for foreign in ("", "garbage", "float32[2x2]float32[3]", "f[2,2]", "float32[2x2],"):
         assert split_key(foreign) is None
 
