@@ -10,6 +10,9 @@
    this process (3 rankings; the cache keeps only each problem's Pareto front, so the other
    run's time of a pick is often not there), and the difference counts as noise when the
    slower is within ``--noise`` of the faster.
+   The same comparison between two one-worker tunes (``--repeat``, on by default) measures
+   how often a tune disagrees with itself: the floor the many-worker disagreements are read
+   against.
 4. Replays the one-worker tune's times on 2, 8, 64 and 512 workers (``fastrun tune
    --simulate``): predicted wall time, speed-up and parallel efficiency (target: at least
    80% at 64 workers).
@@ -89,6 +92,15 @@ def _agreement(jobs, first: str, second: str, noise: float, rounds: int = 3) -> 
             "disagreements": disagreements}
 
 
+def _print_agreement(against: str, agreement: dict, noise: float) -> None:
+    print(f"picks      {against} against 1 worker: {agreement['same']} same, "
+          f"{agreement['within_noise']} different within {noise:.0%} noise, "
+          f"{agreement['outside_noise']} different beyond it")
+    for item in agreement["disagreements"][:10]:
+        print(f"  {item['problem'][:90]}: 1 worker {item['one_worker']}, {against} "
+              f"{item['many_workers']}, timed again: {item['ratio']:.2f}x apart")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--models", default=ZOO)
@@ -98,6 +110,8 @@ def main() -> None:
                              "less keeps the two tunes short, the ratio is what counts)")
     parser.add_argument("--noise", type=float, default=0.10,
                         help="relative time difference counted as noise between the picks")
+    parser.add_argument("--no-repeat", dest="repeat", action="store_false",
+                        help="skip the second one-worker tune (the self-disagreement floor)")
     parser.add_argument("--keep", help="keep the caches and times logs in this directory")
     parser.add_argument("--json", help="write the figures to this file")
     args = parser.parse_args()
@@ -115,7 +129,8 @@ def main() -> None:
         os.makedirs(directory, exist_ok=True)
         one_cache = os.path.join(directory, "one-worker.bin")
         many_cache = os.path.join(directory, f"{args.workers}-workers.bin")
-        for path in (one_cache, many_cache):
+        again_cache = os.path.join(directory, "one-worker-again.bin")
+        for path in (one_cache, many_cache, again_cache):
             for stale in (path, default_times_path(path)):
                 if os.path.exists(stale):
                     os.remove(stale)
@@ -131,12 +146,13 @@ def main() -> None:
         print(f"speed-up   **{speedup:.2f}x** with {args.workers} workers over 1 "
               f"(target >= 1.8 for 2 workers on 2 cores)")
         agreement = _agreement(jobs, one_cache, many_cache, args.noise)
-        print(f"picks      {agreement['same']} same, {agreement['within_noise']} different "
-              f"within {args.noise:.0%} noise, {agreement['outside_noise']} different beyond it")
-        for item in agreement["disagreements"][:10]:
-            print(f"  {item['problem'][:90]}: 1 worker {item['one_worker']}, "
-                  f"{args.workers} workers {item['many_workers']}, timed again: "
-                  f"{item['ratio']:.2f}x apart")
+        _print_agreement(f"{args.workers} workers", agreement, args.noise)
+        repeat = None
+        if args.repeat:
+            again_s, _ = _tune(collect(models, device=DEVICE), again_cache, 1, args.budget)
+            repeat = _agreement(jobs, one_cache, again_cache, args.noise)
+            print(f"1 worker again {again_s:.1f} s wall: the floor a tune disagrees with itself")
+            _print_agreement("1 worker again", repeat, args.noise)
         simulated = simulate_times(default_times_path(one_cache), [2, 8, 64, 512])
         print("\n| workers | predicted wall s | speed-up | parallel efficiency |")
         print("| --- | --- | --- | --- |")
@@ -149,7 +165,7 @@ def main() -> None:
             with open(args.json, "w", encoding="utf-8") as stream:
                 json.dump({"jobs": len(jobs), "one_worker_s": one_s, "many_workers_s": many_s,
                            "workers": args.workers, "speedup": speedup,
-                           "agreement": agreement,
+                           "agreement": agreement, "repeat_agreement": repeat,
                            "simulated": [{"workers": r.workers, "makespan_s": r.makespan_s,
                                           "speedup": r.speedup, "efficiency": r.efficiency}
                                          for r in simulated]}, stream, indent=1)

@@ -119,6 +119,16 @@ class Algorithm:
         family's base class, so adding an algorithm never edits its operator."""
         return None
 
+    def work(self, problem: Problem) -> float | None:
+        """How much this algorithm does for ``problem``, in a unit of its own choosing: only
+        the ratio between two problems matters.  A problem the cache lacks, served from its
+        nearest measured one (:mod:`fastrun.core.nearest`), takes each algorithm's time there
+        scaled by its work here over its work there, so an algorithm whose tiles fit the new
+        shape worse loses its place (a Winograd F(4,3) does as many tiles on 5x5 pixels as on
+        7x7).  None: the operator's :meth:`~fastrun.operator.Operator.work`, which scales
+        every algorithm alike and so keeps the measured order."""
+        return None
+
     def device_unusable_reason(self, device: Any, problem: Problem) -> str | None:
         """Why this algorithm cannot compute ``problem`` on ``device`` (a work-group or
         local-memory limit, a missing float64 extension), or None.  Asked only of algorithms of

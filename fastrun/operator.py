@@ -8,6 +8,7 @@ usable must be in it and nothing else may be.
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -188,6 +189,21 @@ class Operator:
                 seen.add(tuple(shape))
                 axes.extend(shape)
         return tuple(axes)
+
+    def lane_axes(self, shapes: Sequence[Shape]) -> tuple[int, ...] | None:
+        """Positions in :meth:`size_axes` of the sizes that kernels spread over vector lanes,
+        where a size below 16 and one at or above it are different regimes, so that two
+        problems on either side are not compared (:mod:`fastrun.core.nearest`); None: every
+        size.  An operator whose kernels pad or tile some sizes to their own blocks (a conv's
+        pixels) leaves those out."""
+        return None
+
+    def work(self, problem: Problem) -> float:
+        """How much computing ``problem`` takes, up to a constant: the product of its
+        :meth:`size_axes`.  Only ratios between problems are used, to carry a measured time
+        to a nearby shape (:mod:`fastrun.core.nearest`); an algorithm that rounds the shape
+        to its tiles says so itself (:meth:`fastrun.algorithm.Algorithm.work`)."""
+        return float(math.prod(self.size_axes(problem.shapes)))
 
     def output_shape(self, problem: Problem) -> Shape:
         raise NotImplementedError

@@ -29,7 +29,7 @@ from fastrun.attribute import AlgoAttribute
 from fastrun.cache import Entry, PersistentCache, entry_order
 from fastrun.cache.problems import ProblemRecorder
 from fastrun.category import text as category_text
-from fastrun.core.nearest import NearestIndex
+from fastrun.core.nearest import NearestIndex, carried_entries
 from fastrun.core.profiler import Failure, Profiler, ProfileResult
 from fastrun.core.reasons import Exclusion, Source, Why, why_of
 from fastrun.core.strategy import ExecutionPolicy, SearchOptions
@@ -147,6 +147,18 @@ class SearchStats:
     #: problems with exactly one eligible algorithm: nothing to look up or time
     single: int = 0
     search_seconds: float = 0.0
+
+
+def _carried_children(children: tuple[ExecutionPolicy, ...]) -> bool:
+    """Whether a neighbour's time for an algorithm still holds with these sub-problem
+    choices: not when one of them fell to the rule of thumb, for lack of a measured problem
+    near it.  The parent's time there included its sub-problem's measured choice; here that
+    choice is a guess, often on the far side of a size cliff.  Measured on the 2-core VM:
+    ResNet-18's last stage at 5x5 pixels (160-pixel images) took Winograd F(2,3) from 7x7,
+    whose product has 16 tiles there and 9 here, and ran it in 2.1 ms against 0.8 ms for
+    the direct kernel a search picks."""
+    return all(policy.source != Source.HEURISTIC
+               for child in children for policy in child.walk())
 
 
 def _total_workspace(algorithm: Algorithm, problem: Problem,
@@ -427,17 +439,20 @@ class AlgoChooser:
                                time_s, algorithm.workspace_bytes(problem), children)
 
     def _pick(self, problem: Problem, entries: Sequence[Entry], candidates: Sequence[Algorithm],
-              excluded: dict[str, str], source: str) -> tuple[Algorithm, ExecutionPolicy] | None:
-        """The fastest entry that names a current candidate and fits strategy and limit.  Ties in
-        time go the way the cache orders them (:func:`entry_order`: smaller workspace, then
-        the name), so a search and a later cache lookup pick the same one."""
+              excluded: dict[str, str], source: str,
+              accept: Callable[[tuple[ExecutionPolicy, ...]], bool] | None = None,
+              ) -> tuple[Algorithm, ExecutionPolicy] | None:
+        """The fastest entry that names a current candidate and fits strategy and limit (and
+        whose sub-problems' policies ``accept`` takes, when given).  Ties in time go the way
+        the cache orders them (:func:`entry_order`: smaller workspace, then the name), so a
+        search and a later cache lookup pick the same one."""
         by_name = {c.desc.text: c for c in candidates}
         for entry in sorted(entries, key=entry_order):
             algorithm = by_name.get(entry.algorithm)
             if algorithm is None:
                 continue
             children = self._fit(algorithm, problem, excluded)
-            if children is not None:
+            if children is not None and (accept is None or accept(children)):
                 return algorithm, self._policy(algorithm, problem, source, children, entry.time_s)
         return None
 
@@ -507,17 +522,20 @@ class AlgoChooser:
         here, under this strategy and limit (:mod:`fastrun.core.nearest`); None when there is
         none within the limit."""
         for neighbour in self.nearest.neighbours(category, problem, self.options.nearest,
-                                                 operator.size_axes):
+                                                 operator):
             entries = self.cache.get(category, neighbour.key)
             if not entries:
                 continue
-            picked = self._pick(problem, entries, candidates, excluded, Source.NEAREST)
+            carried = carried_entries(entries, problem, neighbour.problem(problem),
+                                      operator.work, {c.desc.text: c for c in candidates})
+            picked = self._pick(problem, carried, candidates, excluded, Source.NEAREST,
+                                accept=_carried_children)
             if picked is None:
                 continue
             algorithm, policy = picked
-            # The neighbour's time measured another problem: it is not this one's.
-            policy = replace(policy, time_s=None, neighbour=neighbour.key,
-                             distance=neighbour.distance)
+            # The neighbour's time measured another problem: carried here, it is an estimate.
+            policy = replace(policy, time_s=None, estimate_s=policy.time_s,
+                             neighbour=neighbour.key, distance=neighbour.distance)
             log.info("%s: no measurement; served by %s, measured on its nearest neighbour %s "
                      "(distance %.2f)", problem, algorithm.desc.text, neighbour.key,
                      neighbour.distance)

@@ -29,7 +29,8 @@ The distance
     a remainder path below it: measured on the 2-core Zen 5 VM, ``register_tiled`` took 815 us
     for Winograd's batched product with N = 16 and 3722 us with N = 9 (``blas`` 1768 and 693),
     so a choice made at 16 was 5x off at 9.  Two problems with sizes on either side of it are
-    not compared at all.
+    not compared at all, on the sizes the operator puts into lanes
+    (:meth:`~fastrun.operator.Operator.lane_axes`: every size by default, a conv's channels).
 
 The limit
     A neighbour is used only when its distance is at most the limit: ``FASTRUN_NEAREST``
@@ -37,26 +38,36 @@ The limit
     neighbours within it, the nearest comes first (ties: the larger problem, whose ranking
     reflects the larger working set, then the key, so the choice is the same in every process).
 
-The chooser takes the first neighbour whose measured entries name an algorithm that is usable
-for the new problem and fits its strategy and workspace limit (:meth:`AlgoChooser._pick`), so a
-neighbour never brings an algorithm that cannot compute the problem.
+Carrying the ranking
+    A neighbour's ranking is not taken as it is: each entry's time is scaled by its
+    algorithm's work here over its work there (:func:`carried_entries`,
+    :meth:`~fastrun.algorithm.Algorithm.work`), so an algorithm whose tiles fit the new shape
+    worse drops.  The chooser then takes the fastest carried entry whose algorithm is usable
+    for the new problem, fits its strategy and workspace limit, and has no sub-problem that
+    fell to the rule of thumb (:meth:`AlgoChooser._from_nearest`): a neighbour never brings an
+    algorithm that cannot compute the problem.  The carried time is the decision's estimate,
+    which the runtime's layout planner uses as it would a measurement.
 
-What it is worth (``benchmarks/bench_nearest.py``, docs/performance.md): from a cache searched
-at batch 1 and 8, batches 2 and 4 ran within 6% of a fresh search; other image sizes less well
-(ResNet-18 at 160 pixels 1.21x a fresh search, 1.09x the rule of thumb), because a ranking
-does not carry where another size's Winograd tiles fall.
+What it is worth (``benchmarks/bench_nearest.py``, docs/performance.md, the 16-core Xeon at 16
+threads): from a cache searched at 224 pixels, batch 1 and 8, other batches and image sizes
+ran 0.64-0.98 of the rule of thumb's time and 0.83-1.05 of a fresh search's, the two worst
+rows (ResNet-18 at 160 pixels, MobileNetV2 at 288) measured again over 6 rounds.  Copying the
+ranking instead had run ResNet-18 at 160 pixels 1.21x a fresh search and 1.09x the rule of
+thumb.
 """
 
 from __future__ import annotations
 
 import math
 import threading
-from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, replace
 
 import numpy as np
 
-from fastrun.operator import Problem, split_key
+from fastrun.algorithm import Algorithm
+from fastrun.cache.store import Entry
+from fastrun.operator import Operator, Problem, split_key
 
 #: Neighbours returned per question: enough to get past a few whose picks do not apply.
 MAX_NEIGHBOURS = 8
@@ -74,15 +85,43 @@ class Neighbour:
     key: str
     distance: float
 
+    def problem(self, near: Problem) -> Problem:
+        """The neighbour as a problem: ``near``'s operator, dtypes and parameters (a neighbour
+        shares them) with the neighbour's shapes."""
+        parts = split_key(self.key)
+        assert parts is not None  # the index holds only keys it could split
+        return Problem(near.operator, parts[1], near.dtypes, near.params)
+
+
+def carried_entries(entries: Sequence[Entry], here: Problem, there: Problem,
+                    operator_work: Callable[[Problem], float],
+                    algorithms: Mapping[str, Algorithm]) -> list[Entry]:
+    """The entries measured on ``there``, each time carried to ``here``: scaled by its
+    algorithm's work here over its work there (:meth:`Algorithm.work`, else
+    ``operator_work``).  The ranking that results is what the shapes' difference predicts,
+    not the one measured: on the 16-core Xeon, ResNet-18's 3x3 layers at 160 pixels lost
+    up to 2x taking Winograd F(4,3) from 7x7 pixels to 5x5, where it does as many tiles as
+    at 7x7 while a direct conv does half the work.  An entry of an algorithm not among
+    ``algorithms`` is kept as measured (it will not be picked)."""
+    carried = []
+    for entry in entries:
+        algorithm = algorithms.get(entry.algorithm)
+        scale = 1.0
+        if algorithm is not None:
+            work_here, work_there = algorithm.work(here), algorithm.work(there)
+            if work_here is None or work_there is None:
+                work_here, work_there = operator_work(here), operator_work(there)
+            if work_here > 0 and work_there > 0:
+                scale = work_here / work_there
+        carried.append(replace(entry, time_s=entry.time_s * scale,
+                               spread_s=entry.spread_s * scale))
+    return carried
+
 
 def _group(dtypes: tuple[str, ...], shapes: tuple[tuple[int, ...], ...], params: str,
            sizes: int) -> tuple:
     """What two problems must share to be compared at all."""
     return (params, dtypes, tuple(len(shape) for shape in shapes), sizes)
-
-
-#: shapes -> the sizes compared (an operator's size_axes)
-SizeAxes = Callable[[Sequence[tuple[int, ...]]], Sequence[int]]
 
 
 def _log_sizes(sizes: Iterable[int]) -> list[float]:
@@ -92,8 +131,9 @@ def _log_sizes(sizes: Iterable[int]) -> list[float]:
 class _CategoryIndex:
     """The measured problems of one category, grouped by what must match, as log2 sizes."""
 
-    def __init__(self, keys: Iterable[str], size_axes: SizeAxes):
-        self.size_axes = size_axes
+    def __init__(self, keys: Iterable[str], operator: Operator):
+        self.operator = operator
+        size_axes = operator.size_axes
         groups: dict[tuple, tuple[list[str], list[list[float]]]] = {}
         for key in keys:
             parts = split_key(key)
@@ -112,7 +152,7 @@ class _CategoryIndex:
                        for group, (names, rows) in groups.items()}
 
     def neighbours(self, problem: Problem, limit: float) -> list[Neighbour]:
-        sizes = _log_sizes(self.size_axes(problem.shapes))
+        sizes = _log_sizes(self.operator.size_axes(problem.shapes))
         group = _group(problem.dtypes, problem.shapes, problem.params_text, len(sizes))
         found = self.groups.get(group)
         if found is None:
@@ -120,9 +160,12 @@ class _CategoryIndex:
         names, rows = found
         mine = np.asarray(sizes)
         distances = np.abs(rows - mine).sum(axis=1)
-        # across the vector cliff on any size: not comparable
+        # across the vector cliff on a size kernels put into lanes: not comparable
         lanes = math.log2(VECTOR_LANES)
-        distances[((rows < lanes) != (mine < lanes)).any(axis=1)] = np.inf
+        axes = self.operator.lane_axes(problem.shapes)
+        columns = slice(None) if axes is None else list(axes)
+        cliff = (rows[:, columns] < lanes) != (mine[columns] < lanes)
+        distances[cliff.any(axis=1)] = np.inf
         volumes = rows.clip(min=0).sum(axis=1)  # log2 of the product of the sizes: larger first
         order = sorted((d, -v, name) for d, v, name in zip(distances, volumes, names, strict=True)
                        if d <= limit + 1e-9 and name != problem.key)
@@ -144,16 +187,16 @@ class NearestIndex:
         self._indexes: dict[str, tuple[int, _CategoryIndex]] = {}
 
     def neighbours(self, category: str, problem: Problem, limit: float,
-                   size_axes: SizeAxes) -> list[Neighbour]:
+                   operator: Operator) -> list[Neighbour]:
         """Measured problems within ``limit`` of ``problem``, nearest first (at most
-        :data:`MAX_NEIGHBOURS`); none when ``limit`` is 0.  ``size_axes``: the operator's
-        (one operator per category)."""
+        :data:`MAX_NEIGHBOURS`); none when ``limit`` is 0.  ``operator``: the problem's (one
+        operator per category), which names the sizes compared."""
         if limit <= 0:
             return []
         size = len(self.cache)
         with self._lock:
             built = self._indexes.get(category)
             if built is None or built[0] != size:
-                built = (size, _CategoryIndex(self.cache.keys(category), size_axes))
+                built = (size, _CategoryIndex(self.cache.keys(category), operator))
                 self._indexes[category] = built
         return built[1].neighbours(problem, limit)

@@ -140,13 +140,17 @@ class ExecutionPolicy:
     #: 'cache', 'profiled', 'nearest', 'heuristic', or 'only' (the one eligible algorithm)
     source: str
     #: the measured time of this problem (None when it was not measured: a rule of thumb, or
-    #: a neighbour's measurement, which times another problem)
+    #: a neighbour's measurement, which times another problem; see :attr:`estimate_s`)
     time_s: float | None = None
     workspace_bytes: int = 0
     children: tuple[ExecutionPolicy, ...] = field(default_factory=tuple)
     #: source 'nearest': the key of the measured problem whose choice this is, and its distance
     neighbour: str | None = None
     distance: float | None = None
+    #: source 'nearest': the neighbour's time carried to this problem (its time scaled by the
+    #: algorithm's work here over there): an estimate, which plans layouts as a measured time
+    #: would, but never stands in for a measurement
+    estimate_s: float | None = None
 
     @property
     def total_workspace(self) -> int:
@@ -162,6 +166,8 @@ class ExecutionPolicy:
         timing = f" {self.time_s * 1e3:.3f} ms" if self.time_s is not None else ""
         if self.neighbour is not None:
             timing += f" {self.neighbour_text()}"
+        if self.estimate_s is not None:
+            timing += f", ~{self.estimate_s * 1e3:.3f} ms estimated"
         lines = [f"{indent}{self.operator}({self.key}) -> {self.algorithm} "
                  f"[{self.source}{timing}, workspace {human_bytes(self.workspace_bytes)}]"]
         lines.extend(child.render(indent + "  ") for child in self.children)
@@ -182,6 +188,7 @@ class ExecutionPolicy:
             "time_s": self.time_s,
             "workspace_bytes": self.workspace_bytes,
             "children": [c.to_dict() for c in self.children],
-            **({"neighbour": self.neighbour, "distance": self.distance}
+            **({"neighbour": self.neighbour, "distance": self.distance,
+                "estimate_s": self.estimate_s}
                if self.neighbour is not None else {}),
         }

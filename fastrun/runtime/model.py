@@ -162,10 +162,13 @@ class Model:
         progress = chooser.profiler.progress
 
         def time_of(problem: Problem) -> float | None:
+            """Measured, or carried from the nearest measured problem: a model served from
+            neighbours plans its layouts as the searched one did."""
             try:
-                return chooser.decide(problem).policy.time_s
+                policy = chooser.decide(problem).policy
             except NoUsableAlgorithmError:
                 return None
+            return policy.time_s if policy.time_s is not None else policy.estimate_s
 
         if progress is not None:
             progress.context = "[layouts]"

@@ -81,6 +81,9 @@ def test_a_miss_near_a_measured_problem_takes_its_choice_and_names_it(clock):
     policy = decision.policy
     assert policy.neighbour == problem(n=32).key and policy.distance == pytest.approx(1.0)
     assert policy.time_s is None  # the neighbour's time measured another problem
+    # ... carried here as an estimate: twice the elements, twice the time
+    assert policy.estimate_s == pytest.approx(2 * 1e-3)
+    assert "~2.000 ms estimated" in policy.render()
     assert f"nearest to {problem(n=32).key} (distance 1.00)" in policy.render()
     assert policy.to_dict()["neighbour"] == problem(n=32).key
     assert (rule.runs, fast.runs) == runs  # nothing timed
@@ -195,3 +198,87 @@ def test_load_and_run_reports_the_neighbours(tmp_path, capsys):
     assert "nearest to float32[1x" in out
     summary = json.loads(out_json.read_text())
     assert summary["nearest"] > 0
+
+
+class Tiled(FakeAlgo):
+    """Works in whole tiles of ``tile`` elements: 17 elements cost as much as 32."""
+
+    def __init__(self, *args, tile: int, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.tile = tile
+
+    def work(self, problem):
+        return float(-(-problem.shapes[0][0] // self.tile) * self.tile)
+
+
+def test_times_are_carried_by_each_algorithms_work_so_a_bad_tile_fit_loses(clock):
+    """Measured at 32 elements, 'tiled' (tiles of 32) is faster; at 20 it still does a whole
+    tile while 'plain' does 20/32 of its work there: carried, 'plain' wins."""
+    tiled = Tiled("fake", "tiled", 1 * MS, clock, heuristic_rank=0, tile=32, workspace=1024)
+    plain = FakeAlgo("fake", "plain", int(1.2 * MS), clock, heuristic_rank=1)  # kept: less
+    # workspace
+    registry = make_registry(tiled, plain)
+    cache = searched(registry, clock, 32)
+    c = chooser(registry, clock, "heuristic", cache)
+    small = c.decide(problem(n=20))
+    assert small.source == "nearest" and small.algorithm is plain
+    assert small.policy.estimate_s == pytest.approx(1.2e-3 * 20 / 32)
+    # at 64 both double: the measured order stands
+    large = c.decide(problem(n=64))
+    assert large.source == "nearest" and large.algorithm is tiled
+    assert large.policy.estimate_s == pytest.approx(2e-3)
+
+
+def test_carried_entries_scale_by_work_and_keep_unknown_algorithms_as_measured(clock):
+    from fastrun.cache.store import Entry
+    from fastrun.core.nearest import Neighbour, carried_entries
+    from fastrun.operator import Operator
+
+    tiled = Tiled("fake", "tiled", 1 * MS, clock, tile=32)
+    plain = FakeAlgo("fake", "plain", 1 * MS, clock)
+    here = problem(n=20)
+    there = Neighbour(problem(n=40).key, 1.0).problem(here)
+    assert there == problem(n=40)
+
+    def entry(name):
+        return Entry(name, plain.attributes, 1.0, 0.1, 0, None, 5, 0.0, "test")
+
+    carried = carried_entries([entry("tiled"), entry("plain"), entry("gone")], here, there,
+                              Operator().work, {"tiled": tiled, "plain": plain})
+    times = {e.algorithm: e.time_s for e in carried}
+    assert times == pytest.approx({"tiled": 32 / 64, "plain": 20 / 40, "gone": 1.0})
+    assert carried[1].spread_s == pytest.approx(0.05)
+
+
+def test_winograd_and_blocked_direct_count_whole_tiles():
+    """The case measured on the Xeon: ResNet-18's last stage at 5x5 pixels (160-pixel
+    images) against 7x7 (224): F(4,3) does 4 tiles at both, the direct kernel half the work."""
+    session = fastrun.Session(progress=False)
+    by_name = {a.name: a for a in session.registry.algorithms("conv")}
+
+    def conv(pixels):
+        return session.problem("conv", [(1, 512, pixels, pixels), (512, 512, 3, 3)],
+                               ["float32"] * 2, pads=(1, 1, 1, 1))
+
+    f4, f2, direct = by_name["winograd_f4x3"], by_name["winograd_f2x3"], \
+        by_name["blocked_direct"]
+    assert f4.work(conv(5)) == f4.work(conv(7))
+    assert f2.work(conv(5)) / f2.work(conv(7)) == pytest.approx(9 / 16)
+    assert direct.work(conv(5)) / direct.work(conv(7)) == pytest.approx(5 / 9)  # 6-pixel tiles
+
+
+def test_a_convs_pixels_are_no_vector_cliff_but_its_channels_are():
+    """MobileNetV2 at 288 pixels has 18x18 layers where 224 had 14x14: comparable (the conv
+    kernels tile pixels their own way).  12 channels against 24 are not."""
+    from fastrun.core.nearest import _CategoryIndex
+
+    session = fastrun.Session(progress=False)
+
+    def conv(channels, pixels):
+        return session.problem("conv", [(1, channels, pixels, pixels), (channels, channels, 3, 3)],
+                               ["float32"] * 2, pads=(1, 1, 1, 1))
+
+    index = _CategoryIndex([conv(24, 14).key], session.registry.operator("conv"))
+    assert [n.key for n in index.neighbours(conv(24, 18), 2.0)] == [conv(24, 14).key]
+    assert index.neighbours(conv(12, 14), 2.0) == []  # distance 2.0, across the cliff
+    assert [n.key for n in index.neighbours(conv(17, 14), 2.0)] == [conv(24, 14).key]

@@ -166,3 +166,27 @@ def test_a_search_with_blocked_layouts_gives_onnxruntimes_result():
                  blocked_layout=True)
     feeds = model.random_inputs()
     assert_matches_onnxruntime(_models.layout_mix(), model, feeds)
+
+
+def test_a_model_served_from_neighbours_plans_its_layouts_with_carried_times(monkeypatch):
+    """Without times every conv would stay NCHW ("no guessing"): a model at a size nobody
+    searched plans its layouts with the times carried from its nearest measured problems."""
+    cache = InMemoryCache()
+    searching = fastrun.Session(cache=cache, strategy="fast-run", budget_s=0.002,
+                                progress=False)
+    load(_models.layout_mix(20), searching, blocked_layout=True).search()
+    asked = []
+    real = layout.choose_layouts
+
+    def spy(steps, outputs, session, decide):
+        def recorded(problem):
+            asked.append((problem, decide(problem)))
+            return asked[-1][1]
+        return real(steps, outputs, session, recorded)
+
+    monkeypatch.setattr(layout, "choose_layouts", spy)
+    serving = fastrun.Session(cache=cache, strategy="heuristic", progress=False)
+    load(_models.layout_mix(24), serving, blocked_layout=True).search()
+    conv_times = [time for problem, time in asked if problem.operator == "conv"]
+    assert conv_times and None not in conv_times
+    assert serving.chooser.stats.nearest > 0 and serving.chooser.stats.profiled == 0

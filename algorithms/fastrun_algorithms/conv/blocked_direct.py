@@ -464,6 +464,14 @@ class BlockedDirectConv(ConvAlgorithm):
                     f"and K/group={geo.kg} are not multiples of {LANES}")
         return None
 
+    def work(self, problem: Problem) -> float:
+        """Whole tiles: each image's pixels in tiles of :data:`PIXELS`, the output channels
+        of a group in blocks of 16 lanes."""
+        geo = geometry(problem)
+        pixel_tiles = -(-geo.oh * geo.ow // PIXELS)
+        return float(geo.n * geo.group * pixel_tiles * -(-geo.kg // LANES)
+                     * geo.cg * geo.r * geo.s)
+
     def workspace_bytes(self, problem: Problem) -> int:
         """The staged copy of a padded input (made by the first call of a problem and kept for
         the next, :class:`ScratchPool`), and the packed weights when they are not

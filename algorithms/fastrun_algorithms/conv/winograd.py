@@ -687,6 +687,12 @@ class _Winograd(ConvAlgorithm):
             return f"{self.name} needs " + ", ".join(problems)
         return None
 
+    def work(self, problem: Problem) -> float:
+        """Whole tiles: the transforms and the product grow with the tile count, so 5x5
+        pixels cost F(4,3) as much as 7x7 (4 tiles each)."""
+        geo = geometry(problem)
+        return float(geo.n * -(-geo.oh // self.m) * -(-geo.ow // self.m) * geo.c * geo.k)
+
     def _product(self, problem: Problem) -> Problem:
         plan = _plan(problem, self.m)
         return matmul_problem(plan.u_shape, plan.v_shape, problem.dtypes[0])
