@@ -311,6 +311,28 @@ class Model:
                 env[index] = None
         return self._finish(env), times
 
+    def run_host_seconds(self, feeds: Mapping[str, Any] | None = None,
+                         ) -> tuple[dict[str, np.ndarray], float]:
+        """Like :meth:`run`, also returning the seconds the host spent issuing the steps (the
+        inputs already converted, the outputs not yet downloaded).  On a device that runs
+        queued work asynchronously that is the model's host cost, which a small model on a
+        large GPU waits for when it exceeds the kernels' time; on the CPU it is the whole run."""
+        env = self._start(feeds)
+        started = time.perf_counter()
+        for function, args, out, releases in self._program:
+            env[out] = function(*[env[i] for i in args])
+            for index in releases:
+                env[index] = None
+        issued = time.perf_counter() - started
+        return self._finish(env), issued
+
+    @property
+    def step_count(self) -> int:
+        """Steps the model runs, views included (each costs a call); searches first."""
+        if self.reports is None:
+            self.search()
+        return len(self._program)
+
     def _start(self, feeds: Mapping[str, Any] | np.ndarray | None) -> list[Any]:
         if self.reports is None:
             self.search()

@@ -111,7 +111,11 @@ def test_category_names_platform_device_driver_and_version(device):
 def test_device_attributes(device):
     import pyopencl as cl
 
-    assert device.queue.properties & cl.command_queue_properties.PROFILING_ENABLE
+    # enqueues go to a queue without profiling; measure() times on one with it
+    profiling = cl.command_queue_properties.PROFILING_ENABLE
+    assert not device.queue.properties & profiling
+    assert device.measure(lambda: device.queue.properties)[1] & profiling
+    assert not device.queue.properties & profiling
     assert device.context.devices == [device.cl_device]
     assert device.max_work_group_size >= 1
     assert device.local_mem_size > 0 and device.max_compute_units >= 1
@@ -160,6 +164,7 @@ def test_empty_falls_back_to_the_public_constructor(device, monkeypatch, caplog)
             super().__init__(*args, **kwargs)
 
     monkeypatch.setattr(cl_array, "Array", PublicOnly)
+    monkeypatch.setattr(device, "_array_class", PublicOnly)
     monkeypatch.setattr(device, "_fast_arrays", True)
     array = device.empty((2, 3), np.float32)
     assert array.shape == (2, 3) and not device._fast_arrays
@@ -323,3 +328,30 @@ def test_opencl_algorithms_are_profiled_and_chosen_on_the_opencl_device(device):
     again = Session(device=device, cache=cache, strategy="fast-run", registry=registry,
                     progress=False)
     assert again.decide(problem).source == "cache"
+
+
+@needs_platform
+def test_a_measured_call_sees_what_came_before_and_is_seen_after(device):
+    """The timed call runs on the profiling queue, everything else on the plain one: queues
+    do not order each other, so measure() must."""
+    kernel = device.kernel(SCALE, "scale")
+    x = device.to_device(np.arange(1 << 16, dtype=np.float32))    # plain queue
+    y = device.empty(x.shape, np.float32)
+    z = device.empty(x.shape, np.float32)
+    device.launch(kernel, [x.data, y.data, np.float32(2.0)], x.shape, None)  # plain queue
+    device.measure(lambda: device.launch(kernel, [y.data, z.data, np.float32(3.0)],
+                                         x.shape, None))
+    device.launch(kernel, [z.data, y.data, np.float32(0.5)], x.shape, None)  # plain again
+    np.testing.assert_array_equal(device.to_host(y), np.arange(1 << 16) * 3.0)
+
+
+@needs_platform
+def test_reshaped_shares_the_buffer_and_keeps_an_offset(device):
+    x = device.to_device(np.arange(24, dtype=np.float32).reshape(2, 3, 4))
+    flat = device.reshaped(x, (6, 4))
+    assert flat.shape == (6, 4) and flat.base_data is x.base_data
+    np.testing.assert_array_equal(device.to_host(flat), np.arange(24).reshape(6, 4))
+    second = device.reshaped(x[1], (12,))  # a view that starts inside the buffer
+    np.testing.assert_array_equal(device.to_host(second), np.arange(12, 24))
+    with pytest.raises(ValueError):
+        device.reshaped(x, (5, 5))  # pyopencl's own error for a size that does not match

@@ -132,6 +132,19 @@ def test_model_on_opencl_matches_cpu(device, name):
                for r in model.reports if r.decision is not None)
 
 
+def test_run_host_seconds_gives_the_outputs_and_the_issue_time(device):
+    """What bench_opencl_models reports as host microseconds per step: the same outputs as
+    run(), and the seconds before the download (the data_movement model's Reshape is a view
+    of the buffer)."""
+    model = _on_device(data_movement(), device, batch=1)
+    feeds = model.random_inputs(seed=1)
+    outputs, seconds = model.run_host_seconds(feeds)
+    expected = model.run(feeds)
+    for name, value in expected.items():
+        np.testing.assert_array_equal(outputs[name], value)
+    assert seconds > 0 and model.step_count == len(model.steps)
+
+
 @pytest.mark.parametrize("name", ["conv_bn_relu", "data_movement", "small_cnn"])
 def test_one_upload_per_input_one_download_per_output(device, name, monkeypatch):
     proto = MODELS[name]()

@@ -99,7 +99,7 @@ def view_function(step: Any, device: Any) -> Callable[[Any], Any]:
 
     def view(array: Any) -> Any:
         if array.shape != shape:
-            array = array.reshape(shape)
+            array = device.reshaped(array, shape)
         if array.dtype != dtype:
             array = cast(device, array, dtype)
         return array

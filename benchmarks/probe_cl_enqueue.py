@@ -1,0 +1,89 @@
+"""Host microseconds of one OpenCL launch, by what it does: the floor of a model step's host
+cost on a driver.
+
+Times 2000 back-to-back launches of a tiny kernel (the device never the bottleneck) on a queue
+with profiling and on one without: the enqueue alone (arguments set once), with 25 arguments
+set each time, with two buffer arguments set each time; then setting 25 arguments alone and an
+output array from a memory pool.
+
+    python -m benchmarks.probe_cl_enqueue
+"""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+
+SOURCE = """
+__kernel void k0(__global float* y) { y[get_global_id(0)] = 1.0f; }
+__kernel void k25(int a0, int a1, int a2, int a3, int a4, int a5, int a6, int a7, int a8,
+                  int a9, int a10, int a11, int a12, int a13, int a14, int a15, int a16,
+                  __global const float* x, long xo, __global const float* w, long wo,
+                  __global const float* b, long bo, __global float* y, long yo)
+{ y[get_global_id(0) + yo] = x[xo] + a0 + a16; }
+"""
+
+
+def _host_us(queue, function, runs: int = 2000) -> float:
+    for _ in range(200):
+        function()
+    queue.finish()
+    started = time.perf_counter()
+    for _ in range(runs):
+        function()
+    elapsed = time.perf_counter() - started
+    queue.finish()
+    return elapsed / runs * 1e6
+
+
+def main() -> None:
+    import pyopencl as cl
+
+    from fastrun.devices import get_device
+
+    device = get_device("opencl")
+    context = device.context
+    print(f"# {device.name}, driver {device.cl_device.driver_version}")
+    program = cl.Program(context, SOURCE).build()
+    buf = cl.Buffer(context, cl.mem_flags.READ_WRITE, 4 << 20)
+    for profiling in (True, False):
+        _probe_queue(cl, context, program, buf, profiling)
+
+
+def _probe_queue(cl, context, program, buf, profiling: bool) -> None:
+    from pyopencl import array as cl_array
+    from pyopencl import tools as cl_tools
+
+    queue = cl.CommandQueue(context, properties=(
+        cl.command_queue_properties.PROFILING_ENABLE if profiling else 0))
+    tag = "profiling queue" if profiling else "plain queue"
+    k0 = cl.Kernel(program, "k0")
+    k0.set_args(buf)
+    k25 = cl.Kernel(program, "k25")
+    k25.set_scalar_arg_dtypes([np.int32] * 17 + [None, np.int64] * 4)
+    args = [np.int32(i) for i in range(17)] + [buf, np.int64(0)] * 4
+    k25.set_args(*args)
+    pool = cl_tools.MemoryPool(cl_tools.ImmediateAllocator(queue))
+    f32 = np.dtype(np.float32)
+    rows = {
+        "enqueue, arguments set once": lambda: cl.enqueue_nd_range_kernel(
+            queue, k0, (1024,), (128,)),
+        "enqueue of a 25-argument kernel, arguments set once":
+            lambda: cl.enqueue_nd_range_kernel(queue, k25, (1024,), (128,)),
+        "set 25 arguments + enqueue": lambda: (
+            k25.set_args(*args), cl.enqueue_nd_range_kernel(queue, k25, (1024,), (128,))),
+        "set 2 buffer arguments + enqueue": lambda: (
+            k25.set_arg(17, buf), k25.set_arg(23, buf),
+            cl.enqueue_nd_range_kernel(queue, k25, (1024,), (128,))),
+        "set 25 arguments only": lambda: k25.set_args(*args),
+        "an array from the memory pool": lambda: cl_array.Array(
+            None, (64, 56, 56), f32, allocator=pool, strides=(12544, 224, 4), _fast=True,
+            _size=200704, _context=context, _queue=queue),
+    }
+    for label, function in rows.items():
+        print(f"{tag:16s} {label:55s} {_host_us(queue, function):7.2f} us")
+
+
+if __name__ == "__main__":
+    main()
