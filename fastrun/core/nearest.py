@@ -99,10 +99,11 @@ def carried_entries(entries: Sequence[Entry], here: Problem, there: Problem,
     """The entries measured on ``there``, each time carried to ``here``: scaled by its
     algorithm's work here over its work there (:meth:`Algorithm.work`, else
     ``operator_work``).  The ranking that results is what the shapes' difference predicts,
-    not the one measured: on the 16-core Xeon, ResNet-18's 3x3 layers at 160 pixels lost
-    up to 2x taking Winograd F(4,3) from 7x7 pixels to 5x5, where it does as many tiles as
-    at 7x7 while a direct conv does half the work.  An entry of an algorithm not among
-    ``algorithms`` is kept as measured (it will not be picked)."""
+    not the one measured: Winograd F(4,3) does as many tiles on 5x5 pixels as on 7x7, while
+    a direct conv does about half the work, so a ranking measured on ResNet-18's last stage
+    at 224-pixel images (7x7) should not hand its 160-pixel version (5x5) to Winograd as it
+    is.  An entry of an algorithm not among ``algorithms`` is kept as measured (it will not
+    be picked)."""
     carried = []
     for entry in entries:
         algorithm = algorithms.get(entry.algorithm)

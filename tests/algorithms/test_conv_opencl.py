@@ -126,6 +126,22 @@ def test_every_algorithm_matches_the_reference(device, shapes, params):
         check(device, algorithm, problem)
 
 
+@pytest.mark.parametrize("algorithm", IGEMM_EVERY_CASE, ids=lambda a: a.desc.text)
+@pytest.mark.parametrize("shapes, activation", [
+    ([(2, 40, 6, 7), (40, 40, 3, 3), (40,), (2, 40, 6, 7)], "relu"),  # bias and residual
+    ([(1, 36, 8, 8), (40, 36, 3, 3), (1, 40, 8, 8)], "none"),         # residual alone
+    ([(2, 36, 40), (40, 36, 3), (40,), (2, 40, 40)], "relu"),         # 1-D
+])
+def test_igemm_adds_the_residual_before_the_activation(device, algorithm, shapes, activation):
+    """A ResNet block's shortcut fused into the conv (split-K adds it in the reduction); the
+    other OpenCL convs refuse it, so the runtime fuses it only where cl_igemm can run."""
+    problem = _problem(shapes, pads=[1] * (2 * (len(shapes[0]) - 2)), residual=True,
+                       activation=activation)
+    check(device, algorithm, problem)
+    direct = DirectCLConv({"ko": 1, "l": 32})
+    assert "does not add a residual" in direct.unusable_reason(problem)
+
+
 @pytest.mark.parametrize("algorithm", IGEMM_SAMPLE, ids=lambda a: a.desc.text)
 def test_igemm_sample_matches_the_reference(device, algorithm):
     """Sampled configurations on a grouped, strided, padded batch whose output channels,

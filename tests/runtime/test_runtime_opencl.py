@@ -132,6 +132,22 @@ def test_model_on_opencl_matches_cpu(device, name):
                for r in model.reports if r.decision is not None)
 
 
+def test_the_residual_add_fuses_into_the_conv_on_the_device(device):
+    """ResNet's Add(conv, shortcut) -> Relu is one cl_igemm launch, as on the CPU: no add step
+    of its own, and the result still matches the CPU's."""
+    proto = _models.residual_block(channels=16, size=8)
+    model = _on_device(proto, device, batch=1)
+    operators = [step.operator for step in model.steps if step.problem is not None]
+    assert "add" not in operators and "add_relu" not in operators
+    fused = [r for r in model.reports
+             if r.decision is not None and r.decision.problem.param("residual")]
+    assert len(fused) == 1 and fused[0].decision.algorithm.desc.name == "cl_igemm"
+    reference = _on_cpu(proto, batch=1)
+    feeds = reference.random_inputs(seed=3)
+    got, expected = model.run(feeds)["y"], reference.run(feeds)["y"]
+    assert _relative(got, expected) <= 1e-4
+
+
 def test_run_host_seconds_gives_the_outputs_and_the_issue_time(device):
     """What bench_opencl_models reports as host microseconds per step: the same outputs as
     run(), and the seconds before the download (the data_movement model's Reshape is a view

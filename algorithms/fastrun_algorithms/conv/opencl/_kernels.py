@@ -261,6 +261,7 @@ void conv_igemm(
         __global const real* restrict w, const long w_off,
         __global const real* restrict bias, const long b_off, const int has_bias,
         __global real* restrict out, const long o_off,
+        __global const real* restrict z, const long z_off, const int has_z,
         const int act, const real lo, const real hi) {
     __local realV Av[KWG][AROW];
     __local realV Bv[KWG][NWG / VW];
@@ -357,7 +358,7 @@ void conv_igemm(
             if (pix >= NP) continue;
 #if !SPLIT_K
             const int img = pix / P;
-            const long o = o_off + (long)img * K * P + (pix - img * P);
+            const long e = (long)img * K * P + (pix - img * P);
 #endif
             #pragma unroll
             for (int i = 0; i < MVW; ++i) {
@@ -368,8 +369,10 @@ void conv_igemm(
                     const int ch = g * kg + m;
                     const real value = ((const real*)&acc[i * VW + v][j])[u];
 #if !SPLIT_K
+                    const long at = e + (long)ch * P;
                     const real b = has_bias ? bias[b_off + ch] : (real)0;
-                    out[o + (long)ch * P] = conv_epilogue(value + b, act, lo, hi);
+                    const real r = has_z ? z[z_off + at] : (real)0;
+                    out[o_off + at] = conv_epilogue(value + b + r, act, lo, hi);
 #else
                     out[o_off + ((long)get_group_id(2) * K + ch) * NP + pix] = value;
 #endif
@@ -379,13 +382,15 @@ void conv_igemm(
     }
 }
 
-/* out[n][k][p] = act(sum over s < splits of part[s][k][n*P + p] + bias[k]), the slices added
-   in order.  NDRange: (N*OH*OW rounded up, K). */
+/* out[n][k][p] = act(sum over s < splits of part[s][k][n*P + p] + bias[k] + z[n][k][p]), the
+   slices added in order (z, the residual, only when has_z).  NDRange: (N*OH*OW rounded up,
+   K). */
 __kernel void igemm_reduce(
         const int K, const int P, const int NP, const int splits,
         __global const real* restrict part,
         __global const real* restrict bias, const long b_off, const int has_bias,
         __global real* restrict out, const long o_off,
+        __global const real* restrict z, const long z_off, const int has_z,
         const int act, const real lo, const real hi) {
     const int pix = get_global_id(0);
     if (pix >= NP) return;
@@ -393,7 +398,9 @@ __kernel void igemm_reduce(
     real v = (real)0;
     for (int s = 0; s < splits; ++s) v += part[((long)s * K + k) * NP + pix];
     const int img = pix / P;
+    const long at = ((long)img * K + k) * P + (pix - img * P);
     const real b = has_bias ? bias[b_off + k] : (real)0;
-    out[o_off + ((long)img * K + k) * P + (pix - img * P)] = conv_epilogue(v + b, act, lo, hi);
+    const real r = has_z ? z[z_off + at] : (real)0;
+    out[o_off + at] = conv_epilogue(v + b + r, act, lo, hi);
 }
 """

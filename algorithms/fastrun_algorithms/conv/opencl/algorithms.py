@@ -65,6 +65,16 @@ def _epilogue_args(geo: ConvGeometry, dtype: np.dtype, inputs: Sequence[Any],
     return bias, act
 
 
+def _residual_args(geo: ConvGeometry, inputs: Sequence[Any], dummy: Any) -> tuple[Any, ...]:
+    """(residual buffer, offset, has_residual) kernel arguments: the last input, of the
+    output's shape, added before the activation (a ResNet block's shortcut, fused by the
+    runtime); without one, ``dummy`` stands in and is never read."""
+    if geo.has_residual:
+        buf, off = common.buffer(inputs[-1], "residual")
+        return buf, off, np.int32(1)
+    return dummy, np.int64(0), np.int32(0)
+
+
 def _in_output_shape(out: Any, geo: ConvGeometry) -> Any:
     """``out`` with the problem's output shape; reshaped only when it differs (a 1-D conv, a
     flat product), because a device array's reshape costs as much host time as a launch."""
@@ -86,6 +96,9 @@ class OpenCLConv(ConvAlgorithm):
     device_kind = "opencl"
     attributes = AlgoAttribute.REPRODUCIBLE
     source: str = ""
+    #: whether the kernels add a residual input before the activation (a ResNet block's
+    #: shortcut Add, which the runtime then fuses into the conv instead of a step of its own)
+    takes_residual = False
 
     def work_group_size(self) -> int:
         """Work-items per work-group this configuration launches (0: driver's choice)."""
@@ -97,8 +110,8 @@ class OpenCLConv(ConvAlgorithm):
         return (7, *opencl_rank(geo, self))
 
     def conv_unusable_reason(self, problem: Problem) -> str | None:
-        if geometry(problem).has_residual:
-            return f"{self.name} does not add a residual input (the runtime fuses none here)"
+        if geometry(problem).has_residual and not self.takes_residual:
+            return f"{self.name} does not add a residual input (cl_igemm does)"
         return self.config_unusable_reason(problem)
 
     def config_unusable_reason(self, problem: Problem) -> str | None:
@@ -419,8 +432,9 @@ class Conv1x1CLConv(_GemmCLConv):
 class ImplicitGemmCLConv(OpenCLConv):
     """The conv as one register-tiled GEMM whose right operand (im2col's ``cols``) is gathered
     from the input tile by tile inside the kernel: no unfold buffer, no padded copies, the
-    epilogue in the store, and one launch (two with split-K).  Every valid tile configuration
-    is its own algorithm (``space.igemm_configurations``); usable for every parameter set.
+    epilogue in the store (bias, residual, activation), and one launch (two with split-K).
+    Every valid tile configuration is its own algorithm (``space.igemm_configurations``);
+    usable for every parameter set.
 
     ``split`` > 1 sums the reduction (C/G*R*S) in that many slices by separate work-groups
     into a workspace, then a second kernel adds the slices in order and applies the epilogue:
@@ -430,6 +444,7 @@ class ImplicitGemmCLConv(OpenCLConv):
     name = "cl_igemm"
     source = _kernels.IGEMM
     attributes = OpenCLConv.attributes | AlgoAttribute.USABLE_DEPEND_ON_SHAPE
+    takes_residual = True
 
     def __init__(self, param: dict[str, Any] | None = None):
         super().__init__(param)
@@ -516,11 +531,13 @@ class ImplicitGemmCLConv(OpenCLConv):
         x_buf, x_off = common.buffer(inputs[0], "X")
         w_buf, w_off = common.buffer(inputs[1], "W")
         bias, act = _epilogue_args(plan.geo, plan.dtype, inputs, out.base_data)
+        residual = _residual_args(plan.geo, inputs, out.base_data)
         args = [*plan.ints, x_buf, x_off, w_buf, w_off, *bias, target.base_data, np.int64(0),
-                *act]
+                *residual, *act]
         device.launch(plan.kernel, args, plan.global_size, plan.local_size)
         if plan.reduce is not None:
-            args = [*plan.reduce_ints, target.base_data, *bias, out.base_data, np.int64(0), *act]
+            args = [*plan.reduce_ints, target.base_data, *bias, out.base_data, np.int64(0),
+                    *residual, *act]
             device.launch(plan.reduce, args, plan.reduce_global, (SMALLEST_LOCAL, 1))
         return _in_output_shape(out, plan.geo)
 
