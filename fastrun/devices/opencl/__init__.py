@@ -4,8 +4,8 @@ pyopencl is imported inside functions only, so ``import fastrun`` stays fast and
 machines without pyopencl or without an OpenCL platform; those learn why only when they ask
 for an OpenCL device (:class:`OpenCLUnavailableError`).
 
-Devices are opened once per process and per (platform, device) index pair: a context, a
-profiling queue and the program cache are worth keeping across sessions, and kernels built in
+Devices are opened once per process and per (platform, device) index pair: a context,
+its queues and the program cache are worth keeping across sessions, and kernels built in
 one context cannot run in another.
 
 What it may import: the device protocol, the base modules, numpy and pyopencl (inside
