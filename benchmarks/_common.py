@@ -49,6 +49,24 @@ def call_times(function: Callable[[], object], calls: int) -> list[float]:
     return times
 
 
+def run_worker(module: str, arguments: list[str], what: str,
+               env: dict[str, str] | None = None) -> dict:
+    """Run ``python -m module arguments`` from the repository root, a measurement in a process
+    of its own, and return the JSON object its last output line holds; a failed worker ends
+    the benchmark with ``what`` and the end of its stderr."""
+    import json
+    import subprocess
+    import sys
+
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    done = subprocess.run([sys.executable, "-m", module, *arguments],
+                          env={**os.environ, **env} if env else None, capture_output=True,
+                          text=True, cwd=root)
+    if done.returncode != 0:
+        raise SystemExit(f"{what} failed:\n{done.stderr[-3000:]}")
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
 def steady_loop(run: Callable[[], object], iters: int, warmup: int) -> dict:
     """A process's steady state, as a user's serving loop sees it: warm up, then time
     ``iters`` calls one by one.  Page faults per call tell fresh memory apart."""

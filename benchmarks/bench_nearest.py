@@ -29,8 +29,6 @@ import json
 import os
 import shutil
 import statistics
-import subprocess
-import sys
 import tempfile
 
 from benchmarks._common import (
@@ -38,6 +36,7 @@ from benchmarks._common import (
     fastrun_steady_loop,
     header,
     ort_steady_loop,
+    run_worker,
 )
 
 BASE_SIZE = 224
@@ -71,18 +70,13 @@ WORKERS = {"search": worker_search, "fastrun": worker_fastrun, "ort": worker_ort
 
 def _spawn(kind: str, model: str, size: int, batch: int, args: argparse.Namespace,
            cache: str | None = None, nearest: float = 1.0) -> dict:
-    command = [sys.executable, "-m", "benchmarks.bench_nearest", "--worker", kind,
-               "--model", model, "--size", str(size), "--batch", str(batch),
-               "--threads", str(args.threads), "--iters", str(args.iters),
-               "--warmup", str(args.warmup), "--nearest-limit", str(nearest)]
+    arguments = ["--worker", kind, "--model", model, "--size", str(size), "--batch", str(batch),
+                 "--threads", str(args.threads), "--iters", str(args.iters),
+                 "--warmup", str(args.warmup), "--nearest-limit", str(nearest)]
     if cache:
-        command += ["--cache", cache]
-    done = subprocess.run(command, capture_output=True, text=True,
-                          cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-    if done.returncode != 0:
-        raise SystemExit(f"{kind} worker for {model} at {size} px, batch {batch} failed:\n"
-                         f"{done.stderr[-3000:]}")
-    return json.loads(done.stdout.strip().splitlines()[-1])
+        arguments += ["--cache", cache]
+    return run_worker("benchmarks.bench_nearest", arguments,
+                      f"{kind} worker for {model} at {size} px, batch {batch}")
 
 
 def measure(model: str, size: int, batch: int, base: str, args: argparse.Namespace,

@@ -30,12 +30,10 @@ import argparse
 import json
 import os
 import statistics
-import subprocess
-import sys
 import tempfile
 import time
 
-from benchmarks._common import header, steady_loop
+from benchmarks._common import header, run_worker, steady_loop
 
 #: ratio targets of issue 18 by model (batch 1, larger batches)
 TARGETS = {"resnet18": (1.0, 1.1), "resnet50": (1.2, 1.2), "mobilenet_v2": (1.2, 1.2)}
@@ -224,17 +222,13 @@ WORKERS = {"search": worker_search, "fastrun": worker_fastrun, "torch": worker_t
 # -- the driver ----------------------------------------------------------------------------------
 
 def _spawn(kind: str, model: str, batch: int, args: argparse.Namespace, cache: str) -> dict:
-    command = [sys.executable, "-m", "benchmarks.bench_opencl_models", "--worker", kind,
-               "--model", model, "--batch", str(batch), "--device", args.device,
-               "--iters", str(args.iters), "--warmup", str(args.warmup), "--cache", cache]
+    arguments = ["--worker", kind, "--model", model, "--batch", str(batch),
+                 "--device", args.device, "--iters", str(args.iters),
+                 "--warmup", str(args.warmup), "--cache", cache]
     if args.budget is not None:
-        command += ["--budget", str(args.budget)]
-    done = subprocess.run(command, capture_output=True, text=True,
-                          cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-    if done.returncode != 0:
-        raise SystemExit(f"{kind} worker for {model} at batch {batch} failed:\n"
-                         f"{done.stderr[-3000:]}")
-    return json.loads(done.stdout.strip().splitlines()[-1])
+        arguments += ["--budget", str(args.budget)]
+    return run_worker("benchmarks.bench_opencl_models", arguments,
+                      f"{kind} worker for {model} at batch {batch}")
 
 
 def measure(model: str, batch: int, args: argparse.Namespace, directory: str,

@@ -27,8 +27,6 @@ import argparse
 import json
 import os
 import statistics
-import subprocess
-import sys
 import tempfile
 from dataclasses import dataclass, field
 
@@ -37,6 +35,7 @@ from benchmarks._common import (
     fastrun_steady_loop,
     header,
     ort_steady_loop,
+    run_worker,
 )
 
 MODELS = "resnet18,resnet50,mobilenet_v2,squeezenet"
@@ -85,19 +84,15 @@ WORKERS = {"search": worker_search, "fastrun": worker_fastrun, "ort": worker_ort
 
 def _spawn(kind: str, model: str, batch: int, threads: int, args: argparse.Namespace,
            cache: str | None, env: dict[str, str]) -> dict:
-    command = [sys.executable, "-m", "benchmarks.bench_scaling", "--worker", kind,
-               "--model", model, "--batch", str(batch), "--thread-count", str(threads),
-               "--iters", str(args.iters), "--warmup", str(args.warmup)]
+    arguments = ["--worker", kind, "--model", model, "--batch", str(batch),
+                 "--thread-count", str(threads), "--iters", str(args.iters),
+                 "--warmup", str(args.warmup)]
     if cache:
-        command += ["--cache", cache]
+        arguments += ["--cache", cache]
     if args.budget is not None:
-        command += ["--budget", str(args.budget)]
-    done = subprocess.run(command, env={**os.environ, **env}, capture_output=True, text=True,
-                          cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-    if done.returncode != 0:
-        raise SystemExit(f"{kind} worker for {model} batch {batch}, {threads} threads failed:\n"
-                         f"{done.stderr[-3000:]}")
-    return json.loads(done.stdout.strip().splitlines()[-1])
+        arguments += ["--budget", str(args.budget)]
+    return run_worker("benchmarks.bench_scaling", arguments,
+                      f"{kind} worker for {model} batch {batch}, {threads} threads", env)
 
 
 def _spread(values: list[float]) -> float:
