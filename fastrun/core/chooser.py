@@ -521,13 +521,14 @@ class AlgoChooser:
         """The choice of the nearest measured problem whose entries name an algorithm usable
         here, under this strategy and limit (:mod:`fastrun.core.nearest`); None when there is
         none within the limit."""
+        by_name = {c.desc.text: c for c in candidates}
         for neighbour in self.nearest.neighbours(category, problem, self.options.nearest,
                                                  operator):
             entries = self.cache.get(category, neighbour.key)
             if not entries:
                 continue
             carried = carried_entries(entries, problem, neighbour.problem(problem),
-                                      operator.work, {c.desc.text: c for c in candidates})
+                                      operator.work, by_name)
             picked = self._pick(problem, carried, candidates, excluded, Source.NEAREST,
                                 accept=_carried_children)
             if picked is None:

@@ -104,16 +104,18 @@ def carried_entries(entries: Sequence[Entry], here: Problem, there: Problem,
     at 224-pixel images (7x7) should not hand its 160-pixel version (5x5) to Winograd as it
     is.  An entry of an algorithm not among ``algorithms`` is kept as measured (it will not
     be picked)."""
+    def ratio(work_here: float, work_there: float) -> float:
+        return work_here / work_there if work_here > 0 and work_there > 0 else 1.0
+
+    alike = ratio(operator_work(here), operator_work(there))
     carried = []
     for entry in entries:
         algorithm = algorithms.get(entry.algorithm)
         scale = 1.0
         if algorithm is not None:
             work_here, work_there = algorithm.work(here), algorithm.work(there)
-            if work_here is None or work_there is None:
-                work_here, work_there = operator_work(here), operator_work(there)
-            if work_here > 0 and work_there > 0:
-                scale = work_here / work_there
+            scale = (alike if work_here is None or work_there is None
+                     else ratio(work_here, work_there))
         carried.append(replace(entry, time_s=entry.time_s * scale,
                                spread_s=entry.spread_s * scale))
     return carried

@@ -288,11 +288,16 @@ class Model:
     def run(self, feeds: Mapping[str, Any] | None = None) -> dict[str, np.ndarray]:
         """Outputs by name for inputs by name (a single-input model also takes a bare array)."""
         env = self._start(feeds)
+        self._issue(env)
+        return self._finish(env)
+
+    def _issue(self, env: list[Any]) -> None:
+        """Every step, in order, on the values in ``env`` (each released after its last
+        reader): on a device, enqueued without waiting."""
         for function, args, out, releases in self._program:
             env[out] = function(*[env[i] for i in args])
             for index in releases:
                 env[index] = None
-        return self._finish(env)
 
     def run_timed(self, feeds: Mapping[str, Any] | None = None,
                   ) -> tuple[dict[str, np.ndarray], list[float]]:
@@ -319,10 +324,7 @@ class Model:
         large GPU waits for when it exceeds the kernels' time; on the CPU it is the whole run."""
         env = self._start(feeds)
         started = time.perf_counter()
-        for function, args, out, releases in self._program:
-            env[out] = function(*[env[i] for i in args])
-            for index in releases:
-                env[index] = None
+        self._issue(env)
         issued = time.perf_counter() - started
         return self._finish(env), issued
 
