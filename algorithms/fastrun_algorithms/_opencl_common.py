@@ -11,7 +11,6 @@ an explicit local size, because with none some drivers pick a tiny one for an od
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Sequence
 from typing import Any
 
@@ -77,25 +76,13 @@ def local_size(device: Any) -> int:
     return min(LOCAL_SIZE, int(device.max_work_group_size))
 
 
-@functools.lru_cache(maxsize=4096)
-def _c_strides(shape: tuple[int, ...], itemsize: int) -> tuple[int, ...]:
-    """C-order strides in bytes.  Compared with an array's own, this is the contiguity check of
-    every launch: pyopencl builds an array's ``flags`` on first access, which cost a model step
-    more host time than its kernel's enqueue."""
-    strides, step = [], itemsize
-    for extent in reversed(shape):
-        strides.append(step)
-        step *= max(1, extent)
-    return tuple(reversed(strides))
-
-
 def buffer(x: Any, which: str) -> tuple[Any, np.int64]:
     """(buffer, element offset) of a C-contiguous device array.
 
     Non-contiguous device arrays (a transposed view) are refused rather than copied: a hidden
     copy would be workspace nobody declared, and the caller can make the copy it wants.
     """
-    if x.strides != _c_strides(x.shape, x.dtype.itemsize) and not x.flags.c_contiguous:
+    if not x.flags.c_contiguous:
         raise ValueError(f"this OpenCL algorithm needs a C-contiguous {which}; got shape "
                          f"{x.shape} with strides {x.strides}")
     return x.base_data, np.int64(x.offset // x.dtype.itemsize)

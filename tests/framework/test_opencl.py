@@ -355,3 +355,12 @@ def test_reshaped_shares_the_buffer_and_keeps_an_offset(device):
     np.testing.assert_array_equal(device.to_host(second), np.arange(12, 24))
     with pytest.raises(ValueError):
         device.reshaped(x, (5, 5))  # pyopencl's own error for a size that does not match
+
+
+@needs_platform
+def test_arrays_of_one_layout_share_their_flags(device):
+    """Launches check their arguments' flags: worked out once per layout, not per array."""
+    first, second = device.empty((2, 3, 4), np.float32), device.empty((2, 3, 4), np.float32)
+    assert first.flags is second.flags and first.flags.c_contiguous
+    assert device.reshaped(first, (6, 4)).flags is device.empty((6, 4), np.float32).flags
+    assert device.empty((2, 3, 4), np.float64).flags is not first.flags  # other strides

@@ -236,6 +236,8 @@ class OpenCLDevice(Device):
         self._array_class = cl_array.Array  # checked on every step of a model: no import then
         self._pool = cl_tools.MemoryPool(cl_tools.ImmediateAllocator(self.queue))
         self._fast_arrays = True  # see :meth:`empty`
+        #: (shape, strides) -> the pyopencl flags of arrays of that layout (:meth:`_fast_array`)
+        self._layout_flags: dict[tuple[tuple[int, ...], tuple[int, ...]], Any] = {}
         #: "markers" while the driver reports marker profiling times, else "host" (see
         #: :meth:`measure`).
         self.timer = "markers"
@@ -312,11 +314,8 @@ class OpenCLDevice(Device):
         """
         dtype = np.dtype(dtype)
         if self._fast_arrays:
-            shape, strides, size = _c_layout(tuple(shape), dtype.itemsize)
             try:
-                return self._array_class(None, shape, dtype, allocator=self._pool,
-                                         strides=strides, _fast=True, _size=size,
-                                         _context=self.context, _queue=self.queue)
+                return self._fast_array(tuple(shape), dtype, allocator=self._pool)
             except TypeError as error:
                 log.warning("pyopencl's fast array constructor is not available (%s); "
                             "allocating through the public one", error)
@@ -332,15 +331,24 @@ class OpenCLDevice(Device):
         A C-contiguous array is re-wrapped with the fast constructor (:meth:`empty`'s):
         pyopencl's ``reshape`` took 14 us, a model step's worth, to make the same view.
         Anything else goes through ``reshape``."""
-        layout = _c_layout(tuple(array.shape), array.dtype.itemsize)
-        if self._fast_arrays and array.strides == layout[1]:
-            shape, strides, size = _c_layout(tuple(shape), array.dtype.itemsize)
-            if size == layout[2]:
-                return self._array_class(None, shape, array.dtype, data=array.base_data,
-                                         offset=array.offset, strides=strides, _fast=True,
-                                         _size=size, _context=self.context,
-                                         _queue=self.queue)
+        if (self._fast_arrays and array.flags.c_contiguous
+                and math.prod(shape) == array.size):
+            return self._fast_array(tuple(shape), array.dtype, data=array.base_data,
+                                    offset=array.offset)
         return array.reshape(shape)
+
+    def _fast_array(self, shape: tuple[int, ...], dtype: np.dtype, **storage: Any) -> Any:
+        """A C-contiguous array through pyopencl's fast constructor, with its ``flags`` shared
+        by every array of its layout: pyopencl works them out on first access (4.6 us on
+        PoCL), and every launch reads them to check that its arguments are contiguous."""
+        shape, strides, size = _c_layout(shape, dtype.itemsize)
+        flags = self._layout_flags.get((shape, strides))
+        array = self._array_class(None, shape, dtype, strides=strides, _flags=flags,
+                                  _fast=True, _size=size, _context=self.context,
+                                  _queue=self.queue, **storage)
+        if flags is None:
+            self._layout_flags[(shape, strides)] = array.flags
+        return array
 
     def synchronize(self) -> None:
         self.queue.finish()
