@@ -11,9 +11,9 @@ output array from a memory pool.
 
 from __future__ import annotations
 
-import time
-
 import numpy as np
+
+from benchmarks._common import time_calls
 
 SOURCE = """
 __kernel void k0(__global float* y) { y[get_global_id(0)] = 1.0f; }
@@ -26,15 +26,13 @@ __kernel void k25(int a0, int a1, int a2, int a3, int a4, int a5, int a6, int a7
 
 
 def _host_us(queue, function, runs: int = 2000) -> float:
+    """Host microseconds per call, the queue drained before (after a warm-up) and after."""
     for _ in range(200):
         function()
     queue.finish()
-    started = time.perf_counter()
-    for _ in range(runs):
-        function()
-    elapsed = time.perf_counter() - started
+    seconds = time_calls(function, runs)
     queue.finish()
-    return elapsed / runs * 1e6
+    return seconds * 1e6
 
 
 def main() -> None:
