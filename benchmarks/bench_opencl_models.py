@@ -180,7 +180,8 @@ def worker_fastrun(args: argparse.Namespace) -> dict:
     host = [model.run_host_seconds(feeds)[1] for _ in range(args.iters)]
     steps = model.step_count
     result.update(host_us_per_step=statistics.median(host) * 1e6 / steps, steps=steps,
-                  missed=session.stats.heuristic + session.stats.nearest)
+                  missed=session.stats.heuristic + session.stats.nearest,
+                  launches=model.replay_note)
     return result
 
 
@@ -228,7 +229,8 @@ def _spawn(kind: str, model: str, batch: int, args: argparse.Namespace, cache: s
     if args.budget is not None:
         arguments += ["--budget", str(args.budget)]
     return run_worker("benchmarks.bench_opencl_models", arguments,
-                      f"{kind} worker for {model} at batch {batch}")
+                      f"{kind} worker for {model} at batch {batch}",
+                      env={"FASTRUN_REPLAY": "1" if args.replay else "0"})
 
 
 def measure(model: str, batch: int, args: argparse.Namespace, directory: str,
@@ -276,6 +278,9 @@ def main() -> None:
     parser.add_argument("--budget", type=float, default=None,
                         help="the search's seconds of timed repeats per candidate (default: "
                              "fastrun's)")
+    parser.add_argument("--replay", action=argparse.BooleanOptionalAction, default=True,
+                        help="fastrun replays its recorded launches (default; --no-replay: "
+                             "every step through its algorithm)")
     parser.add_argument("--cache-dir", help="keep the searched caches here (default: temporary)")
     parser.add_argument("--json", help="write every measurement to this file")
     parser.add_argument("--worker", choices=sorted(WORKERS), help=argparse.SUPPRESS)
@@ -311,6 +316,8 @@ def main() -> None:
                       f"{'<= ' + str(target) if target else '-'} | "
                       f"{row['host_us_per_step']:.1f} | {row['steps']} | "
                       f"{row['search']['search_s']:.1f} | {row['search']['profiled']} |",
+                      flush=True)
+                print(f"#   launches: {row['runs']['fastrun'][0]['launches'] or 'step by step'}",
                       flush=True)
                 if args.json:
                     with open(args.json, "w", encoding="utf-8") as stream:

@@ -3,8 +3,9 @@ cost on a driver.
 
 Times 2000 back-to-back launches of a tiny kernel (the device never the bottleneck) on a queue
 with profiling and on one without: the enqueue alone (arguments set once), with 25 arguments
-set each time, with two buffer arguments set each time; then setting 25 arguments alone and an
-output array from a memory pool.
+set each time, with two buffer arguments set each time; then setting 25 arguments alone, an
+output array from a memory pool, and the direct ``clEnqueueNDRangeKernel`` call without an
+event that a launch plan's replay may use (``fastrun/devices/opencl/replay.py``).
 
     python -m benchmarks.probe_cl_enqueue
 """
@@ -79,8 +80,28 @@ def _probe_queue(cl, context, program, buf, profiling: bool) -> None:
             None, (64, 56, 56), f32, allocator=pool, strides=(12544, 224, 4), _fast=True,
             _size=200704, _context=context, _queue=queue),
     }
+    enqueue = _direct_enqueue()
+    if enqueue is not None:  # what a launch plan's replay may use instead of pyopencl's call
+        raw = _raw_arguments(queue, k0, (1024,), (128,))
+        rows["direct enqueue (ctypes, no event), arguments set once"] = (
+            lambda: enqueue(*raw))
     for label, function in rows.items():
         print(f"{tag:16s} {label:55s} {_host_us(queue, function):7.2f} us")
+
+
+def _direct_enqueue():
+    from fastrun.devices.opencl.replay import _enqueue_function
+
+    return _enqueue_function()
+
+
+def _raw_arguments(queue, kernel, global_size, local_size) -> tuple:
+    import ctypes
+
+    dims = len(global_size)
+    return (ctypes.c_void_p(queue.int_ptr), ctypes.c_void_p(kernel.int_ptr), ctypes.c_uint(dims),
+            None, (ctypes.c_size_t * dims)(*global_size), (ctypes.c_size_t * dims)(*local_size),
+            ctypes.c_uint(0), None, None)
 
 
 if __name__ == "__main__":

@@ -45,6 +45,8 @@ VARIABLES: dict[str, str] = {
     "inference (glibc); 0 returns large blocks to the system",
     "FASTRUN_BLOCKED_LAYOUT": "1: a CPU model's search may run convolutions in the "
     "channel-blocked layout where that is measured to pay; 0 (default) keeps every step NCHW",
+    "FASTRUN_REPLAY": "1 (default): a model on the OpenCL device records its kernel launches "
+    "once and replays them on every run; 0 issues every step through its algorithm",
     "FASTRUN_OPENCL_DEVICE": "PLATFORM:DEVICE indices of the device 'opencl' selects, e.g. 0:1 "
     "(default: the first GPU, else the first device)",
 }
@@ -143,6 +145,13 @@ def blocked_layout(explicit: bool | None = None) -> bool:
     Off by default: on the 16-core host the models it was measured on ran no faster with it
     (docs/performance.md)."""
     return setting(explicit, "FASTRUN_BLOCKED_LAYOUT", False, _parse_switch)
+
+
+def replay(explicit: bool | None = None) -> bool:
+    """Whether a model on a queued device (OpenCL) records its launches once and replays
+    them (fastrun.devices.opencl.replay).  On by default: it cut the host cost per step,
+    which a batch-1 model on a GPU waits for (docs/performance.md)."""
+    return setting(explicit, "FASTRUN_REPLAY", True, _parse_switch)
 
 
 def _parse_switch(raw: str) -> bool:

@@ -61,6 +61,10 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--blocked-layout", action="store_true",
                         help="let the search run convolutions in the channel-blocked layout "
                         "where that is measured to pay (default: FASTRUN_BLOCKED_LAYOUT, off)")
+    parser.add_argument("--no-replay", action="store_true",
+                        help="on the OpenCL device, issue every step through its algorithm on "
+                        "every run instead of replaying the recorded launches (default: "
+                        "FASTRUN_REPLAY, on)")
     parser.add_argument("--device", default="cpu", help="cpu (default), cpu:THREADS, "
                         "opencl[:PLATFORM:DEVICE]")
     parser.add_argument("--iter", type=int, default=10, help="timed iterations (default 10)")
@@ -253,7 +257,8 @@ def run(args: argparse.Namespace) -> int:
     model = load(args.model, session,
                  input_shapes={**args.shapes, **{name: a.shape for name, a in given.items()}},
                  batch=args.batch, weight_preprocess=args.weight_preprocess,
-                 blocked_layout=True if args.blocked_layout else None)
+                 blocked_layout=True if args.blocked_layout else None,
+                 replay=False if args.no_replay else None)
     load_seconds = time.perf_counter() - started
     feeds = {**model.random_inputs(args.seed), **given}
     started = time.perf_counter()
@@ -288,6 +293,7 @@ def run(args: argparse.Namespace) -> int:
         "single_choice": stats.single,
         "blocked_steps": model.layout_plan.blocked_steps if model.layout_plan else 0,
         "layout_conversions": model.layout_plan.reorders if model.layout_plan else 0,
+        "launches": model.replay_note if model.on_device else None,
         "iterations": len(totals),
         "iter_ms_median": float(np.median(totals) * 1e3),
         "iter_ms_min": float(np.min(totals) * 1e3),
@@ -312,6 +318,8 @@ def run(args: argparse.Namespace) -> int:
     if model.layout_plan is not None and model.layout_plan.blocked_steps:
         print(f"layout     {model.layout_plan.blocked_steps} step(s) in nchw16c, "
               f"{model.layout_plan.reorders} conversion(s)")
+    if model.on_device:
+        print(f"launches   {model.replay_note or 'issued step by step'}")
     print(f"run        {len(totals)} iteration(s): median {summary['iter_ms_median']:.3f} ms, "
           f"min {summary['iter_ms_min']:.3f} ms; p90 {summary['iter_ms_p90']:.3f} ms, "
           f"p99 {summary['iter_ms_p99']:.3f} ms; {summary['inferences_per_second']:.1f} "

@@ -29,6 +29,11 @@ T = TypeVar("T")
 DEVICE_GROUP = "fastrun.devices"
 
 
+class UnreplayableError(RuntimeError):
+    """A recorded run did something a replay of its launches would not repeat (an upload or
+    a download between steps), so the model keeps running step by step."""
+
+
 class Device:
     """Where algorithms run: its category namespaces the cache, its clock times candidates.
 
@@ -114,6 +119,13 @@ class Device:
         device's arrays.  By default the step's own numpy function, which serves any device
         whose arrays are numpy's (:attr:`host_memory`)."""
         return step.view
+
+    def recording(self) -> Any | None:
+        """A context that records the launches a model run enqueues inside it, so the run
+        can be replayed without its per-step host cost (``recording.plan()``, see
+        :mod:`fastrun.devices.opencl.replay`); None where the device cannot (the default: a
+        device that computes as it is called has no queue to replay onto)."""
+        return None
 
     def __str__(self) -> str:
         return self.kind

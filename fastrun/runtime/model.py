@@ -33,7 +33,7 @@ from fastrun.core import limits
 from fastrun.core.chooser import AlgoChooser, Decision, NoUsableAlgorithmError, PreparedCall
 from fastrun.core.reasons import Source
 from fastrun.core.strategy import SearchOptions, Strategy
-from fastrun.devices import get_device
+from fastrun.devices import UnreplayableError, get_device
 from fastrun.operator import Problem
 from fastrun.runtime import fusion, layout
 from fastrun.runtime.errors import DeviceUnsupportedError, ModelError
@@ -69,7 +69,8 @@ class Model:
     def __init__(self, graph: Graph, session: Session,
                  input_shapes: Mapping[str, Sequence[int]] | None = None,
                  batch: int | None = None, weight_preprocess: bool = True,
-                 fuse: bool = True, blocked_layout: bool | None = None):
+                 fuse: bool = True, blocked_layout: bool | None = None,
+                 replay: bool | None = None):
         self.graph = graph
         self.session = session
         self.weight_preprocess = weight_preprocess
@@ -99,6 +100,13 @@ class Model:
         self._template: list[Any] = []
         self._input_slots: dict[str, int] = {}
         self._output_slots: list[int] = []
+        #: whether runs replay a recorded launch plan (``fastrun/devices/opencl/replay.py``)
+        #: where the device can record one; recorded when the search ends
+        self.replay = self.on_device and config.replay(replay)
+        #: the plan runs replay: None until searched, False where none is used
+        self._plan: Any = None
+        #: why no plan is used, when none is (for ``--verbose`` and the benchmarks)
+        self.replay_note = ""
 
     # -- searching -----------------------------------------------------------------------------
     def search(self) -> list[StepReport]:
@@ -153,6 +161,7 @@ class Model:
                 progress.job_end()
         self._compile(calls)
         self.reports = reports
+        self.launch_plan()
         return reports
 
     def _choose_layouts(self) -> None:
@@ -287,9 +296,74 @@ class Model:
     # -- running -------------------------------------------------------------------------------
     def run(self, feeds: Mapping[str, Any] | None = None) -> dict[str, np.ndarray]:
         """Outputs by name for inputs by name (a single-input model also takes a bare array)."""
+        plan = self.launch_plan()
+        if plan is not None:
+            outputs, _ = plan.run(self._plan_feeds(feeds))
+            return dict(zip(self.graph.outputs, outputs, strict=True))
         env = self._start(feeds)
         self._issue(env)
         return self._finish(env)
+
+    def launch_plan(self) -> Any | None:
+        """The recorded launches every run replays, or None (recorded at the end of the
+        search).
+
+        On a queued device the host's per-step cost (the algorithm's Python, an output array,
+        arguments set one by one) exceeds a small kernel's time, and every run repeats it
+        identically.  So one run on random inputs is recorded; the plan is checked against an
+        ordinary run on other random inputs (work an algorithm enqueued behind the device's
+        back would show there), and used only if both agree.  Any failure leaves the model
+        running step by step, with the reason in :attr:`replay_note`."""
+        if self.reports is None:
+            self.search()  # records the plan as it ends
+        if self._plan is None:
+            self._plan = self._record_plan() if self.replay else False
+            if not self.replay:
+                self.replay_note = "off"
+        return self._plan or None
+
+    def _record_plan(self) -> Any:
+        """The checked plan, or False (the reason logged and kept in :attr:`replay_note`)."""
+        recording = self.device.recording()
+        if recording is None:
+            self.replay_note = f"{self.device.kind} devices record no launches"
+            return False
+        env = self._start(self.random_inputs(seed=1, on_device=True))
+        inputs = [env[index] for index in self._input_slots.values()]
+        with recording:
+            self._issue(env)
+        outputs = [env[index] for index in self._output_slots]
+        try:
+            plan = recording.plan(inputs, outputs)
+        except UnreplayableError as error:
+            self.replay_note = str(error)
+            log.info("running %s step by step: %s", self.graph.name, error)
+            return False
+        check = self.random_inputs(seed=2)
+        env = self._start(check)
+        self._issue(env)
+        expected = list(self._finish(env).values())
+        got, _ = plan.run(self._plan_feeds(check))
+        wrong = [name for name, want, have in zip(self.graph.outputs, expected, got, strict=True)
+                 if not np.allclose(have, want, rtol=1e-4, atol=1e-5, equal_nan=True)]
+        if wrong:
+            self.replay_note = (f"a replay of the recorded launches gave other values than "
+                                f"an ordinary run for output(s) {', '.join(wrong)}")
+            log.warning("running %s step by step: %s (an algorithm may enqueue work without "
+                        "the device's launch())", self.graph.name, self.replay_note)
+            return False
+        timings = plan.choose_enqueue()
+        self.replay_note = (f"{plan.launch_count} launches replayed ({plan.enqueue} enqueue; "
+                            + ", ".join(f"{name} {seconds * 1e6:.0f} us"
+                                        for name, seconds in timings.items()) + ")")
+        log.info("%s: %s", self.graph.name, self.replay_note)
+        return plan
+
+    def _plan_feeds(self, feeds: Mapping[str, Any] | np.ndarray | None) -> list[Any]:
+        """The inputs checked, in the plan's order, not uploaded (the plan copies them into
+        its own input buffers)."""
+        checked = self._feeds(feeds, upload=False)
+        return [checked[name] for name in self._input_slots]
 
     def _issue(self, env: list[Any]) -> None:
         """Every step, in order, on the values in ``env`` (each released after its last
@@ -322,6 +396,10 @@ class Model:
         inputs already converted, the outputs not yet downloaded).  On a device that runs
         queued work asynchronously that is the model's host cost, which a small model on a
         large GPU waits for when it exceeds the kernels' time; on the CPU it is the whole run."""
+        plan = self.launch_plan()
+        if plan is not None:
+            outputs, issued = plan.run(self._plan_feeds(feeds))
+            return dict(zip(self.graph.outputs, outputs, strict=True)), issued
         env = self._start(feeds)
         started = time.perf_counter()
         self._issue(env)
@@ -352,10 +430,11 @@ class Model:
         return {name: np.asarray(env[index])
                 for name, index in zip(self.graph.outputs, self._output_slots, strict=True)}
 
-    def _feeds(self, feeds: Mapping[str, Any] | np.ndarray | None) -> dict[str, Any]:
+    def _feeds(self, feeds: Mapping[str, Any] | np.ndarray | None,
+               upload: bool = True) -> dict[str, Any]:
         """The inputs checked against the model's shapes and dtypes (a castable dtype is
         converted); on a device without host memory, uploaded (one copy per input) unless
-        already a device array."""
+        already a device array or ``upload`` is off."""
         if feeds is None:
             feeds = {}
         if not isinstance(feeds, Mapping):
@@ -379,7 +458,7 @@ class Model:
             if _check_feed(name, value, array):
                 array = array.astype(value.dtype)
             array = np.ascontiguousarray(array)
-            result[name] = self.device.to_device(array) if self.on_device else array
+            result[name] = self.device.to_device(array) if self.on_device and upload else array
         return result
 
     def _device_feed(self, name: str, value: Value, array: Any) -> Any:
@@ -550,7 +629,7 @@ def _enable_weight_preprocess(steps: list[Step], session: Session) -> None:
 def load(model: Any, session: Session | None = None, *,
          input_shapes: Mapping[str, Sequence[int]] | None = None, batch: int | None = None,
          weight_preprocess: bool = True, fuse: bool = True, check: bool = True,
-         blocked_layout: bool | None = None) -> Model:
+         blocked_layout: bool | None = None, replay: bool | None = None) -> Model:
     """Load an ONNX model (path, bytes, ``zoo:NAME`` or ModelProto) for ``session`` (default:
     the current one).  Searching happens on :meth:`Model.search` or the first run.
 
@@ -558,9 +637,12 @@ def load(model: Any, session: Session | None = None, *,
     (Winograd's filters), instead of in every call (on by default; see docs/runtime.md).
 
     ``blocked_layout``: whether the search may run convolutions in the channel-blocked layout
-    where measured to pay (default: ``FASTRUN_BLOCKED_LAYOUT``, off)."""
+    where measured to pay (default: ``FASTRUN_BLOCKED_LAYOUT``, off).
+
+    ``replay``: on a queued device (OpenCL), whether runs replay a recorded launch plan
+    (:meth:`Model.launch_plan`; default: ``FASTRUN_REPLAY``, on)."""
     from fastrun.api import current_session
 
     graph = from_onnx(model, check=check)
     return Model(graph, session or current_session(), input_shapes, batch, weight_preprocess,
-                 fuse, blocked_layout)
+                 fuse, blocked_layout, replay)

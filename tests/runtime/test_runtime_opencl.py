@@ -178,9 +178,10 @@ def test_one_upload_per_input_one_download_per_output(device, name, monkeypatch)
 
 
 def test_constants_are_uploaded_once_at_search(device, monkeypatch):
-    """Searching uploads the constants steps read; runs upload only the input."""
+    """Searching uploads the constants steps read; runs upload only the input.  (With
+    replay on, the search's end also records and checks a launch plan on random inputs.)"""
     transfers = Transfers(monkeypatch)
-    model = load(data_movement(), _session(device))
+    model = load(data_movement(), _session(device), replay=False)
     model.search()
     constants = {id(v) for step in model.steps for v in step.inputs if v.is_const}
     assert transfers.uploads == len(constants) and transfers.downloads == 0
@@ -296,5 +297,10 @@ def test_load_and_run_opencl_check(device, name, tmp_path, capsys):
     out = capsys.readouterr().out
     assert status == 0, out
     assert "ok" in out and "MISMATCH" not in out
+    assert "launches replayed" in out  # the launch plan line
     with np.load(dump) as saved:
         assert saved["y"].dtype == np.float32 and saved["y"].shape[0] == 1
+    status = load_and_run.main([str(path), "--device", "opencl", "--check", "--iter", "2",
+                                "--no-progress", "--no-replay"])
+    out = capsys.readouterr().out
+    assert status == 0 and "ok" in out and "launches   off" in out, out

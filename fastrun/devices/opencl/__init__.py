@@ -241,6 +241,8 @@ class OpenCLDevice(Device):
         #: "markers" while the driver reports marker profiling times, else "host" (see
         #: :meth:`measure`).
         self.timer = "markers"
+        #: the open :class:`~fastrun.devices.opencl.replay.Recording`, if any
+        self._recording: Any = None
 
     @property
     def spec(self) -> str:
@@ -287,6 +289,8 @@ class OpenCLDevice(Device):
             return array
         from pyopencl import array as cl_array
 
+        if self._recording is not None:
+            self._recording.note_transfer("uploads a host array")
         return cl_array.to_device(self.queue, np.ascontiguousarray(array))
 
     def to_host(self, value: Any) -> np.ndarray:
@@ -295,6 +299,8 @@ class OpenCLDevice(Device):
         from pyopencl import array as cl_array
 
         if isinstance(value, cl_array.Array):
+            if self._recording is not None:
+                self._recording.note_transfer("downloads a device array")
             return value.get(queue=self.queue)
         return np.asarray(value)
 
@@ -405,7 +411,17 @@ class OpenCLDevice(Device):
             kernel.set_scalar_arg_dtypes(list(signature))
             self._arg_types[id(kernel)] = signature
         kernel.set_args(*args)
+        if self._recording is not None:
+            self._recording.launches.append((kernel, tuple(args), global_size, local_size,
+                                             self._arg_types[id(kernel)]))
         return self._cl.enqueue_nd_range_kernel(self.queue, kernel, global_size, local_size)
+
+    def recording(self) -> Any:
+        """A context that records the launches enqueued inside it, for a
+        :class:`~fastrun.devices.opencl.replay.LaunchPlan` (``recording.plan()``)."""
+        from fastrun.devices.opencl.replay import Recording
+
+        return Recording(self)
 
     def kernel(self, source: str, name: str, options: Sequence[str] = ()) -> Any:
         """The ``pyopencl.Kernel`` ``name`` of :meth:`build`'s program, created once.

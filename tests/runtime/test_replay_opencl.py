@@ -1,0 +1,133 @@
+"""Launch plans on the OpenCL device (PoCL in CI): a searched model records its launches once
+and every run replays them, with the same outputs as issuing each step through its algorithm;
+a recording that would replay wrongly is refused, and the model keeps running step by step."""
+
+from __future__ import annotations
+
+import threading
+
+import numpy as np
+import pytest
+
+import fastrun
+from fastrun.devices import UnreplayableError
+from fastrun.runtime import load
+from tests.opencl_helpers import device_fixture  # noqa: F401
+from tests.runtime import _models
+
+
+def _model(device, replay=None, proto=None):
+    session = fastrun.Session(device=device, cache=None, strategy="heuristic", progress=False)
+    model = load(proto or _models.residual_block(channels=8, size=6), session, batch=2,
+                 replay=replay)
+    model.search()
+    return model
+
+
+def test_runs_replay_the_recorded_launches_with_the_same_outputs(device):
+    model = _model(device)
+    plain = _model(device, replay=False)
+    plan = model.launch_plan()
+    assert plan is not None and plain.launch_plan() is None
+    assert plan.launch_count >= model.step_count - 1  # a view launches nothing
+    assert "launches replayed" in model.replay_note and plain.replay_note == "off"
+    replayed = []
+    original = plan.replay
+    plan.replay = lambda: (replayed.append(1), original())[1]
+    for seed in range(3):  # new inputs each time: the plan's input buffer is rewritten
+        feeds = model.random_inputs(seed=10 + seed)
+        np.testing.assert_array_equal(model.run(feeds)["y"], plain.run(feeds)["y"])
+    assert len(replayed) == 3
+
+
+def test_replay_takes_device_array_inputs(device):
+    model = _model(device)
+    feeds = model.random_inputs(seed=4)
+    expected = model.run(feeds)["y"]
+    on_device = {name: device.to_device(array) for name, array in feeds.items()}
+    np.testing.assert_array_equal(model.run(on_device)["y"], expected)
+    outputs, seconds = model.run_host_seconds(on_device)
+    np.testing.assert_array_equal(outputs["y"], expected)
+    assert seconds > 0
+
+
+def test_the_environment_turns_replay_off(device, monkeypatch):
+    monkeypatch.setenv("FASTRUN_REPLAY", "0")
+    model = _model(device)
+    assert model.launch_plan() is None and model.replay_note == "off"
+    monkeypatch.setenv("FASTRUN_REPLAY", "maybe")
+    with pytest.raises(ValueError, match="FASTRUN_REPLAY"):
+        _model(device)
+
+
+def test_a_plan_that_replays_wrongly_is_not_used(device, monkeypatch):
+    """The check against an ordinary run catches work a replay would miss (here: the last
+    launch dropped, as if an algorithm had enqueued it behind the device's back)."""
+    from fastrun.devices.opencl import replay
+
+    real = replay.LaunchPlan.__init__
+
+    def dropping_the_last(self, device, launches, inputs, outputs):
+        real(self, device, launches[:-1], inputs, outputs)
+
+    monkeypatch.setattr(replay.LaunchPlan, "__init__", dropping_the_last)
+    model = _model(device)
+    assert model.launch_plan() is None
+    assert "other values than an ordinary run" in model.replay_note
+    monkeypatch.undo()
+    feeds = model.random_inputs(seed=6)
+    np.testing.assert_array_equal(model.run(feeds)["y"],
+                                  _model(device, replay=False).run(feeds)["y"])
+
+
+def test_a_transfer_inside_the_recorded_run_makes_it_unreplayable(device):
+    x = device.to_device(np.ones(4, np.float32))
+    with device.recording() as recording:
+        device.to_host(x)
+    with pytest.raises(UnreplayableError, match="downloads a device array"):
+        recording.plan([x], [x])
+    with device.recording() as recording:
+        pass
+    with pytest.raises(UnreplayableError, match="launched no kernel"):
+        recording.plan([x], [x])
+    with device.recording(), pytest.raises(RuntimeError, match="already open"):
+        device.recording().__enter__()
+
+
+def test_both_enqueue_ways_are_timed_and_give_the_same_result(device):
+    model = _model(device)
+    plan = model.launch_plan()
+    feeds = model.random_inputs(seed=8)
+    expected = model.run(feeds)["y"]
+    seconds = plan.choose_enqueue(rounds=2)
+    assert "pyopencl" in seconds and all(s > 0 for s in seconds.values())
+    assert plan.enqueue in seconds
+    for way in seconds:  # each way on its own
+        plan._replay = getattr(plan, f"_replay_{way}")
+        np.testing.assert_array_equal(model.run(feeds)["y"], expected, err_msg=way)
+
+
+def test_threads_sharing_a_model_take_turns(device):
+    model = _model(device)
+    inputs = [model.random_inputs(seed=20 + i) for i in range(4)]
+    expected = [model.run(feeds)["y"] for feeds in inputs]
+    errors = []
+
+    def worker(index: int) -> None:
+        for _ in range(5):
+            got = model.run(inputs[index])["y"]
+            if not np.array_equal(got, expected[index]):
+                errors.append(index)
+
+    threads = [threading.Thread(target=worker, args=(i,)) for i in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert errors == []
+
+
+def test_the_cpu_records_nothing():
+    model = load(_models.conv_bn_relu(), fastrun.Session(device="cpu", cache=None,
+                                                         strategy="heuristic", progress=False))
+    assert model.launch_plan() is None and model.replay is False
