@@ -161,6 +161,13 @@ class Algorithm:
         """
         return None
 
+    def build(self, problem: Problem, device: Any) -> None:
+        """Compile what :meth:`run` will need for ``problem`` on ``device``, ahead of its first
+        call (optional).  The search calls it for all of a problem's candidates at once, from
+        several threads, so a driver's compiler works on many configurations together; it
+        must therefore be safe to call from any thread.  By default nothing: the first call
+        compiles, as always."""
+
     def run(self, problem: Problem, inputs: Sequence[Any], ctx: RunContext,
             prepared: Any = None) -> Any:
         raise NotImplementedError(f"{self.desc} does not implement run()")

@@ -150,15 +150,16 @@ def _ctrl_c_during_a_search():
 def test_inputs_are_compared_bit_for_bit_in_chunks():
     import numpy as np
 
-    from fastrun.core import profiler
+    from fastrun import devices
+    from fastrun.devices import same_bits
 
-    a = np.full(3 * (profiler._CHUNK_BYTES // 4) + 5, np.nan, dtype=np.float32)
-    assert profiler.same_bits(a, a.copy())  # a NaN equals itself
+    a = np.full(3 * (devices._CHUNK_BYTES // 4) + 5, np.nan, dtype=np.float32)
+    assert same_bits(a, a.copy())  # a NaN equals itself
     b = a.copy()
     b[-1] = 1.0  # in the last, partial chunk
-    assert not profiler.same_bits(a, b)
+    assert not same_bits(a, b)
     zeros = np.zeros(4, dtype=np.float64)
-    assert not profiler.same_bits(zeros, -zeros)  # -0 written over +0 is a write
-    assert not profiler.same_bits(zeros, zeros.astype(np.float32))
-    assert not profiler.same_bits(zeros, zeros.reshape(2, 2))
-    assert profiler.same_bits(np.arange(6).reshape(2, 3).T, np.arange(6).reshape(2, 3).T.copy())
+    assert not same_bits(zeros, -zeros)  # -0 written over +0 is a write
+    assert not same_bits(zeros, zeros.astype(np.float32))
+    assert not same_bits(zeros, zeros.reshape(2, 2))
+    assert same_bits(np.arange(6).reshape(2, 3).T, np.arange(6).reshape(2, 3).T.copy())

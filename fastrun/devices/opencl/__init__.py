@@ -230,6 +230,8 @@ class OpenCLDevice(Device):
         #: id(kernel) -> the scalar argument types declared to pyopencl (see :meth:`launch`)
         self._arg_types: dict[int, tuple] = {}
         self._build_lock = threading.Lock()
+        #: program key -> the lock its builder holds (see :meth:`build`)
+        self._building: dict[tuple[str, tuple[str, ...], str, str], threading.Lock] = {}
         from pyopencl import array as cl_array
         from pyopencl import tools as cl_tools
 
@@ -356,6 +358,31 @@ class OpenCLDevice(Device):
             self._layout_flags[(shape, strides)] = array.flags
         return array
 
+    def copy(self, value: Any) -> Any:
+        """A contiguous copy of a device array, made on the device."""
+        if not value.flags.c_contiguous:
+            return super().copy(value)
+        out = self.empty(value.shape, value.dtype)
+        if value.size:
+            self._cl.enqueue_copy(self.queue, out.base_data, value.base_data,
+                                  byte_count=value.size * value.dtype.itemsize,
+                                  src_offset=value.offset, dst_offset=out.offset)
+        return out
+
+    def same_bits(self, a: Any, b: Any) -> bool:
+        """Compared on the device (a kernel; only a flag is downloaded) when both are
+        contiguous device arrays, else on host copies."""
+        array = self._array_class
+        if not (isinstance(a, array) and isinstance(b, array)):
+            return super().same_bits(a, b)
+        if a.shape != b.shape or a.dtype != b.dtype:
+            return False
+        if not (a.flags.c_contiguous and b.flags.c_contiguous):
+            return super().same_bits(a, b)
+        from fastrun.devices.opencl import steps
+
+        return steps.same_bits(self, a, b)
+
     def synchronize(self) -> None:
         self.queue.finish()
 
@@ -374,7 +401,11 @@ class OpenCLDevice(Device):
         program = self._programs.get(key)
         if program is not None:
             return program
+        # One lock per program, so that threads building different programs (the search's
+        # build-ahead) compile at once, and two asking for the same one compile it once.
         with self._build_lock:
+            lock = self._building.setdefault(key, threading.Lock())
+        with lock:
             program = self._programs.get(key)
             if program is not None:
                 return program

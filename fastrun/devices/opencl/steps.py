@@ -56,6 +56,39 @@ __kernel void cast(__global DST_T* dst, __global const SRC_T* src, const long sr
 """
 
 
+DIFFERS_SOURCE = r"""
+__kernel void differs(__global const WORD* a, const long a_off, __global const WORD* b,
+                      const long b_off, const long n, __global int* flag) {
+    const long i = get_global_id(0);
+    if (i < n && a[a_off + i] != b[b_off + i]) *flag = 1;
+}
+"""
+
+
+def same_bits(device: Any, a: Any, b: Any) -> bool:
+    """Whether two contiguous device arrays of one shape and dtype hold the same bits: one
+    kernel compares them word by word (bytes where the sizes or offsets are not whole words)
+    and only a flag comes back."""
+    nbytes = a.size * a.dtype.itemsize
+    if nbytes == 0:
+        return True
+    word = 4 if nbytes % 4 == 0 and a.offset % 4 == 0 and b.offset % 4 == 0 else 1
+    flag = device.empty((1,), np.int32)
+    zero = np.zeros(1, np.int32)
+    device._cl.enqueue_copy(device.queue, flag.base_data, zero, dst_offset=flag.offset,
+                            is_blocking=True)
+    kernel = device.kernel(DIFFERS_SOURCE, "differs",
+                           [f"-DWORD={'uint' if word == 4 else 'uchar'}"])
+    count = nbytes // word
+    local = 128
+    device.launch(kernel, (a.base_data, np.int64(a.offset // word), b.base_data,
+                           np.int64(b.offset // word), np.int64(count), flag.base_data),
+                  (-(-count // local) * local,), (local,))
+    device._cl.enqueue_copy(device.queue, zero, flag.base_data, src_offset=flag.offset,
+                            is_blocking=True)
+    return int(zero[0]) == 0
+
+
 def _cast_options(source: np.dtype, target: np.dtype) -> list[str]:
     options = [f"-DNEEDS_FP64={int('float64' in (source.name, target.name))}",
                f"-DSRC_HALF={int(source.name == 'float16')}",

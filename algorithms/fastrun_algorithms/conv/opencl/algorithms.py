@@ -130,9 +130,16 @@ class OpenCLConv(ConvAlgorithm):
     def kernel(self, device: Any, geo: ConvGeometry, name: str) -> Any:
         """The kernel ``name`` built for ``geo``'s dtype and this configuration (built and
         created once per process by the device)."""
+        return device.kernel(self.source, name, self._options(geo))
+
+    def build(self, problem: Problem, device: Any) -> None:
+        """Compile this configuration's program for ``problem`` (every kernel it launches is
+        in it); the search calls this for many configurations at once."""
+        device.build(self.source, self._options(geometry(problem)))
+
+    def _options(self, geo: ConvGeometry) -> list[str]:
         defines = {"REAL_DOUBLE": int(geo.itemsize == 8), **self.defines(geo)}
-        options = [f"-D{key}={value}" for key, value in sorted(defines.items())]
-        return device.kernel(self.source, name, options)
+        return [f"-D{key}={value}" for key, value in sorted(defines.items())]
 
 
 class _LocalSized(OpenCLConv):

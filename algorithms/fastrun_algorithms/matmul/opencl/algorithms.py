@@ -127,6 +127,11 @@ class OpenCLMatmul(Algorithm):
     def defines(self) -> dict[str, int]:
         return {}
 
+    def build(self, problem: Problem, device: Any) -> None:
+        """Compile this configuration's program (every kernel it launches is in it); the
+        search calls this for many configurations at once."""
+        device.build(self.source, self.options(np.dtype(problem.dtypes[0])))
+
     def kernel(self, device: Any, dtype: np.dtype, name: str | None = None) -> Any:
         name = name or self.kernel_name
         key = (id(device), dtype.str, name)
