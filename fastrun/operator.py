@@ -216,6 +216,14 @@ class Operator:
         """The trusted result every candidate is checked against."""
         raise NotImplementedError
 
+    def batch_inputs(self, problem: Problem) -> tuple[int, ...]:
+        """Indices of the inputs whose axis 0 is a batch, each item of which makes one item of
+        the output's axis 0 alone (a conv's images).  The search may then check a large
+        problem's numerics on a few items (:data:`fastrun.core.profiler.CHECK_ITEMS`): its
+        float64 reference and the downloads of every candidate's output cost seconds at batch
+        32 on a GPU.  Empty (the default): the whole output is always checked."""
+        return ()
+
     def random_inputs(self, problem: Problem, rng: np.random.Generator) -> list[np.ndarray]:
         """Inputs for profiling: values in [-1, 1] of the problem's dtypes."""
         return [uniform(rng, shape, dtype)

@@ -163,3 +163,96 @@ def test_inputs_are_compared_bit_for_bit_in_chunks():
     assert not same_bits(zeros, zeros.astype(np.float32))
     assert not same_bits(zeros, zeros.reshape(2, 2))
     assert same_bits(np.arange(6).reshape(2, 3).T, np.arange(6).reshape(2, 3).T.copy())
+
+
+# -- a large problem's check covers a few batch items; candidates build ahead ----------------
+
+class _Conv(Algorithm):
+    """The conv's own reference, corrupted on one batch item (``wrong_item``, or none)."""
+
+    operator = "conv"
+
+    def __init__(self, name: str, wrong_item: int | None = None):
+        self.name, self.wrong_item = name, wrong_item
+        super().__init__()
+
+    def run(self, problem, inputs, ctx, prepared=None):
+        from fastrun_algorithms.conv.operator import ConvOperator
+
+        out = ConvOperator().reference(problem, inputs).astype(np.float32)
+        if self.wrong_item is not None:
+            out[self.wrong_item] += 1.0
+        return out
+
+
+def _conv_session(*algorithms: Algorithm) -> tuple[Session, object]:
+    from fastrun_algorithms.conv.operator import ConvOperator
+
+    operator = ConvOperator()
+    registry = Registry(load_plugins=False)
+    registry.register_operator(operator)
+    for algorithm in algorithms:
+        registry.register_algorithm(algorithm)
+    session = Session(registry=registry, cache=InMemoryCache(), strategy="fast-run",
+                      progress=False, budget_s=0.002)
+    problem = operator.problem([(8, 2, 6, 6), (4, 2, 1, 1)], ["float32", "float32"])
+    return session, problem
+
+
+def test_a_large_problem_is_checked_on_its_first_middle_and_last_items(monkeypatch):
+    from fastrun.core import profiler
+    from fastrun_algorithms.conv.operator import ConvOperator
+
+    monkeypatch.setattr(profiler, "CHECK_ITEMS_FROM", 100)  # 8x4x6x6 = 1152 elements
+    batches = []
+    real = ConvOperator.reference
+    monkeypatch.setattr(ConvOperator, "reference", lambda self, problem, inputs: (
+        batches.append(problem.shapes[0][0]), real(self, problem, inputs))[1])
+    session, problem = _conv_session(_Conv("last", 7), _Conv("middle", 4), _Conv("first", 0),
+                                     _Conv("right"))
+    decision = session.chooser.decide(problem)
+    # one reference, of the three checked items (the candidates' own calls use the real one)
+    assert batches[0] == 3
+    for wrong in ("last", "middle", "first"):
+        assert "numerical error" in decision.excluded[wrong], wrong
+    assert decision.algorithm.desc.name == "right"
+
+
+def test_a_small_problem_is_checked_whole():
+    session, problem = _conv_session(_Conv("second", 1), _Conv("right"))
+    decision = session.chooser.decide(problem)
+    assert "numerical error" in decision.excluded["second"]
+
+
+#: the threads the candidates' builds ran on
+_BUILD_THREADS: set[str] = set()
+
+
+class _Builds(Correct):
+    """Records the thread its build ran on; ``fails`` makes the build raise."""
+
+    def __init__(self, name: str, fails: bool = False):
+        super().__init__(name)
+        self.fails, self.built = fails, 0
+
+    def build(self, problem, device):
+        import threading
+        import time
+
+        _BUILD_THREADS.add(threading.current_thread().name)
+        time.sleep(0.05)  # long enough for the pool to hand the next one to another thread
+        self.built += 1
+        if self.fails:
+            raise RuntimeError("no compiler here")
+
+
+def test_candidates_build_ahead_on_several_threads_and_a_failed_build_is_not_fatal(monkeypatch):
+    from fastrun.core import profiler
+
+    monkeypatch.setattr(profiler, "BUILD_THREADS", 4)
+    _BUILD_THREADS.clear()
+    candidates = [_Builds(f"b{i}") for i in range(4)] + [_Builds("broken", fails=True)]
+    decision = _decide(*candidates)
+    assert all(c.built == 1 for c in candidates)
+    assert len(_BUILD_THREADS) >= 2
+    assert "broken" in {e.algorithm for e in decision.entries}  # its run() still works

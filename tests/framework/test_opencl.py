@@ -364,3 +364,24 @@ def test_arrays_of_one_layout_share_their_flags(device):
     assert first.flags is second.flags and first.flags.c_contiguous
     assert device.reshaped(first, (6, 4)).flags is device.empty((6, 4), np.float32).flags
     assert device.empty((2, 3, 4), np.float64).flags is not first.flags  # other strides
+
+
+@needs_platform
+@pytest.mark.parametrize("dtype, size", [(np.float32, 1001), (np.uint8, 7), (np.float64, 3)])
+def test_same_bits_and_copy_work_on_the_device(device, dtype, size):
+    """What the search's checks use instead of downloads: a word-by-word (or byte-by-byte)
+    comparison kernel, and a copy made on the device."""
+    host = np.arange(size).astype(dtype)
+    x = device.to_device(host)
+    copy = device.copy(x)
+    assert copy.base_data is not x.base_data and device.same_bits(copy, x)
+    changed = host.copy()
+    changed.view(np.uint8)[-1] ^= 1  # one bit of the last byte
+    assert not device.same_bits(x, device.to_device(changed))
+    assert not device.same_bits(x, device.to_device(host.astype(np.int16)))  # dtype
+    assert not device.same_bits(x, device.to_device(host[:-1]))  # shape
+    if size > 2:  # views inside a buffer: offsets
+        assert device.same_bits(x[1:], device.to_device(host[1:]))
+        assert not device.same_bits(x[1:], x[:-1])
+    assert device.same_bits(x, host.copy()) is True  # a host array: compared on the host
+    np.testing.assert_array_equal(device.to_host(copy), host)

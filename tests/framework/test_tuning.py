@@ -123,3 +123,17 @@ def test_profile_seconds_variable_and_its_old_name(monkeypatch):
     monkeypatch.setenv("FASTRUN_PROFILE_BUDGET", "0.4")
     with pytest.warns(DeprecationWarning, match="use FASTRUN_PROFILE_SECONDS"):
         assert config.profile_budget() == 0.4
+
+
+def test_the_sample_follows_the_configurations_not_their_positions(clock):
+    """Problems whose usable configurations overlap sample the same ones (a device then
+    compiles each once): the choice depends on the names and the seed only."""
+    algorithms = space(clock, [10] * 60)
+    picked = tuning._stable_sample(algorithms, 12, seed=0)
+    assert {a.desc.text for a in picked} == {
+        a.desc.text for a in tuning._stable_sample(algorithms[::-1], 12, seed=0)}
+    # three of them unusable for another problem: the other nine are still in its sample
+    fewer = [a for a in algorithms if a not in picked[:3]]
+    assert set(picked[3:]) <= set(tuning._stable_sample(fewer, 12, seed=0))
+    assert {a.desc.text for a in tuning._stable_sample(algorithms, 12, seed=1)} != {
+        a.desc.text for a in picked}

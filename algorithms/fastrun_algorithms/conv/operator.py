@@ -93,6 +93,11 @@ class ConvOperator(Operator):
         kernel measured at 14x14."""
         return (1, len(shapes[0]))
 
+    def batch_inputs(self, problem: Problem) -> tuple[int, ...]:
+        """The images, and the residual input (one per output image); every layout keeps
+        the batch on axis 0."""
+        return (0, len(problem.shapes) - 1) if geometry(problem).has_residual else (0,)
+
     def reference(self, problem: Problem, inputs: Sequence[np.ndarray]) -> np.ndarray:
         """Float64 conv by summing one shifted input slice per kernel offset: few lines, no
         tricks, the result every algorithm is checked against."""
