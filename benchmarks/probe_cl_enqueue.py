@@ -46,17 +46,21 @@ def main() -> None:
     print(f"# {device.name}, driver {device.cl_device.driver_version}")
     program = cl.Program(context, SOURCE).build()
     buf = cl.Buffer(context, cl.mem_flags.READ_WRITE, 4 << 20)
-    for profiling in (True, False):
-        _probe_queue(cl, context, program, buf, profiling)
+    props = cl.command_queue_properties
+    for tag, properties in (("profiling queue", props.PROFILING_ENABLE), ("plain queue", 0),
+                            ("out-of-order", props.OUT_OF_ORDER_EXEC_MODE_ENABLE)):
+        try:
+            queue = cl.CommandQueue(context, properties=properties)
+        except cl.Error as error:  # out-of-order execution is optional
+            print(f"{tag:16s} not available: {error}")
+            continue
+        _probe_queue(cl, context, program, buf, queue, tag)
 
 
-def _probe_queue(cl, context, program, buf, profiling: bool) -> None:
+def _probe_queue(cl, context, program, buf, queue, tag: str) -> None:
     from pyopencl import array as cl_array
     from pyopencl import tools as cl_tools
 
-    queue = cl.CommandQueue(context, properties=(
-        cl.command_queue_properties.PROFILING_ENABLE if profiling else 0))
-    tag = "profiling queue" if profiling else "plain queue"
     k0 = cl.Kernel(program, "k0")
     k0.set_args(buf)
     k25 = cl.Kernel(program, "k25")
@@ -85,6 +89,10 @@ def _probe_queue(cl, context, program, buf, profiling: bool) -> None:
         raw = _raw_arguments(queue, k0, (1024,), (128,))
         rows["direct enqueue (ctypes, no event), arguments set once"] = (
             lambda: enqueue(*raw))
+        raw25 = _raw_arguments(queue, k25, (1024,), (128,))
+        rows["direct enqueue of the 25-argument kernel"] = lambda: enqueue(*raw25)
+        raw3 = _raw_arguments(queue, k25, (64, 16, 1), (8, 16, 1))
+        rows["direct enqueue of the 25-argument kernel, 3-D sizes"] = lambda: enqueue(*raw3)
     for label, function in rows.items():
         print(f"{tag:16s} {label:55s} {_host_us(queue, function):7.2f} us")
 
