@@ -373,3 +373,29 @@ def test_im2col_gemm_is_chosen_by_the_opencl_matmul_search_and_shows_in_the_poli
     chosen = next(a for a in registry.algorithms("matmul") if a.desc.text == child.algorithm)
     assert chosen.device_kind == "opencl"
     assert any(c.startswith(device.category + "|matmul@") for c, _, _ in cache)
+
+
+@pytest.mark.parametrize("split", [2, 8])
+def test_split_k_reduces_in_the_last_work_group_of_each_tile(device, split):
+    """One launch per call: the last slice of each tile to finish adds the slices in order,
+    so every call gives the same bits (whichever slice is last) and leaves the tile counters
+    zeroed for the next."""
+    algorithm = ImplicitGemmCLConv({"mwg": 32, "nwg": 32, "kwg": 8, "mdimc": 16, "ndimc": 8,
+                                    "vw": 2, "split": split})
+    problem = _problem([(2, 40, 6, 7), (40, 40, 3, 3), (40,), (2, 40, 6, 7)],
+                       pads=[1, 1, 1, 1], residual=True, activation="relu")
+    inputs = OPERATOR.random_inputs(problem, np.random.default_rng(4))
+    launches = []
+    real_launch = device.launch
+    device.launch = lambda *a, **k: (launches.append(a[0]), real_launch(*a, **k))[1]
+    try:
+        outputs = [run(device, algorithm, problem, inputs) for _ in range(3)]
+    finally:
+        del device.launch
+    assert len(launches) == 3  # no reduction kernel of its own
+    for again in outputs[1:]:
+        np.testing.assert_array_equal(again, outputs[0])
+    reference = OPERATOR.reference(problem, inputs)
+    assert OPERATOR.error(problem, outputs[0], reference) <= OPERATOR.tolerance(problem)
+    counters = algorithm._launches(device, problem).counters
+    assert not device.to_host(counters).any()

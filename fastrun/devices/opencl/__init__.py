@@ -358,6 +358,18 @@ class OpenCLDevice(Device):
             self._layout_flags[(shape, strides)] = array.flags
         return array
 
+    def zeros(self, shape: tuple[int, ...], dtype: Any) -> Any:
+        """A zeroed device array that an algorithm keeps from call to call (split-K's
+        counters per tile, which its kernel leaves zeroed).  The fill is set-up, not a step's
+        work: it is enqueued before any later launch and never recorded in a launch plan, so
+        nothing that must start from zeros on every call may rely on it."""
+        out = self.empty(shape, dtype)
+        if out.size:
+            pattern = np.zeros(1, np.dtype(dtype))
+            self._cl.enqueue_fill_buffer(self.queue, out.base_data, pattern, out.offset,
+                                         out.size * out.dtype.itemsize)
+        return out
+
     def copy(self, value: Any) -> Any:
         """A contiguous copy of a device array, made on the device."""
         if not value.flags.c_contiguous:

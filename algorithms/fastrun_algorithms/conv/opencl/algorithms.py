@@ -444,8 +444,9 @@ class ImplicitGemmCLConv(OpenCLConv):
     usable for every parameter set.
 
     ``split`` > 1 sums the reduction (C/G*R*S) in that many slices by separate work-groups
-    into a workspace, then a second kernel adds the slices in order and applies the epilogue:
-    more work-groups for small outputs with deep reductions, still reproducible.
+    into a workspace; the last work-group of each output tile to finish adds the slices in
+    order and applies the epilogue (a counter per tile, kept zeroed between calls): more
+    work-groups for small outputs with deep reductions, one launch, still reproducible.
     """
 
     name = "cl_igemm"
@@ -513,6 +514,7 @@ class ImplicitGemmCLConv(OpenCLConv):
             ints = [geo.c, geo.h, geo.w, geo.k, geo.oh, geo.ow, geo.stride_h, geo.stride_w,
                     geo.dil_h, geo.dil_w, geo.pad_top, geo.pad_left, geo.cg, geo.kg, pixels,
                     mtiles, chunk]
+            tiles = ceil_div(pixels, self.nwg) * geo.group * mtiles
             launches = _IgemmLaunches(
                 geo=geo, dtype=dtype,
                 out_shape=(geo.n, geo.k, geo.oh, geo.ow),
@@ -522,9 +524,7 @@ class ImplicitGemmCLConv(OpenCLConv):
                              geo.group * mtiles * self.mdimc, slices),
                 local_size=(self.ndimc, self.mdimc, 1),
                 ints=tuple(map(np.int32, ints)),
-                reduce=self.kernel(device, geo, "igemm_reduce") if self.split > 1 else None,
-                reduce_global=(round_up(pixels, SMALLEST_LOCAL), geo.k),
-                reduce_ints=tuple(map(np.int32, (geo.k, geo.oh * geo.ow, pixels, slices))))
+                counters=device.zeros((tiles,), np.int32) if self.split > 1 else None)
             self._launch_cache[key] = launches
         return launches
 
@@ -533,19 +533,18 @@ class ImplicitGemmCLConv(OpenCLConv):
         device = ctx.device
         plan = self._launches(device, problem)
         out = device.empty(plan.out_shape, plan.dtype)
-        target = out if plan.partial_shape is None else device.empty(plan.partial_shape,
-                                                                      plan.dtype)
         x_buf, x_off = common.buffer(inputs[0], "X")
         w_buf, w_off = common.buffer(inputs[1], "W")
         bias, act = _epilogue_args(plan.geo, plan.dtype, inputs, out.base_data)
         residual = _residual_args(plan.geo, inputs, out.base_data)
-        args = [*plan.ints, x_buf, x_off, w_buf, w_off, *bias, target.base_data, np.int64(0),
-                *residual, *act]
+        if plan.partial_shape is None:  # never read: the output stands in
+            split = (out.base_data, out.base_data)
+        else:
+            split = (device.empty(plan.partial_shape, plan.dtype).base_data,
+                     plan.counters.base_data)
+        args = [*plan.ints, x_buf, x_off, w_buf, w_off, *bias, out.base_data, np.int64(0),
+                *residual, *act, *split]
         device.launch(plan.kernel, args, plan.global_size, plan.local_size)
-        if plan.reduce is not None:
-            args = [*plan.reduce_ints, target.base_data, *bias, out.base_data, np.int64(0),
-                    *residual, *act]
-            device.launch(plan.reduce, args, plan.reduce_global, (SMALLEST_LOCAL, 1))
         return _in_output_shape(out, plan.geo)
 
 
@@ -562,9 +561,8 @@ class _IgemmLaunches:
     global_size: tuple[int, ...]
     local_size: tuple[int, ...]
     ints: tuple[np.int32, ...]
-    reduce: Any
-    reduce_global: tuple[int, ...]
-    reduce_ints: tuple[np.int32, ...]
+    #: split-K's counter per output tile (zeroed, and left zeroed by every launch), else None
+    counters: Any
 
 
 #: ``cl_direct`` configurations: (output channels per work-item, local size).
