@@ -395,8 +395,10 @@ void conv_igemm(
     barrier(CLK_LOCAL_MEM_FENCE);
     if (!last_slice) return;
     mem_fence(CLK_GLOBAL_MEM_FENCE);
-    /* Volatile reads: the other slices' stores, never a stale cached copy. */
-    volatile __global const real* slices = part;
+    /* Plain loads: this work-group has read none of these addresses before, so no cache
+       holds an old copy (volatile loads, one at a time, made the reduction slower than the
+       separate kernel it replaces). */
+    __global const real* slices = part;
     #pragma unroll
     for (int j = 0; j < NVW; ++j) {
         #pragma unroll
