@@ -61,7 +61,11 @@ def test_registered_space_is_bounded_and_unique():
     texts = [a.desc.text for a in OPENCL]
     assert len(texts) == len(set(texts))
     assert len(GEMM) == len(gemm_configurations())
-    assert 100 <= len(GEMM) <= 360 and len(OPENCL) <= 400
+    # 346 tile configurations, and 4 split-K variants of each of the 43 double-buffered ones
+    # with vector loads
+    assert 100 <= len(GEMM) <= 520 and len(OPENCL) <= 560
+    assert sum(1 for a in GEMM if a.split > 1) == 4 * sum(
+        1 for a in GEMM if a.split == 1 and a.db and a.vw >= 2)
     # identity carries every parameter, e.g. the configuration the issue names and the
     # double-buffered one that wins on an H100
     assert "cl_gemm(db=0,kwg=16,mdimc=16,mwg=64,ndimc=16,nwg=64,sa=1,sb=1,vw=4)" in texts
@@ -87,7 +91,7 @@ def test_naive_tiled_and_direct_match_the_reference(device, algorithm, shapes):
     check(device, algorithm, *shapes)
 
 
-GEMM_SAMPLE = random.Random(2024).sample(GEMM, 20)
+GEMM_SAMPLE = random.Random(2024).sample([a for a in GEMM if a.split == 1], 20)
 #: Every kernel path: double-buffered with 4-wide A reads from local memory (VWM 4), with
 #: 2-wide ones, and with scalar ones (MWG not a multiple of MDIMC x VW)
 GEMM_SAMPLE += [GemmCLMatmul(p) for p in (
@@ -220,3 +224,27 @@ def test_fast_run_search_picks_a_checked_configuration_and_caches_it(device):
     with fastrun.session(**options) as again:
         repeat = again.decide(again.problem("matmul", [(20, 24), (24, 36)], ["float32"] * 2))
     assert repeat.source == "cache" and repeat.algorithm.desc == decision.algorithm.desc
+
+
+@pytest.mark.parametrize("split", [2, 4, 16])
+def test_split_k_gemm_sums_its_slices_in_one_launch(device, split):
+    """Skinny products with a deep K: each call launches one kernel, gives the same bits
+    (whichever slice finishes last) and leaves the tile counters zeroed; padded and
+    batched shapes too."""
+    algorithm = GemmCLMatmul({"mwg": 32, "nwg": 64, "kwg": 16, "mdimc": 16, "ndimc": 8,
+                              "vw": 4, "sa": 1, "sb": 1, "db": 1, "split": split})
+    for shapes in (((37, 1000), (1000, 70)), ((2, 32, 16 * 2 * split), (16 * 2 * split, 64))):
+        problem = Problem.create("matmul", list(shapes), ["float32"] * 2)
+        assert algorithm.usable(problem), algorithm.unusable_reason(problem)
+        inputs = OPERATOR.random_inputs(problem, np.random.default_rng(split))
+        outputs = [device.to_host(algorithm.run(problem, [device.to_device(x) for x in inputs],
+                                                DeviceContext(device))) for _ in range(3)]
+        for again in outputs[1:]:
+            np.testing.assert_array_equal(again, outputs[0])
+        error = OPERATOR.error(problem, outputs[0], OPERATOR.reference(problem, inputs))
+        assert error <= OPERATOR.tolerance(problem)
+    assert all(not device.to_host(c).any() for c in algorithm._counters.values())
+    shallow = Problem.create("matmul", [(64, 40), (40, 64)], ["float32"] * 2)  # 3 steps
+    assert "reduction slices need" in algorithm.unusable_reason(shallow)
+    square = Problem.create("matmul", [(4096, 64), (64, 4096)], ["float32"] * 2)
+    assert "fill the device" in algorithm.device_unusable_reason(device, square)

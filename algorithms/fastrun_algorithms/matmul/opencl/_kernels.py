@@ -218,13 +218,27 @@ __kernel __attribute__((reqd_work_group_size(NDIMC, MDIMC, 1)))
 void mm_gemm(const int M, const int N, const int K,
              __global const real* restrict A, const long a_off, const long a_bs,
              __global const real* restrict B, const long b_off, const long b_bs,
-             __global real* restrict C, const long c_off, const long c_bs)
+             __global real* restrict C, const long c_off, const long c_bs,
+             const int kchunk, const int slices, __global real* part,
+             __global volatile int* counters)
 {
     const int tx = get_local_id(0);
     const int ty = get_local_id(1);
     const int m0 = get_group_id(1) * MWG;
     const int n0 = get_group_id(0) * NWG;
+#if SPLIT_K
+    /* Work-group z sums slice s of the reduction for batch entry p. */
+    const long zz = get_group_id(2);
+    const long p = zz / slices;
+    const int s = (int)(zz - p * slices);
+    const int kbeg = s * kchunk;
+    const int kend = min(K, kbeg + kchunk);
+    __local int last_slice;
+#else
     const long p = get_group_id(2);
+    const int kbeg = 0;
+    const int kend = K;
+#endif
     const __global real* a = A + a_off + p * a_bs + (long)m0 * K;
     const __global real* b = B + b_off + p * b_bs + n0;
     __global real* c = C + c_off + p * c_bs + (long)m0 * N + n0;
@@ -264,9 +278,11 @@ void mm_gemm(const int M, const int N, const int K,
             rb[l] = LOADV(b + (long)(r / (NWG / VW)) * N + (r % (NWG / VW)) * VW);     \
         }                                                                              \
     } while (0)
+    a += kbeg;
+    b += (long)kbeg * N;
     LOAD_TILES_TO_REGISTERS();
     int buf = 0;
-    for (int k0 = 0; k0 < K; k0 += KWG) {
+    for (int k0 = kbeg; k0 < kend; k0 += KWG) {
         {
             __local real* as = (__local real*)&Alm[buf][0][0];
             #pragma unroll
@@ -281,7 +297,7 @@ void mm_gemm(const int M, const int N, const int K,
             }
         }
         barrier(CLK_LOCAL_MEM_FENCE);
-        if (k0 + KWG < K) {
+        if (k0 + KWG < kend) {
             a += KWG;
             b += (long)KWG * N;
             LOAD_TILES_TO_REGISTERS();
@@ -289,7 +305,7 @@ void mm_gemm(const int M, const int N, const int K,
         __local const realM (*As)[AROW] = Alm[buf];
         __local const realV (*Bs)[NWG / VW] = Blm[buf];
 #else
-    for (int k0 = 0; k0 < K; k0 += KWG) {
+    for (int k0 = kbeg; k0 < kend; k0 += KWG) {
 #if SA
         {
             __local real* as = (__local real*)&Alm[0][0][0];
@@ -352,6 +368,7 @@ void mm_gemm(const int M, const int N, const int K,
         barrier(CLK_LOCAL_MEM_FENCE);
 #endif
     }
+#if !SPLIT_K
     #pragma unroll
     for (int i = 0; i < MWI; ++i) {
         #pragma unroll
@@ -359,6 +376,39 @@ void mm_gemm(const int M, const int N, const int K,
             STOREV(acc[i][j], c + (long)ROW(i) * N + (j * NDIMC + tx) * VW);
         }
     }
+#else
+    /* The slice's partial tile, then the last slice of the tile to finish adds them all in
+       order (0, 1, ...) into C and sets the tile's counter back to zero: see conv_igemm. */
+    const long plane = (long)M * N;
+    __global real* mine = part + zz * plane + (long)m0 * N + n0;
+    #pragma unroll
+    for (int i = 0; i < MWI; ++i) {
+        #pragma unroll
+        for (int j = 0; j < NVW; ++j) {
+            STOREV(acc[i][j], mine + (long)ROW(i) * N + (j * NDIMC + tx) * VW);
+        }
+    }
+    mem_fence(CLK_GLOBAL_MEM_FENCE);
+    barrier(CLK_GLOBAL_MEM_FENCE);
+    const int tile = (int)((p * get_num_groups(1) + get_group_id(1)) * get_num_groups(0)
+                           + get_group_id(0));
+    if (ty == 0 && tx == 0) last_slice = atomic_inc(&counters[tile]) == slices - 1;
+    barrier(CLK_LOCAL_MEM_FENCE);
+    if (!last_slice) return;
+    mem_fence(CLK_GLOBAL_MEM_FENCE);
+    const __global real* first = part + p * slices * plane + (long)m0 * N + n0;
+    #pragma unroll
+    for (int i = 0; i < MWI; ++i) {
+        #pragma unroll
+        for (int j = 0; j < NVW; ++j) {
+            const long at = (long)ROW(i) * N + (j * NDIMC + tx) * VW;
+            realV sum = LOADV(first + at);
+            for (int t = 1; t < slices; ++t) sum += LOADV(first + t * plane + at);
+            STOREV(sum, c + at);
+        }
+    }
+    if (ty == 0 && tx == 0) atomic_xchg(&counters[tile], 0);
+#endif
 }
 """
 

@@ -281,6 +281,13 @@ class GemmCLMatmul(OpenCLMatmul):
     The kernel needs M, N and K to be multiples of the tile.  Operands that are not are copied
     into zero-padded buffers (and the result out of a padded one); those copies are this
     algorithm's workspace.
+
+    ``split`` (optional, default 1): split-K, for products whose output tiles alone leave
+    most of the device idle (M- or N-skinny with a deep K).  Work-groups sum slices of the
+    reduction into a workspace, and the last of each tile's slices to finish adds them in
+    order into C (one launch, the same bits every run; see ``conv_igemm``).  Registered for
+    the double-buffered configurations only, and usable only where the tiles alone would
+    not fill the device twice over.
     """
 
     name = "cl_gemm"
@@ -298,6 +305,9 @@ class GemmCLMatmul(OpenCLMatmul):
          self.sb, self.db) = (int(self.param[key]) for key in self.KEYS)
         if self.db and not (self.sa and self.sb):
             raise ValueError(f"cl_gemm: db=1 needs both tiles staged (sa=sb=1); got {param!r}")
+        self.split = int(self.param.get("split", 1))
+        #: (id(device), padded M, N, batch) -> split-K's counters per tile, kept zeroed
+        self._counters: dict[tuple[int, int, int, int], Any] = {}
 
     def unusable_reason(self, problem: Problem) -> str | None:
         reason = super().unusable_reason(problem)
@@ -311,12 +321,37 @@ class GemmCLMatmul(OpenCLMatmul):
                                             ("KWG", self.kwg, layout.k, 16)):
             if tile > max(smallest, common.next_pow2(size)):
                 return f"{label}={tile} is larger than the product needs ({size})"
+        if self.split > 1 and self.padded(layout)[2] // self.kwg < 2 * self.split:
+            return (f"{self.split} reduction slices need {2 * self.split} steps of "
+                    f"{self.kwg}; K is {layout.k}")
+        return None
+
+    def device_unusable_reason(self, device: Any, problem: Problem) -> str | None:
+        """Split-K only where the output tiles alone would not fill the device twice over
+        (two work-groups per compute unit): elsewhere it only adds the slices' traffic."""
+        reason = super().device_unusable_reason(device, problem)
+        if reason is not None or self.split == 1:
+            return reason
+        layout = layout_of(problem)
+        mp, np_, _ = self.padded(layout)
+        tiles = (mp // self.mwg) * (np_ // self.nwg) * layout.batch
+        if tiles >= 2 * device.max_compute_units:
+            return (f"{tiles} output tiles already fill the device's "
+                    f"{device.max_compute_units} compute units twice over")
         return None
 
     def defines(self) -> dict[str, int]:
-        return {key.upper(): value for key, value in zip(
+        values = {key.upper(): value for key, value in zip(
             self.KEYS, (self.mwg, self.nwg, self.kwg, self.mdimc, self.ndimc, self.vw,
                         self.sa, self.sb, self.db), strict=True)}
+        return {**values, "SPLIT_K": int(self.split > 1)}
+
+    def slices(self, kp: int) -> tuple[int, int]:
+        """(reduction elements per slice, slices that get any) for a padded depth ``kp``: a
+        whole number of KWG steps each."""
+        steps = kp // self.kwg
+        per = -(-steps // self.split)
+        return per * self.kwg, -(-steps // per)
 
     def work_group_size(self) -> int:
         return self.mdimc * self.ndimc
@@ -352,6 +387,8 @@ class GemmCLMatmul(OpenCLMatmul):
         b_batch = layout.batch if strides[1] else 1
         total = (pad_a * a_batch * mp * kp + pad_b * b_batch * kp * np_
                  + pad_c * layout.batch * mp * np_)
+        if self.split > 1:
+            total += self.slices(kp)[1] * layout.batch * mp * np_
         return total * itemsize
 
     def launch(self, device, dtype, layout, a, b, c):
@@ -368,11 +405,21 @@ class GemmCLMatmul(OpenCLMatmul):
             cbuf = device.empty((batch, mp, np_), dtype)
             keep.append(cbuf)
             target = (cbuf.base_data, cbuf.offset // dtype.itemsize)
-        global_size = (np_ // self.nwg * self.ndimc, mp // self.mwg * self.mdimc, batch)
+        if self.split > 1:
+            chunk, slices = self.slices(kp)
+            partial = device.empty((slices * batch, mp, np_), dtype)
+            keep.append(partial)
+            split = (np.int32(chunk), np.int32(slices), partial.base_data,
+                     self._tile_counters(device, mp, np_, batch).base_data)
+        else:  # never read: C stands in
+            slices = 1
+            split = (np.int32(kp), np.int32(1), target[0], target[0])
+        global_size = (np_ // self.nwg * self.ndimc, mp // self.mwg * self.mdimc,
+                       batch * slices)
         args = (np.int32(mp), np.int32(np_), np.int32(kp),
                 a[0], np.int64(a[1]), np.int64(a[2]),
                 b[0], np.int64(b[1]), np.int64(b[2]),
-                target[0], np.int64(target[1]), np.int64(mp * np_))
+                target[0], np.int64(target[1]), np.int64(mp * np_), *split)
         device.launch(self.kernel(device, dtype), args, global_size, (self.ndimc, self.mdimc, 1))
         if pad_c:
             args = (np.int32(layout.m), np.int32(layout.n), target[0], np.int32(mp),
@@ -380,6 +427,15 @@ class GemmCLMatmul(OpenCLMatmul):
             device.launch(self.kernel(device, dtype, "unpad_copy"), args,
                           (layout.n, layout.m, batch), None)
         del keep  # pyopencl releases buffers only after the enqueued work is done
+
+    def _tile_counters(self, device: Any, mp: int, np_: int, batch: int) -> Any:
+        """Split-K's counter per output tile for this product's shape, made zeroed once."""
+        key = (id(device), mp, np_, batch)
+        counters = self._counters.get(key)
+        if counters is None:
+            tiles = (mp // self.mwg) * (np_ // self.nwg) * batch
+            counters = self._counters[key] = device.zeros((tiles,), np.int32)
+        return counters
 
     def _pad(self, device, dtype, src, rows, cols, prows, pcols, batch, keep) -> tuple:
         """``src`` (buffer, offset, batch stride; stride 0: broadcast) zero-padded to

@@ -26,9 +26,10 @@ def opencl_rank(layout: MatmulLayout, algorithm: Any) -> tuple[float, ...]:
     1. small products (fewer than ``SMALL_MACS`` multiply-adds, or M or N < ``SMALL_SIDE``):
        ``cl_direct`` first, the configuration wasting the fewest work-items first;
     2. ``cl_gemm``: by fit = (fraction of the padded product that is real work) x (fraction
-       of ``BUSY_GROUPS`` work-groups the tiling provides), then more outputs per work-item
-       (register reuse), wider vectors, both tiles staged, double-buffered (the fastest
-       kernel measured on an H100 at 2048 to 8192), KWG 16;
+       of ``BUSY_GROUPS`` work-groups the tiling and its split-K slices provide), then more
+       outputs per work-item (register reuse), wider vectors, both tiles staged,
+       double-buffered (the fastest kernel measured on an H100 at 2048 to 8192), KWG 16,
+       and the fewest slices;
     3. ``cl_tiled`` (16 first), then ``cl_direct`` for large products;
     4. ``cl_naive`` last.
     """
@@ -48,11 +49,12 @@ def opencl_rank(layout: MatmulLayout, algorithm: Any) -> tuple[float, ...]:
         mp, np_, kp = (ceil_div(m, p["mwg"]) * p["mwg"], ceil_div(n, p["nwg"]) * p["nwg"],
                        ceil_div(k, p["kwg"]) * p["kwg"])
         coverage = (m * n * k) / (mp * np_ * kp)
-        groups = batch * (mp // p["mwg"]) * (np_ // p["nwg"])
+        split = p.get("split", 1)
+        groups = batch * (mp // p["mwg"]) * (np_ // p["nwg"]) * split
         fit = coverage * min(1.0, groups / BUSY_GROUPS)
         outputs = (p["mwg"] // p["mdimc"]) * (p["nwg"] // p["ndimc"])
         return (1 if small else 0, -round(fit, 2), -outputs, -p["vw"], -(p["sa"] + p["sb"]),
-                -p.get("db", 0), p["kwg"], -(p["mdimc"] * p["ndimc"]))
+                -p.get("db", 0), p["kwg"], -(p["mdimc"] * p["ndimc"]), split)
     if name == "cl_tiled":
         return (2, abs(p["ts"] - 16))
     return (8,)

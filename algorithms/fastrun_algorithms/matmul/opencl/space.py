@@ -91,14 +91,22 @@ def gemm_valid(mwg: int, nwg: int, kwg: int, mdimc: int, ndimc: int, vw: int, sa
     return bool(sa and sb) or kwg == 16
 
 
+#: Split-K slice counts registered (``split``), for the double-buffered configurations with
+#: vector loads only: the ones that win on deep reductions, so the space grows by 4 x 43.
+GEMM_SPLITS = (2, 4, 8, 16)
+
+
 def gemm_configurations() -> list[dict[str, Any]]:
-    """Every registered ``cl_gemm`` parameter set, in a fixed order."""
+    """Every registered ``cl_gemm`` parameter set, in a fixed order: the tile
+    configurations, then their split-K variants."""
     configs = []
     for mwg, nwg, kwg, mdimc, ndimc, vw, (sa, sb, db) in itertools.product(
             GEMM_MWG, GEMM_NWG, GEMM_KWG, GEMM_MDIMC, GEMM_NDIMC, GEMM_VW, GEMM_STAGING):
         if gemm_valid(mwg, nwg, kwg, mdimc, ndimc, vw, sa, sb, db):
             configs.append({"mwg": mwg, "nwg": nwg, "kwg": kwg, "mdimc": mdimc,
                             "ndimc": ndimc, "vw": vw, "sa": sa, "sb": sb, "db": db})
+    configs += [{**config, "split": split} for split in GEMM_SPLITS for config in configs
+                if config["db"] and config["vw"] >= 2]
     return configs
 
 
