@@ -74,7 +74,76 @@ def fuse(steps: list[Step], outputs: Iterable[Value], registry: Registry,
         if step.problem is not None:
             producer[id(step.output)] = step
         kept.append(step)
-    return kept
+    return _pool_linear_heads(kept, outputs, registry, device_kind)
+
+
+def _pool_linear_heads(steps: list[Step], outputs: Iterable[Value], registry: Registry,
+                       device_kind: str) -> list[Step]:
+    """A classifier head, ``global_avgpool -> view (N, C) -> matmul by a constant [-> add of a
+    constant bias]``, as one ``pool_linear`` step, where an algorithm of ``device_kind``
+    takes it (the OpenCL library has one; on a GPU each of those steps was a launch).  The
+    fused step runs where the head's last step ran; every value it skips had no other reader
+    and is no graph output."""
+    if "pool_linear" not in registry.operators() or not any(
+            a.device_kind == device_kind for a in registry.algorithms("pool_linear")):
+        return steps
+    operator = registry.operator("pool_linear")
+    readers: dict[int, list[Step]] = {}
+    for step in steps:
+        for value in step.inputs:
+            readers.setdefault(id(value), []).append(step)
+    for value in outputs:
+        readers.setdefault(id(value), []).append(None)  # type: ignore[arg-type]
+    producer = {id(step.output): step for step in steps}
+
+    def only_reader(value: Value) -> Step | None:
+        found = readers.get(id(value), [])
+        return found[0] if len(found) == 1 else None
+
+    replaced: dict[int, Step] = {}  # id of the head's last step -> the fused step
+    dropped: set[int] = set()
+    for pool in steps:
+        if pool.operator != "global_avgpool":
+            continue
+        view = only_reader(pool.output)
+        matmul = only_reader(view.output) if view is not None and view.problem is None \
+            and not view.host_only else None
+        x = pool.inputs[0]
+        if (matmul is None or matmul.operator != "matmul" or matmul.inputs[0] is not view.output
+                or len(matmul.inputs) != 2 or not matmul.inputs[1].is_const
+                or view.output.shape != x.shape[:2] or view.output.dtype != x.dtype):
+            continue
+        head, inputs = [pool, view, matmul], [x, matmul.inputs[1]]
+        bias = _bias_of(only_reader(matmul.output), matmul.output)
+        if bias is not None:
+            head.append(bias[0])
+            inputs.append(bias[1])
+        problem = operator.problem([v.shape for v in inputs], [v.dtype for v in inputs])
+        if not any(a.device_kind == device_kind and a.unusable_reason(problem) is None
+                   for a in registry.algorithms("pool_linear")):
+            continue
+        # Gemm lowers to a matmul and an add of one node: named once
+        fused = Step(node="+".join(dict.fromkeys(s.node for s in head)),
+                     op_type="+".join(dict.fromkeys(s.op_type for s in head)), inputs=inputs,
+                     output=head[-1].output, problem=problem)
+        replaced[id(head[-1])] = fused
+        dropped.update(id(s) for s in head[:-1])
+        producer[id(fused.output)] = fused
+    return [replaced.get(id(step), step) for step in steps if id(step) not in dropped]
+
+
+def _bias_of(step: Step | None, product: Value) -> tuple[Step, Value] | None:
+    """(the add step, its bias as an (M,) constant) when ``step`` adds a constant per-column
+    bias to ``product`` (N, M) and nothing else, else None."""
+    if step is None or step.operator != "add" or len(step.inputs) != 2 \
+            or step.inputs[0] is not product or not step.inputs[1].is_const:
+        return None
+    columns = product.shape[1]
+    bias = step.inputs[1]
+    if bias.dtype != product.dtype or step.output.shape != product.shape \
+            or bias.const.size != columns or bias.const.shape[-1:] != (columns,):
+        return None
+    return step, Value(bias.name, (columns,), bias.dtype, bias.const.reshape(columns))
 
 
 def _merge_relu(add_step: Step, add_relu) -> bool:

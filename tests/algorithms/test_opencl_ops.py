@@ -69,13 +69,14 @@ def check(device, problem, inputs, exact=False, algorithms=None):
 def test_registered_with_their_attributes():
     names = {op: sorted({a.desc.text for a in opencl(op)}) for op in (
         "add", "greater_equal", "relu", "clip", "softmax", "batch_norm", "maxpool",
-        "global_avgpool", "lrn")}
+        "global_avgpool", "lrn", "pool_linear")}
     assert names == {
         "add": ["cl_elementwise"], "greater_equal": ["cl_elementwise"], "relu": ["cl_unary"],
         "clip": ["cl_unary"], "softmax": [f"cl_softmax(per_row={n})" for n in (1, 256, 32)],
         "batch_norm": ["cl_batch_norm"], "maxpool": ["cl_pool"],
         "global_avgpool": [f"cl_global_pool(per_plane={n})" for n in (1, 256, 32)],
-        "lrn": ["cl_lrn"]}
+        "lrn": ["cl_lrn"],
+        "pool_linear": [f"cl_pool_linear(local={n})" for n in (128, 32)]}
     problem = REGISTRY.operator("relu").problem([(3, 4)], ["float32"])
     for op in REGISTRY.operators():
         for algorithm in opencl(op):
@@ -275,6 +276,38 @@ def test_global_pool(device, shape):
     x.reshape(-1)[3] = np.nan  # a NaN in one plane makes that plane's max NaN
     problem = REGISTRY.operator("global_maxpool").problem_for([x])
     check(device, problem, [x], exact=True)
+
+
+@pytest.mark.parametrize("x_shape, outputs, bias", [
+    ((2, 6, 5, 5), 70, True),    # a batch, outputs over several work-groups of either size
+    ((1, 40, 7), 3, False),      # 1-D, fewer outputs than work-items, no bias
+    ((3, 5, 1, 1), 130, True)])  # 1x1 planes (nothing to pool)
+def test_pool_linear(device, x_shape, outputs, bias):
+    """GlobalAveragePool -> Flatten -> Gemm in one launch: the planes' means into local
+    memory, then one output per work-item."""
+    rng = np.random.default_rng(9)
+    inputs = [rng.standard_normal(x_shape).astype(np.float32),
+              rng.standard_normal((x_shape[1], outputs)).astype(np.float32)]
+    if bias:
+        inputs.append(rng.standard_normal(outputs).astype(np.float32))
+    problem = REGISTRY.operator("pool_linear").problem_for(inputs)
+    assert REGISTRY.operator("pool_linear").output_shape(problem) == (x_shape[0], outputs)
+    assert check(device, problem, inputs) == (1 if outputs < 64 else 2)
+
+
+def test_pool_linear_says_what_it_cannot_take(device):
+    operator = REGISTRY.operator("pool_linear")
+    with pytest.raises(ValueError, match=r"W of shape \(4, M\)"):
+        operator.problem([(1, 4, 2, 2), (5, 3)], ["float32"] * 2)
+    with pytest.raises(ValueError, match=r"B of shape \(3,\)"):
+        operator.problem([(1, 4, 2, 2), (4, 3), (4,)], ["float32"] * 3)
+    with pytest.raises(ValueError, match="one dtype"):
+        operator.problem([(1, 4, 2, 2), (4, 3)], ["float32", "float64"])
+    with pytest.raises(ValueError, match="X of shape"):
+        operator.problem([(1, 4), (4, 3)], ["float32"] * 2)
+    wide = operator.problem([(1, 1 << 20, 1, 1), (1 << 20, 8)], ["float32"] * 2)
+    algorithm = opencl("pool_linear")[0]
+    assert "local memory" in algorithm.device_unusable_reason(device, wide)
 
 
 def test_lrn(device):

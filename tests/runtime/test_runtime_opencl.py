@@ -148,6 +148,39 @@ def test_the_residual_add_fuses_into_the_conv_on_the_device(device):
     assert _relative(got, expected) <= 1e-4
 
 
+def test_the_classifier_head_is_one_step_on_the_device(device):
+    """GlobalAveragePool -> flatten -> Gemm (its matmul and bias add) becomes one pool_linear
+    step on OpenCL, which has an algorithm for it; the CPU keeps its steps."""
+    proto = _models.small_cnn()
+    model = _on_device(proto, device, batch=2)
+    reference = _on_cpu(proto, batch=2)
+    reference.search()
+    head = model.steps[-1]
+    assert head.operator == "pool_linear" and len(head.inputs) == 3
+    assert head.op_type == "GlobalAveragePool+Reshape+Gemm"
+    assert len(model.steps) == len(reference.steps) - 3  # pool, reshape, matmul, add -> 1
+    assert "pool_linear" not in {step.operator for step in reference.steps}
+    feeds = reference.random_inputs(seed=4)
+    assert _relative(model.run(feeds)["y"], reference.run(feeds)["y"]) <= 1e-5
+
+
+def test_a_head_without_a_bias_fuses_and_one_with_another_reader_does_not(device):
+    w = GraphWriter()
+    x = w.node("Conv", ["x", w.weight("w", (6, 3, 3, 3))], "conv")
+    gap = w.node("GlobalAveragePool", [x], "gap")
+    flat = w.node("Flatten", [gap], "flat")
+    w.node("MatMul", [flat, w.weight("fc", (6, 4))], "y")
+    model = _on_device(w.model((1, 3, 8, 8), "y", output_rank=2), device, batch=3)
+    assert model.steps[-1].operator == "pool_linear" and len(model.steps[-1].inputs) == 2
+    # the flattened value also feeds a second MatMul: nothing fuses
+    w.node("Add", ["y", w.node("MatMul", [flat, w.weight("fc2", (6, 4))], "z")], "sum")
+    model = _on_device(w.model((1, 3, 8, 8), "sum", output_rank=2), device, batch=3)
+    assert "pool_linear" not in {step.operator for step in model.steps}
+    reference = _on_cpu(w.model((1, 3, 8, 8), "sum", output_rank=2), batch=3)
+    feeds = reference.random_inputs(seed=5)
+    assert _relative(model.run(feeds)["sum"], reference.run(feeds)["sum"]) <= 1e-5
+
+
 def test_run_host_seconds_gives_the_outputs_and_the_issue_time(device):
     """What bench_opencl_models reports as host microseconds per step: the same outputs as
     run(), and the seconds before the download (the data_movement model's Reshape is a view

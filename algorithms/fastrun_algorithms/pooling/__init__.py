@@ -1,5 +1,5 @@
-"""The pooling operators (maxpool, avgpool, global_maxpool, global_avgpool, lrn) and their CPU
-algorithms.
+"""The pooling operators (maxpool, avgpool, global_maxpool, global_avgpool, lrn, and pool_linear,
+a global average pool feeding a linear layer) and their CPU algorithms.
 
 They follow ONNX's MaxPool, AveragePool, GlobalMaxPool, GlobalAveragePool and LRN, because the
 ONNX runtime lowers those nodes onto these operators by name: the operator names and parameter
@@ -8,8 +8,10 @@ names are a contract with it.  Parameters are canonicalised when a problem is bu
 
 maxpool and avgpool have two algorithms: ``direct`` (a parallel numba kernel, 1-D and 2-D, the
 usual winner) and ``numpy`` (strided views of a padded copy, every rank).  The global pools and
-LRN are one pass over memory and have a numpy algorithm each.  Where pyopencl is installed the
-OpenCL algorithms (``cl_pool``, ``cl_global_pool``, ``cl_lrn``) are added too.
+LRN are one pass over memory and have a numpy algorithm each.  pool_linear has an OpenCL
+algorithm only: the runtime fuses a model's head into it only where the device has one.
+Where pyopencl is installed the OpenCL algorithms (``cl_pool``, ``cl_global_pool``,
+``cl_lrn``, ``cl_pool_linear``) are added too.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from fastrun_algorithms.pooling.operator import (
     GlobalMaxPoolOperator,
     LRNOperator,
     MaxPoolOperator,
+    PoolLinearOperator,
 )
 
 
@@ -31,7 +34,7 @@ def register(registry) -> None:
     from fastrun_algorithms.pooling import direct, global_pool, lrn, vectorised
 
     for operator in (MaxPoolOperator(), AvgPoolOperator(), GlobalMaxPoolOperator(),
-                     GlobalAvgPoolOperator(), LRNOperator()):
+                     GlobalAvgPoolOperator(), LRNOperator(), PoolLinearOperator()):
         registry.register_operator(operator)
     for module in (direct, vectorised, global_pool, lrn):
         for algorithm in module.algorithms():
@@ -50,5 +53,6 @@ __all__ = [
     "GlobalMaxPoolOperator",
     "LRNOperator",
     "MaxPoolOperator",
+    "PoolLinearOperator",
     "register",
 ]

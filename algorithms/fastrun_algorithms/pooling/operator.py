@@ -11,6 +11,7 @@ import numpy as np
 
 from fastrun.operator import Operator, Problem, Shape
 from fastrun_algorithms.pooling.geometry import (
+    SUPPORTED_DTYPES,
     canonical_pool_params,
     check_dtypes,
     pool_geometry,
@@ -168,6 +169,52 @@ class GlobalAvgPoolOperator(_GlobalPoolOperator):
     def reference(self, problem: Problem, inputs: Sequence[np.ndarray]) -> np.ndarray:
         x = np.asarray(inputs[0], np.float64)
         return np.mean(x, axis=tuple(range(2, x.ndim)), keepdims=True)
+
+
+class PoolLinearOperator(Operator):
+    """A classifier head in one step: ``Y = mean of X over its spatial axes, flattened, @ W
+    (+ B)``; X (N, C, *spatial), W (C, M), B (M,) -> (N, M).
+
+    It is ONNX's GlobalAveragePool -> Flatten -> Gemm (or MatMul, and Add of a bias), which
+    the runtime fuses into it only on a device with an algorithm for it
+    (``fastrun/runtime/fusion.py``): on a GPU each of those steps is a launch, and a
+    batch-1 model waits for its launches.  No parameters."""
+
+    name = "pool_linear"
+    version = 1
+
+    def validate(self, problem: Problem) -> None:
+        if problem.params:
+            raise ValueError(f"{self.name} takes no parameters, got "
+                             f"{', '.join(name for name, _ in problem.params)}")
+        if len(problem.shapes) not in (2, 3):
+            raise ValueError(f"{self.name} takes X, W and an optional B, got "
+                             f"{len(problem.shapes)} inputs")
+        if len(set(problem.dtypes)) != 1 or problem.dtypes[0] not in SUPPORTED_DTYPES:
+            raise ValueError(f"{self.name} needs float32 or float64 inputs of one dtype, got "
+                             f"{', '.join(problem.dtypes)}")
+        x, w = problem.shapes[0], problem.shapes[1]
+        if len(x) < 3 or min(x) < 1:
+            raise ValueError(f"{self.name} needs X of shape (N, C, *spatial), got {x}")
+        if len(w) != 2 or w[0] != x[1] or w[1] < 1:
+            raise ValueError(f"{self.name} needs W of shape ({x[1]}, M) for X {x}, got {w}")
+        if len(problem.shapes) == 3 and tuple(problem.shapes[2]) != (w[1],):
+            raise ValueError(f"{self.name} needs B of shape ({w[1]},), got "
+                             f"{problem.shapes[2]}")
+
+    def output_shape(self, problem: Problem) -> Shape:
+        return (problem.shapes[0][0], problem.shapes[1][1])
+
+    def batch_inputs(self, problem: Problem) -> tuple[int, ...]:
+        return (0,)
+
+    def reference(self, problem: Problem, inputs: Sequence[np.ndarray]) -> np.ndarray:
+        x = np.asarray(inputs[0], np.float64)
+        pooled = np.mean(x.reshape(x.shape[0], x.shape[1], -1), axis=2)
+        out = pooled @ np.asarray(inputs[1], np.float64)
+        if len(inputs) == 3:
+            out += np.asarray(inputs[2], np.float64)
+        return out
 
 
 def lrn_window(size: int) -> tuple[int, int]:

@@ -1,4 +1,5 @@
-"""OpenCL algorithms of the pooling operators (``cl_pool``, ``cl_global_pool``, ``cl_lrn``).
+"""OpenCL algorithms of the pooling operators (``cl_pool``, ``cl_global_pool``, ``cl_lrn``,
+``cl_pool_linear``).
 
 Importing this package does not import pyopencl: the algorithms import it when they run, so
 the plugin loads (and lists them) on machines without OpenCL, where the chooser never offers
@@ -13,6 +14,7 @@ from fastrun_algorithms.pooling.opencl.algorithms import (
     OpenCLGlobalPool,
     OpenCLLRN,
     OpenCLPool,
+    OpenCLPoolLinear,
     global_pool_rank,
     opencl_algorithms,
 )
@@ -22,6 +24,7 @@ __all__ = [
     "OpenCLGlobalPool",
     "OpenCLLRN",
     "OpenCLPool",
+    "OpenCLPoolLinear",
     "global_pool_rank",
     "opencl_algorithms",
     "register",

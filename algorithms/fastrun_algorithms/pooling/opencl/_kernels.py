@@ -157,3 +157,35 @@ __kernel void lrn(const long total, const int C, const long inner, const int bef
     out[o_off + i] = x[x_off + i] / pow(coef * s + bias, beta);
 }
 """
+
+#: pool_linear: Y[n, m] = sum over c of mean(X[n, c, :]) * W[c, m] (+ B[m]).  Work-group (g, n)
+#: first pools image n's C channels into local memory (work-items striding over the channels,
+#: each plane summed in order, divided once by its size), then each of its work-items computes
+#: one output m = g * L + t over the channels in order (neighbouring work-items on neighbouring
+#: columns of W: coalesced reads).  One launch for GlobalAveragePool -> Flatten -> Gemm.
+POOL_LINEAR = PRELUDE + r"""
+__kernel void pool_linear(const int C, const long size, const int M,
+                          __global const real* x, const long x_off,
+                          __global const real* w, const long w_off,
+                          __global const real* bias, const long b_off, const int has_bias,
+                          __global real* out, const long o_off,
+                          __local real* pooled) {
+    const int t = get_local_id(0);
+    const int L = get_local_size(0);
+    const long n = get_group_id(1);
+    __global const real* xn = x + x_off + n * C * size;
+    for (int c = t; c < C; c += L) {
+        __global const real* plane = xn + (long)c * size;
+        real acc = (real)0;
+        for (long l = 0; l < size; ++l) acc += plane[l];
+        pooled[c] = acc / (real)size;
+    }
+    barrier(CLK_LOCAL_MEM_FENCE);
+    const int m = get_group_id(0) * L + t;
+    if (m >= M) return;
+    real acc = (real)0;
+    __global const real* wm = w + w_off + m;
+    for (int c = 0; c < C; ++c) acc += pooled[c] * wm[(long)c * M];
+    out[o_off + n * M + m] = has_bias ? acc + bias[b_off + m] : acc;
+}
+"""

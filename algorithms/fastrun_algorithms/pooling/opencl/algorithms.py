@@ -1,5 +1,5 @@
 """OpenCL pooling algorithms: ``cl_pool`` (maxpool, avgpool), ``cl_global_pool``
-(global_maxpool, global_avgpool) and ``cl_lrn``.
+(global_maxpool, global_avgpool), ``cl_lrn`` and ``cl_pool_linear`` (pool_linear).
 
 They run on an OpenCL device (``device_kind = "opencl"``): X is a ``pyopencl.array.Array`` on
 ``ctx.device`` (C-contiguous; a view with an offset is fine) and the output is one too.
@@ -167,11 +167,63 @@ def global_pool_rank(problem: Problem, algorithm: Algorithm) -> tuple[int, int]:
     return (0 if per_plane == preferred else 1, per_plane)
 
 
+class OpenCLPoolLinear(_OpenCLPooling):
+    """pool_linear in one launch: each work-group pools one image's channels into local
+    memory, then computes ``local`` outputs from them (see ``_kernels.POOL_LINEAR``).  The
+    channels must fit the device's local memory (half of it, for the driver's own use)."""
+
+    name = "cl_pool_linear"
+    operator = "pool_linear"
+    attributes = _OpenCLPooling.attributes | AlgoAttribute.USABLE_DEPEND_ON_SHAPE
+
+    def unusable_reason(self, problem: Problem) -> str | None:
+        return common.group_per_extent_reason(self.local, problem.shapes[1][1], "output",
+                                              "output count")
+
+    def __init__(self, param: dict[str, Any] | None = None):
+        super().__init__(param)
+        self.local = int(self.param["local"])
+
+    def device_unusable_reason(self, device: Any, problem: Problem) -> str | None:
+        pooled = problem.shapes[0][1] * np.dtype(problem.dtypes[0]).itemsize
+        if pooled > device.local_mem_size // 2:
+            return (f"{problem.shapes[0][1]} channels need {pooled} B of local memory, over "
+                    f"half the device's {device.local_mem_size} B")
+        return (common.work_group_reason(device, self.local)
+                or super().device_unusable_reason(device, problem))
+
+    def run(self, problem: Problem, inputs: Sequence[Any], ctx: RunContext,
+            prepared: Any = None) -> Any:
+        device = ctx.device
+        dtype = np.dtype(problem.dtypes[0])
+        x_shape, (channels, outputs) = problem.shapes[0], problem.shapes[1]
+        images = x_shape[0]
+        out = device.empty((images, outputs), dtype)
+        o = common.buffer(out, "output")
+        if len(inputs) == 3:
+            bias = (*common.buffer(inputs[2], "B"), np.int32(1))
+        else:  # never read: the output stands in
+            bias = (o[0], np.int64(0), np.int32(0))
+        kernel = device.kernel(_kernels.POOL_LINEAR, "pool_linear", _build(dtype))
+        groups = -(-outputs // self.local)
+        device.launch(kernel, [np.int32(channels), np.int64(math.prod(x_shape[2:])),
+                               np.int32(outputs), *common.buffer(inputs[0], "X"),
+                               *common.buffer(inputs[1], "W"), *bias, *o,
+                               common.local_memory(channels * dtype.itemsize)],
+                      (groups * self.local, images), (self.local, 1))
+        return out
+
+
+#: Work-items (outputs) per work-group of ``cl_pool_linear``.
+POOL_LINEAR_LOCAL = (32, 128)
+
+
 def opencl_algorithms() -> list[Algorithm]:
     """``cl_pool`` for maxpool and avgpool, the ``cl_global_pool`` configurations of both
-    global pools, ``cl_lrn``."""
+    global pools, ``cl_lrn``, and the ``cl_pool_linear`` configurations."""
     algorithms: list[Algorithm] = [OpenCLPool("maxpool"), OpenCLPool("avgpool")]
     for operator in ("global_maxpool", "global_avgpool"):
         algorithms += [OpenCLGlobalPool(operator, {"per_plane": n}) for n in GLOBAL_PER_PLANE]
     algorithms.append(OpenCLLRN())
+    algorithms += [OpenCLPoolLinear({"local": local}) for local in POOL_LINEAR_LOCAL]
     return algorithms
