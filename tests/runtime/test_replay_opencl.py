@@ -131,3 +131,20 @@ def test_the_cpu_records_nothing():
     model = load(_models.conv_bn_relu(), fastrun.Session(device="cpu", cache=None,
                                                          strategy="heuristic", progress=False))
     assert model.launch_plan() is None and model.replay is False
+
+
+def test_a_model_with_a_boolean_output_is_checked_and_replayed(device):
+    """The check compares non-float outputs for equality (a bool has no tolerance)."""
+    from tests.runtime._models import GraphWriter
+
+    w = GraphWriter()
+    x = w.node("Relu", ["x"], "r")
+    w.node("Cast", [x], "y", to=9)  # BOOL: a device cast kernel, x != 0
+    proto = w.model((1, 3, 4, 4), "y")
+    proto.graph.output[0].type.tensor_type.elem_type = 9
+    model = _model(device, proto=proto)
+    assert model.launch_plan() is not None, model.replay_note
+    feeds = model.random_inputs(seed=3)
+    got = model.run(feeds)["y"]
+    assert got.dtype == np.bool_
+    np.testing.assert_array_equal(got, np.maximum(feeds["x"], 0) != 0)
