@@ -148,3 +148,18 @@ def test_a_model_with_a_boolean_output_is_checked_and_replayed(device):
     got = model.run(feeds)["y"]
     assert got.dtype == np.bool_
     np.testing.assert_array_equal(got, np.maximum(feeds["x"], 0) != 0)
+
+
+def test_without_the_opencl_library_the_plan_enqueues_through_pyopencl(device, monkeypatch):
+    """Where the library pyopencl loaded cannot be found (no /proc, a static build), only
+    pyopencl's enqueue is timed and used."""
+    from fastrun.devices.opencl import replay
+
+    monkeypatch.setattr(replay, "_direct_calls", lambda *args: None)
+    model = _model(device)
+    plan = model.launch_plan()
+    assert plan is not None and plan.enqueue == "pyopencl"
+    assert "direct" not in model.replay_note
+    feeds = model.random_inputs(seed=12)
+    np.testing.assert_array_equal(model.run(feeds)["y"],
+                                  _model(device, replay=False).run(feeds)["y"])
