@@ -94,7 +94,6 @@ def _pool_linear_heads(steps: list[Step], outputs: Iterable[Value], registry: Re
             readers.setdefault(id(value), []).append(step)
     for value in outputs:
         readers.setdefault(id(value), []).append(None)  # type: ignore[arg-type]
-    producer = {id(step.output): step for step in steps}
 
     def only_reader(value: Value) -> Step | None:
         found = readers.get(id(value), [])
@@ -128,7 +127,6 @@ def _pool_linear_heads(steps: list[Step], outputs: Iterable[Value], registry: Re
                      output=head[-1].output, problem=problem)
         replaced[id(head[-1])] = fused
         dropped.update(id(s) for s in head[:-1])
-        producer[id(fused.output)] = fused
     return [replaced.get(id(step), step) for step in steps if id(step) not in dropped]
 
 

@@ -359,10 +359,11 @@ class OpenCLDevice(Device):
         return array
 
     def zeros(self, shape: tuple[int, ...], dtype: Any) -> Any:
-        """A zeroed device array that an algorithm keeps from call to call (split-K's
-        counters per tile, which its kernel leaves zeroed).  The fill is set-up, not a step's
-        work: it is enqueued before any later launch and never recorded in a launch plan, so
-        nothing that must start from zeros on every call may rely on it."""
+        """A zeroed device array: split-K's counters per tile, which an algorithm keeps from
+        call to call (its kernel leaves them zeroed), or the flag of :meth:`same_bits`.  The
+        fill is set-up, not a step's work: it is enqueued before any later launch and never
+        recorded in a launch plan, so nothing that must start from zeros on every call of a
+        model step may rely on it."""
         out = self.empty(shape, dtype)
         if out.size:
             pattern = np.zeros(1, np.dtype(dtype))

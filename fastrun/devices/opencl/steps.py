@@ -73,10 +73,7 @@ def same_bits(device: Any, a: Any, b: Any) -> bool:
     if nbytes == 0:
         return True
     word = 4 if nbytes % 4 == 0 and a.offset % 4 == 0 and b.offset % 4 == 0 else 1
-    flag = device.empty((1,), np.int32)
-    zero = np.zeros(1, np.int32)
-    device._cl.enqueue_copy(device.queue, flag.base_data, zero, dst_offset=flag.offset,
-                            is_blocking=True)
+    flag = device.zeros((1,), np.int32)
     kernel = device.kernel(DIFFERS_SOURCE, "differs",
                            [f"-DWORD={'uint' if word == 4 else 'uchar'}"])
     count = nbytes // word
@@ -84,9 +81,7 @@ def same_bits(device: Any, a: Any, b: Any) -> bool:
     device.launch(kernel, (a.base_data, np.int64(a.offset // word), b.base_data,
                            np.int64(b.offset // word), np.int64(count), flag.base_data),
                   (-(-count // local) * local,), (local,))
-    device._cl.enqueue_copy(device.queue, zero, flag.base_data, src_offset=flag.offset,
-                            is_blocking=True)
-    return int(zero[0]) == 0
+    return int(device.to_host(flag)[0]) == 0
 
 
 def _cast_options(source: np.dtype, target: np.dtype) -> list[str]:

@@ -253,6 +253,11 @@ typedef float4 realV;
 /* A's local rows (k-major) are one vector longer than the tile: the transposing stores of a
    row of W then spread over the banks. */
 #define AROW (MWG / VW + 1)
+/* Output element `at` of channel `ch`: the sum, plus the bias and the residual where there
+   are, through the activation. */
+#define STORE_OUTPUT(at, ch, sum) (out[o_off + (at)] = conv_epilogue(                   \
+    (sum) + (has_bias ? bias[b_off + (ch)] : (real)0) + (has_z ? z[z_off + (at)] : (real)0), \
+    act, lo, hi))
 
 __kernel __attribute__((reqd_work_group_size(NDIMC, MDIMC, 1)))
 void conv_igemm(
@@ -374,10 +379,7 @@ void conv_igemm(
                     const int ch = g * kg + m;
                     const real value = ((const real*)&acc[i * VW + v][j])[u];
 #if !SPLIT_K
-                    const long at = e + (long)ch * P;
-                    const real b = has_bias ? bias[b_off + ch] : (real)0;
-                    const real r = has_z ? z[z_off + at] : (real)0;
-                    out[o_off + at] = conv_epilogue(value + b + r, act, lo, hi);
+                    STORE_OUTPUT(e + (long)ch * P, ch, value);
 #else
                     part[((long)get_group_id(2) * K + ch) * NP + pix] = value;
 #endif
@@ -417,10 +419,7 @@ void conv_igemm(
                     real value = (real)0;
                     for (int s = 0; s < splits; ++s)
                         value += slices[((long)s * K + ch) * NP + pix];
-                    const long at = e + (long)ch * P;
-                    const real b = has_bias ? bias[b_off + ch] : (real)0;
-                    const real r = has_z ? z[z_off + at] : (real)0;
-                    out[o_off + at] = conv_epilogue(value + b + r, act, lo, hi);
+                    STORE_OUTPUT(e + (long)ch * P, ch, value);
                 }
             }
         }

@@ -40,11 +40,6 @@ from fastrun_algorithms.conv.opencl.heuristic import opencl_rank
 #: Taps (R x S) up to which ``cl_depthwise`` unrolls its kernel window with the weights in
 #: registers; larger windows (rare in depthwise layers) are left to ``cl_direct``.
 DEPTHWISE_MAX_TAPS = 64
-#: The smallest local size registered, and the split-K reduce kernel's: always allowed by the
-#: shared group-size rule (:func:`_opencl_common.group_per_extent_reason`), so every problem
-#: keeps a configuration.
-SMALLEST_LOCAL = common.SMALLEST_GROUP
-
 
 
 
