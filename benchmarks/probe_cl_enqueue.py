@@ -5,7 +5,9 @@ Times 2000 back-to-back launches of a tiny kernel (the device never the bottlene
 with profiling and on one without: the enqueue alone (arguments set once), with 25 arguments
 set each time, with two buffer arguments set each time; then setting 25 arguments alone, an
 output array from a memory pool, and the direct ``clEnqueueNDRangeKernel`` call without an
-event that a launch plan's replay may use (``fastrun/devices/opencl/replay.py``).
+event that a launch plan's replay may use (``fastrun/devices/opencl/replay.py``), also for the
+same kernel with its 21 scalars passed as one struct (does a driver charge per argument or per
+byte?).
 
     python -m benchmarks.probe_cl_enqueue
 """
@@ -23,7 +25,15 @@ __kernel void k25(int a0, int a1, int a2, int a3, int a4, int a5, int a6, int a7
                   __global const float* x, long xo, __global const float* w, long wo,
                   __global const float* b, long bo, __global float* y, long yo)
 { y[get_global_id(0) + yo] = x[xo] + a0 + a16; }
+typedef struct { int a[17]; long xo, wo, bo, yo; } scalars;
+__kernel void k5(const scalars s, __global const float* x, __global const float* w,
+                 __global const float* b, __global float* y)
+{ y[get_global_id(0) + s.yo] = x[s.xo] + s.a[0] + s.a[16]; }
 """
+
+#: The 21 scalars of ``k25`` as one struct argument of ``k5`` (C's layout: ``align=True``).
+SCALARS = np.dtype([("a", np.int32, (17,)), ("xo", np.int64), ("wo", np.int64),
+                    ("bo", np.int64), ("yo", np.int64)], align=True)
 
 
 def _host_us(queue, function, runs: int = 2000) -> float:
@@ -67,6 +77,9 @@ def _probe_queue(cl, context, program, buf, queue, tag: str) -> None:
     k25.set_scalar_arg_dtypes([np.int32] * 17 + [None, np.int64] * 4)
     args = [np.int32(i) for i in range(17)] + [buf, np.int64(0)] * 4
     k25.set_args(*args)
+    k5 = cl.Kernel(program, "k5")
+    k5.set_scalar_arg_dtypes([None] * 5)
+    k5.set_args(np.zeros(1, SCALARS), buf, buf, buf, buf)
     pool = cl_tools.MemoryPool(cl_tools.ImmediateAllocator(queue))
     f32 = np.dtype(np.float32)
     rows = {
@@ -93,6 +106,8 @@ def _probe_queue(cl, context, program, buf, queue, tag: str) -> None:
         rows["direct enqueue of the 25-argument kernel"] = lambda: enqueue(*raw25)
         raw3 = _raw_arguments(queue, k25, (64, 16, 1), (8, 16, 1))
         rows["direct enqueue of the 25-argument kernel, 3-D sizes"] = lambda: enqueue(*raw3)
+        raw5 = _raw_arguments(queue, k5, (64, 16, 1), (8, 16, 1))
+        rows["direct, 3-D, the 21 scalars in one struct (5 arguments)"] = lambda: enqueue(*raw5)
     for label, function in rows.items():
         print(f"{tag:16s} {label:55s} {_host_us(queue, function):7.2f} us")
 

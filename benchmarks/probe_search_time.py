@@ -3,7 +3,8 @@ problem that took longer than half a second, and for the whole search at the end
 
 The parts are the profiler's and the device's own functions, each wrapped to add up its
 wall time and calls: the kernel builds (``build`` counts every call, cached or not, on every
-thread; ``build_ahead`` is the wall time of the parallel builds), the timed calls, the output
+thread; ``build_ahead`` is the wall time of the parallel builds; ``helper compiles`` the
+requests to build helper processes, fastrun/devices/opencl/builders.py), the timed calls, the output
 and input checks, downloads and uploads, the float64 references and the random inputs.  What
 issue 18's batch-32 search figures in docs/performance.md came from.
 
@@ -53,6 +54,10 @@ def _instrument(device: Any) -> None:
             (profiler._OutputCheck, "inputs_unchanged", "input checks"),
             (Operator, "random_inputs", "random inputs")):
         _wrap(owner, name, label)
+    if device.kind == "opencl":  # a helper's compile, as the thread waiting for it saw it
+        from fastrun.devices.opencl import builders
+
+        _wrap(builders.BuildHelpers, "binary", "helper compiles")
     device_class = type(device)
     for name in ("build", "to_host", "to_device", "same_bits", "copy"):
         if hasattr(device_class, name):

@@ -47,6 +47,9 @@ VARIABLES: dict[str, str] = {
     "channel-blocked layout where that is measured to pay; 0 (default) keeps every step NCHW",
     "FASTRUN_REPLAY": "1 (default): a model on the OpenCL device records its kernel launches "
     "once and replays them on every run; 0 issues every step through its algorithm",
+    "FASTRUN_BUILD_PROCESSES": "helper processes that compile a search's OpenCL programs at "
+    "once (default on a GPU: one per CPU but one, at most 12 and one per 4 GiB of its memory; "
+    "none on a CPU device, whose driver compiles when a kernel first runs; 0 turns them off)",
     "FASTRUN_OPENCL_DEVICE": "PLATFORM:DEVICE indices of the device 'opencl' selects, e.g. 0:1 "
     "(default: the first GPU, else the first device)",
 }
@@ -152,6 +155,17 @@ def replay(explicit: bool | None = None) -> bool:
     them (fastrun.devices.opencl.replay).  On by default: it cut the host cost per step,
     which a batch-1 model on a GPU waits for (docs/performance.md)."""
     return setting(explicit, "FASTRUN_REPLAY", True, _parse_switch)
+
+
+def build_processes(explicit: int | None = None, default: int = 0) -> int:
+    """Helper processes that compile OpenCL programs during a search
+    (fastrun.devices.opencl.builders); 0 or 1: none, the searching process builds alone.
+    ``default`` is the device's own choice (:meth:`OpenCLDevice.parallel_builds`)."""
+    processes = setting(explicit, "FASTRUN_BUILD_PROCESSES", default, int)
+    if processes < 0:
+        raise ValueError(f"build helper count {processes} (FASTRUN_BUILD_PROCESSES) is negative; "
+                         "0 turns the helpers off")
+    return processes
 
 
 def _parse_switch(raw: str) -> bool:

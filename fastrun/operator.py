@@ -238,9 +238,15 @@ class Operator:
         output = np.asarray(output)
         if output.shape != reference.shape:
             return float("inf")
-        scale = float(np.max(np.abs(reference))) if reference.size else 0.0
-        diff = np.abs(output.astype(np.float64) - reference.astype(np.float64))
-        worst = float(np.max(diff)) if diff.size else 0.0
+        if not reference.size:
+            return 0.0
+        # One float64 temporary, worked in place: a batch-32 conv search checks hundreds of
+        # outputs of millions of elements, and spent a fifth of its time here.
+        scale = max(float(np.max(reference)), -float(np.min(reference)), 0.0)
+        diff = output.astype(np.float64)
+        np.subtract(diff, reference, out=diff)
+        np.abs(diff, out=diff)
+        worst = float(np.max(diff))
         if not np.isfinite(worst):
             return float("inf")
         kind = output.dtype if output.dtype.kind == "f" else np.dtype(np.float64)

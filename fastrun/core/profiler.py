@@ -295,7 +295,7 @@ class Profiler:
                 log.debug("building %s ahead failed: %s", algorithm.desc.text, error)
 
         workers = min(len(pending), BUILD_THREADS)
-        with concurrent.futures.ThreadPoolExecutor(workers) as pool:
+        with device.parallel_builds(), concurrent.futures.ThreadPoolExecutor(workers) as pool:
             list(pool.map(build, pending))
 
     def _time(self, algorithm: Algorithm, problem: Problem, inputs: list[object],

@@ -15,6 +15,7 @@ doesn't (hostnames, paths) may appear.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import time
 from collections.abc import Callable
@@ -150,6 +151,12 @@ class Device:
         device's arrays.  By default the step's own numpy function, which serves any device
         whose arrays are numpy's (:attr:`host_memory`)."""
         return step.view
+
+    def parallel_builds(self) -> contextlib.AbstractContextManager[None]:
+        """A context in which the device may compile the programs asked of it several at once,
+        in helper processes (a search's build-ahead opens it).  Nothing by default: a device
+        without compiled programs has nothing to spread."""
+        return contextlib.nullcontext()
 
     def recording(self) -> Any | None:
         """A context that records the launches a model run enqueues inside it, so the run

@@ -16,6 +16,7 @@ other (view steps reshape and cast them on the device: its backend's ``view_func
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import logging
 import math
@@ -135,30 +136,33 @@ class Model:
         done = 0
         if progress is not None:
             progress.job(total, "searching" if in_context else "deciding")
-        try:
-            for index, step in enumerate(self.steps):
-                if step.problem is None:
-                    reports.append(StepReport(step, None))
+        # a search builds kernels for every step: one pool of build helpers serves them all
+        builds = self.device.parallel_builds() if in_context else contextlib.nullcontext()
+        with builds:
+            try:
+                for index, step in enumerate(self.steps):
+                    if step.problem is None:
+                        reports.append(StepReport(step, None))
+                        if runner is not None:
+                            runner.run(index, self._view(step))
+                        continue
+                    done += 1
+                    if progress is not None:
+                        progress.job_item(done, total, step.node)
+                    prelude = runner.previous if runner is not None else None
+                    try:
+                        call = chooser.prepare(
+                            step.problem, [self._const(v) if v.is_const else None
+                                           for v in step.inputs], prelude)
+                    except NoUsableAlgorithmError as error:
+                        raise StepAlgorithmError(step, error) from None
+                    calls[id(step)] = call
+                    reports.append(StepReport(step, call.decision))
                     if runner is not None:
-                        runner.run(index, self._view(step))
-                    continue
-                done += 1
+                        runner.run(index, call, remember=True)
+            finally:
                 if progress is not None:
-                    progress.job_item(done, total, step.node)
-                prelude = runner.previous if runner is not None else None
-                try:
-                    call = chooser.prepare(
-                        step.problem, [self._const(v) if v.is_const else None
-                                       for v in step.inputs], prelude)
-                except NoUsableAlgorithmError as error:
-                    raise StepAlgorithmError(step, error) from None
-                calls[id(step)] = call
-                reports.append(StepReport(step, call.decision))
-                if runner is not None:
-                    runner.run(index, call, remember=True)
-        finally:
-            if progress is not None:
-                progress.job_end()
+                    progress.job_end()
         self._compile(calls)
         self.reports = reports
         self.launch_plan()

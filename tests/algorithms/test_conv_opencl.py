@@ -142,6 +142,28 @@ def test_igemm_adds_the_residual_before_the_activation(device, algorithm, shapes
     assert "does not add a residual" in direct.unusable_reason(problem)
 
 
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+@pytest.mark.parametrize("algorithm", IGEMM_EVERY_CASE, ids=lambda a: a.desc.text)
+def test_igemm_reads_every_array_at_its_offset(device, algorithm, dtype):
+    """cl_igemm takes its scalars as one struct (offsets, sizes, epilogue): each input at an
+    offset of its own in a larger buffer, in both dtypes (the struct's float members change
+    width), must land where the kernel reads it."""
+    if dtype == "float64" and "cl_khr_fp64" not in device.cl_device.extensions:
+        pytest.skip(f"{device.name} has no float64 (cl_khr_fp64)")
+    problem = _problem([(2, 36, 6, 7), (40, 36, 3, 3), (40,), (2, 40, 6, 7)], dtype,
+                       pads=[1, 1, 1, 1], residual=True, activation="clip", clip_min=-0.5,
+                       clip_max=0.7)
+    inputs = OPERATOR.random_inputs(problem, np.random.default_rng(3))
+    placed = []
+    for lead, array in enumerate(inputs, start=1):
+        big = device.to_device(np.concatenate([np.zeros(lead * 16, array.dtype), array.ravel()]))
+        placed.append(big[lead * 16:].reshape(array.shape))
+    assert all(a.offset > 0 for a in placed)
+    host = device.to_host(algorithm.run(problem, placed, Ctx(device)))
+    error = OPERATOR.error(problem, host, OPERATOR.reference(problem, inputs))
+    assert error <= OPERATOR.tolerance(problem)
+
+
 @pytest.mark.parametrize("algorithm", IGEMM_SAMPLE, ids=lambda a: a.desc.text)
 def test_igemm_sample_matches_the_reference(device, algorithm):
     """Sampled configurations on a grouped, strided, padded batch whose output channels,

@@ -434,7 +434,7 @@ class Conv1x1CLConv(_GemmCLConv):
 class ImplicitGemmCLConv(OpenCLConv):
     """The conv as one register-tiled GEMM whose right operand (im2col's ``cols``) is gathered
     from the input tile by tile inside the kernel: no unfold buffer, no padded copies, the
-    epilogue in the store (bias, residual, activation), and one launch (two with split-K).
+    epilogue in the store (bias, residual, activation), and one launch, split-K included.
     Every valid tile configuration is its own algorithm (``space.igemm_configurations``);
     usable for every parameter set.
 
@@ -518,8 +518,9 @@ class ImplicitGemmCLConv(OpenCLConv):
                 global_size=(ceil_div(pixels, self.nwg) * self.ndimc,
                              geo.group * mtiles * self.mdimc, slices),
                 local_size=(self.ndimc, self.mdimc, 1),
-                ints=tuple(map(np.int32, ints)),
-                counters=device.zeros((tiles,), np.int32) if self.split > 1 else None)
+                ints=tuple(ints),
+                counters=device.zeros((tiles,), np.int32) if self.split > 1 else None,
+                scalars={})
             self._launch_cache[key] = launches
         return launches
 
@@ -537,8 +538,9 @@ class ImplicitGemmCLConv(OpenCLConv):
         else:
             split = (device.empty(plan.partial_shape, plan.dtype).base_data,
                      plan.counters.base_data)
-        args = [*plan.ints, x_buf, x_off, w_buf, w_off, *bias, out.base_data, np.int64(0),
-                *residual, *act, *split]
+        scalars = plan.pack(x_off, w_off, bias[1], np.int64(0), residual[1], bias[2],
+                            residual[2], *act)
+        args = [scalars, x_buf, w_buf, bias[0], out.base_data, residual[0], *split]
         device.launch(plan.kernel, args, plan.global_size, plan.local_size)
         return _in_output_shape(out, plan.geo)
 
@@ -555,9 +557,37 @@ class _IgemmLaunches:
     kernel: Any
     global_size: tuple[int, ...]
     local_size: tuple[int, ...]
-    ints: tuple[np.int32, ...]
+    #: the kernel's integer scalars fixed by the problem (C ... kchunk)
+    ints: tuple[int, ...]
     #: split-K's counter per output tile (zeroed, and left zeroed by every launch), else None
     counters: Any
+    #: the packed ``igemm_scalars`` argument by the scalars that vary with the call's arrays
+    scalars: dict[tuple[Any, ...], np.ndarray]
+
+    def pack(self, *varying: Any) -> np.ndarray:
+        """The kernel's ``igemm_scalars`` argument: the offsets (x, w, bias, output,
+        residual), has_bias, has_z, act, lo and hi, with :attr:`ints`; packed once per
+        distinct set (a call's arrays almost always sit at the same offsets)."""
+        packed = self.scalars.get(varying)
+        if packed is None:
+            if len(self.scalars) >= 64:  # arrays at ever new offsets: keep the dict small
+                self.scalars.clear()
+            packed = np.zeros(1, igemm_scalars(self.dtype))
+            values = (*varying[:5], *self.ints, *varying[5:])
+            for name, value in zip(packed.dtype.names, values, strict=True):
+                packed[name] = value
+            self.scalars[varying] = packed
+        return packed
+
+
+@functools.cache
+def igemm_scalars(dtype: np.dtype) -> np.dtype:
+    """The layout of the ``cl_igemm`` kernel's ``igemm_scalars`` struct (C's: ``align``)."""
+    names = ["x_off", "w_off", "b_off", "o_off", "z_off", "C", "H", "W", "K", "OH", "OW",
+             "sh", "sw", "dh", "dw", "pt", "pl", "cg", "kg", "NP", "mtiles", "kchunk",
+             "has_bias", "has_z", "act", "lo", "hi"]
+    types = [np.int64] * 5 + [np.int32] * 20 + [np.dtype(dtype)] * 2
+    return np.dtype(list(zip(names, types, strict=True)), align=True)
 
 
 #: ``cl_direct`` configurations: (output channels per work-item, local size).
