@@ -142,6 +142,53 @@ def test_igemm_adds_the_residual_before_the_activation(device, algorithm, shapes
     assert "does not add a residual" in direct.unusable_reason(problem)
 
 
+WINOGRAD = [a for a in OPENCL if a.desc.name == "cl_winograd"]
+
+
+@pytest.mark.parametrize("algorithm", WINOGRAD, ids=lambda a: a.desc.text)
+@pytest.mark.parametrize("shapes, params", [
+    ([(2, 5, 9, 11), (7, 5, 3, 3), (7,)], {"pads": [1, 1, 1, 1], "activation": "relu"}),
+    ([(1, 4, 6, 6), (3, 4, 3, 3)], {}),  # no padding: tiles hang over the 4x4 output
+    ([(1, 3, 7, 10), (4, 3, 3, 3), (4,)], {"pads": [2, 0, 1, 3], "activation": "clip",
+                                           "clip_min": -0.4, "clip_max": 0.5}),
+    ([(2, 6, 5, 5), (6, 6, 3, 3), (6,), (2, 6, 5, 5)], {"pads": [1, 1, 1, 1],
+                                                        "residual": True, "activation": "relu"}),
+])
+def test_winograd_matches_the_reference(device, algorithm, shapes, params):
+    """Partial tiles at the right and bottom edges, asymmetric padding, several images, each
+    epilogue; the transformed filters made per call and, preprocessed, once and kept."""
+    problem = _problem(shapes, **params)
+    check(device, algorithm, problem)
+    prepared_problem = _problem(shapes, **params, weight_preprocess=True)
+    inputs = OPERATOR.random_inputs(prepared_problem, np.random.default_rng(1))
+    on_device = [device.to_device(x) for x in inputs]
+    prepared = algorithm.preprocess(prepared_problem, on_device)
+    reference = OPERATOR.reference(prepared_problem, inputs)
+    for _ in range(2):  # the first call transforms the filters, the second reuses them
+        out = device.to_host(algorithm.run(prepared_problem, on_device, Ctx(device), prepared))
+        assert OPERATOR.error(prepared_problem, out, reference) <= 1e-3
+    assert prepared.u is not None
+
+
+def test_winograd_in_float64_and_its_usability(device):
+    unusable = {
+        "stride 1": _problem([(1, 4, 8, 8), (4, 4, 3, 3)], strides=2),
+        "a 3x3 kernel": _problem([(1, 4, 8, 8), (4, 4, 5, 5)]),
+        "group 1": _problem([(1, 4, 8, 8), (4, 2, 3, 3)], group=2),
+        "dilation 1": _problem([(1, 4, 8, 8), (4, 4, 3, 3)], dilations=2),
+    }
+    for needed, problem in unusable.items():
+        for algorithm in WINOGRAD:
+            assert needed in algorithm.unusable_reason(problem)
+    if "cl_khr_fp64" not in device.cl_device.extensions:
+        pytest.skip(f"{device.name} has no float64 (cl_khr_fp64)")
+    problem = _problem([(2, 6, 7, 9), (5, 6, 3, 3), (5,)], "float64", pads=[1, 1, 1, 1])
+    for algorithm in WINOGRAD:
+        inputs = OPERATOR.random_inputs(problem, np.random.default_rng(2))
+        out = run(device, algorithm, problem, inputs)
+        assert OPERATOR.error(problem, out, OPERATOR.reference(problem, inputs)) <= 1e-9
+
+
 @pytest.mark.parametrize("dtype", ["float32", "float64"])
 @pytest.mark.parametrize("algorithm", IGEMM_EVERY_CASE, ids=lambda a: a.desc.text)
 def test_igemm_reads_every_array_at_its_offset(device, algorithm, dtype):
@@ -326,8 +373,16 @@ def test_heuristic_order():
     assert deep.desc.name == "cl_igemm"
     # 64 channels x 3136 pixels: 49 output tiles of 64 x 64, split 8 ways for enough groups
     assert (deep.param["mwg"], deep.param["nwg"], deep.param["split"]) == (64, 64, 8)
-    batch = first([(32, 64, 56, 56), (64, 64, 3, 3)], pads=[1] * 4)
-    assert batch.param["split"] == 1  # 1568 output tiles already
+    batch = _problem([(32, 64, 56, 56), (64, 64, 3, 3)], pads=[1] * 4)
+    order = OPERATOR.heuristic_order(batch, [a for a in OPENCL if a.usable(batch)])
+    assert order[0].desc.text == "cl_winograd(m=4)"  # deep 3x3, a batch of many pixels
+    assert order[1].desc.text == "cl_winograd(m=2)"
+    igemm = next(a for a in order if a.desc.name == "cl_igemm")
+    assert igemm.param["split"] == 1  # 1568 output tiles already
+    single = _problem([(1, 64, 56, 56), (64, 64, 3, 3)], pads=[1] * 4)
+    order = [a.desc.name for a in OPERATOR.heuristic_order(
+        single, [a for a in OPENCL if a.usable(single)])]
+    assert order.index("cl_winograd") == order.count("cl_igemm")  # one image: launches count
 
 
 def _layer(rng):

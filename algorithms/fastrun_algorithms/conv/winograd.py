@@ -117,6 +117,23 @@ def transform_matrices(m: int, dtype: np.dtype) -> tuple[np.ndarray, np.ndarray,
     return matrices  # type: ignore[return-value]
 
 
+def unusable_reason(name: str, geo: ConvGeometry) -> str | None:
+    """Why Winograd F(m x m, 3 x 3) (the CPU's or OpenCL's, called ``name``) cannot compute
+    ``geo``: it needs a 3x3 kernel, stride 1, dilation 1 and one group."""
+    problems = []
+    if (geo.r, geo.s) != (3, 3):
+        problems.append(f"a 3x3 kernel (got {geo.r}x{geo.s})")
+    if (geo.stride_h, geo.stride_w) != (1, 1):
+        problems.append(f"stride 1 (got {geo.stride_h}x{geo.stride_w})")
+    if (geo.dil_h, geo.dil_w) != (1, 1):
+        problems.append(f"dilation 1 (got {geo.dil_h}x{geo.dil_w})")
+    if geo.group != 1:
+        problems.append(f"group 1 (got {geo.group})")
+    if problems:
+        return f"{name} needs " + ", ".join(problems)
+    return None
+
+
 # -- kernels ---------------------------------------------------------------------------------
 
 def _filter_kernel(w: np.ndarray, g: np.ndarray, u: np.ndarray, scratch: np.ndarray) -> None:
@@ -673,19 +690,7 @@ class _Winograd(ConvAlgorithm):
     scratch = _SCRATCH
 
     def conv_unusable_reason(self, problem: Problem) -> str | None:
-        geo = geometry(problem)
-        problems = []
-        if (geo.r, geo.s) != (3, 3):
-            problems.append(f"a 3x3 kernel (got {geo.r}x{geo.s})")
-        if (geo.stride_h, geo.stride_w) != (1, 1):
-            problems.append(f"stride 1 (got {geo.stride_h}x{geo.stride_w})")
-        if (geo.dil_h, geo.dil_w) != (1, 1):
-            problems.append(f"dilation 1 (got {geo.dil_h}x{geo.dil_w})")
-        if geo.group != 1:
-            problems.append(f"group 1 (got {geo.group})")
-        if problems:
-            return f"{self.name} needs " + ", ".join(problems)
-        return None
+        return unusable_reason(self.name, geometry(problem))
 
     def work(self, problem: Problem) -> float:
         """Whole tiles: the transforms and the product grow with the tile count, so 5x5

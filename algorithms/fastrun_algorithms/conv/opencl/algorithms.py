@@ -106,7 +106,7 @@ class OpenCLConv(ConvAlgorithm):
 
     def conv_unusable_reason(self, problem: Problem) -> str | None:
         if geometry(problem).has_residual and not self.takes_residual:
-            return f"{self.name} does not add a residual input (cl_igemm does)"
+            return f"{self.name} does not add a residual input (cl_igemm and cl_winograd do)"
         return self.config_unusable_reason(problem)
 
     def config_unusable_reason(self, problem: Problem) -> str | None:
@@ -603,4 +603,6 @@ def opencl_algorithms() -> list[Algorithm]:
     algorithms += [DepthwiseCLConv({"px": px, "l": local}) for px, local in DEPTHWISE_CONFIGS]
     algorithms += [Im2colCLConv(), Conv1x1CLConv()]
     algorithms += [ImplicitGemmCLConv(c) for c in space.igemm_configurations()]
-    return algorithms
+    from fastrun_algorithms.conv.opencl.winograd import winograd_algorithms  # it imports this
+
+    return algorithms + winograd_algorithms()

@@ -12,6 +12,7 @@ from __future__ import annotations
 from typing import Any
 
 from fastrun_algorithms._common import ceil_div
+from fastrun_algorithms.conv import heuristic as cpu_heuristic
 from fastrun_algorithms.conv.geometry import ConvGeometry
 
 #: At most this many input channels per group and ``cl_direct`` goes before ``cl_im2col`` (the
@@ -31,11 +32,13 @@ def opencl_rank(geo: ConvGeometry, algorithm: Any) -> tuple[float, ...]:
     """Sort key (smaller first) of an OpenCL conv algorithm for ``geo``:
 
     1. ``cl_depthwise`` and ``cl_conv1x1`` where they apply (they are usable only there);
-    2. few input channels per group (<= ``DIRECT_MAX_CHANNELS``: the RGB first layer,
+    2. ``cl_winograd`` (usable only for 3x3 stride-1 layers) for deep layers of a batch with
+       many output pixels, else after ``cl_igemm`` (:func:`_winograd_rank`);
+    3. few input channels per group (<= ``DIRECT_MAX_CHANNELS``: the RGB first layer,
        depthwise layers): ``cl_direct``, then ``cl_igemm``, then ``cl_im2col``; more:
        ``cl_igemm``, ``cl_im2col``, ``cl_direct`` (the implicit GEMM does im2col's product in
        one launch with no unfold buffer);
-    3. within ``cl_direct``: fewest idle work-items along the pixels, fewest idle channel
+    4. within ``cl_direct``: fewest idle work-items along the pixels, fewest idle channel
        accumulators, then more channels per work-item (input reuse), then the larger local
        size; within ``cl_igemm``: see :func:`_igemm_rank`; within ``cl_depthwise``: 4
        outputs per work-item on rows of 8 or more, then the fewest idle work-items.
@@ -56,9 +59,31 @@ def opencl_rank(geo: ConvGeometry, algorithm: Any) -> tuple[float, ...]:
                 -p["ko"], -p["l"])
     if name == "cl_igemm":
         return (2 if shallow else 1, *_igemm_rank(geo, p))
+    if name == "cl_winograd":
+        return _winograd_rank(geo, p)
     if name == "cl_im2col":
         return (3 if shallow else 2, 0.0)
     return (8,)
+
+
+#: Output pixels (all images together) from which ``cl_winograd`` goes first for a deep
+#: 3x3 layer of a batch: a GPU's batch-32 ResNet layers (25088 to 1568 pixels), where its
+#: 2.25-4x fewer products pay for two more launches and the transforms' memory traffic.  A
+#: single image goes to the implicit GEMM first: a batch-1 layer on a large GPU waits for its
+#: launches.
+WINOGRAD_FIRST_PIXELS = 1024
+
+
+def _winograd_rank(geo: ConvGeometry, p: dict) -> tuple[float, ...]:
+    """``cl_winograd``: first for deep layers (the CPU's channel threshold) of a batch with
+    many output pixels, else right after ``cl_igemm``; F(4,3) before F(2,3) where the CPU
+    rule has it (enough pixels for its larger tiles)."""
+    pixels = geo.n * geo.oh * geo.ow
+    deep = min(geo.cg, geo.kg) >= cpu_heuristic.WINOGRAD_MIN_CHANNELS
+    big = pixels >= cpu_heuristic.WINOGRAD_F4_MIN_PIXELS
+    order = 0 if (p["m"] == 4) == big else 1
+    first = deep and geo.n > 1 and pixels >= WINOGRAD_FIRST_PIXELS
+    return (0.5 if first else 1.5, order)
 
 
 #: Work-groups an implicit-GEMM launch should have before larger tiles are preferred: enough
