@@ -1,5 +1,5 @@
 """OpenCL conv algorithms (``cl_direct``, ``cl_depthwise``, ``cl_im2col``, ``cl_conv1x1``,
-``cl_igemm``).
+``cl_igemm``, ``cl_winograd``).
 
 Importing this package does not import pyopencl: the algorithms import it when they run, so
 the plugin loads (and lists them) on machines without OpenCL, where the chooser never offers
