@@ -243,6 +243,29 @@ def test_second_run_with_the_same_cache_profiles_nothing(tmp_path):
     assert {d.source for d in second.chooser.decisions()} <= {"cache", "only"}
 
 
+def test_a_search_opens_one_parallel_build_context_for_all_its_steps(monkeypatch):
+    """A model's search keeps one pool of build helpers for every step (a device that compiles
+    programs starts its helpers once, not per step); deciding from a heuristic builds nothing
+    ahead and opens none."""
+    opened = []
+    proto = _models.small_cnn()
+    for strategy, expected in (("fast-run", 1), ("heuristic", 0)):
+        session = fastrun.session(cache=InMemoryCache(), strategy=strategy, **FAST)
+        device = type(session.device)
+        real = device.parallel_builds
+
+        def counted(self, real=real, strategy=strategy):
+            opened.append(strategy)
+            return real(self)
+
+        monkeypatch.setattr(device, "parallel_builds", counted)
+        load(proto, session).search()
+        # once for the whole search: the CPU's candidates have no build hook, so no
+        # build-ahead opens one of its own (on OpenCL those nest inside the model's)
+        assert opened.count(strategy) == expected
+        monkeypatch.setattr(device, "parallel_builds", real)
+
+
 def test_two_models_share_one_cache_file(tmp_path):
     path = tmp_path / "shared.bin"
     protos = [_models.small_cnn(), _models.conv_bn_relu()]
