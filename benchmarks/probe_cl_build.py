@@ -7,8 +7,8 @@ finds it).  Printed, per program and as wall time for the lot:
 
 - one after another in this process;
 - from a pool of threads in this process (what ``Profiler._build_ahead`` does);
-- from a pool of helper processes (spawned, each with its own context), with the pool's start
-  shown apart;
+- from fastrun's build helpers (``fastrun/devices/opencl/builders.py``: processes of their
+  own, each with its own context), with their start shown apart;
 - in this process again, from the binaries the helpers returned (what a helper's build leaves
   the searching process to do).
 
@@ -19,12 +19,9 @@ from __future__ import annotations
 
 import argparse
 import concurrent.futures
-import multiprocessing
 import os
 import time
 import uuid
-
-_HELPER: dict = {}
 
 
 def _programs(count: int) -> list[tuple[str, list[str]]]:
@@ -58,30 +55,6 @@ def _open():
     from fastrun.devices import get_device
 
     return get_device("opencl")
-
-
-def _helper_start(platform: int, index: int) -> None:
-    """A helper opens the same device with pyopencl alone (no fastrun, no numba to import)."""
-    import pyopencl as cl
-
-    device = cl.get_platforms()[platform].get_devices()[index]
-    _HELPER["context"], _HELPER["device"] = cl.Context([device]), device
-
-
-def _helper_ready(_: int) -> int:
-    time.sleep(0.2)  # long enough that every helper takes one
-    return os.getpid()
-
-
-def _helper_build(job: tuple[str, list[str]]) -> tuple[bytes, float]:
-    import pyopencl as cl
-
-    source, options = job
-    started = time.perf_counter()
-    program = cl.Program(_HELPER["context"], source).build(options=options,
-                                                           devices=[_HELPER["device"]])
-    binary = program.get_info(cl.program_info.BINARIES)[0]
-    return binary, time.perf_counter() - started
 
 
 def _build_source(device, job) -> float:
@@ -126,22 +99,31 @@ def main() -> None:
     print(f"{workers} threads:            {wall:7.2f} s for {count}, "
           f"{sum(threaded) / count:.3f} s each as a thread saw it")
 
+    from fastrun.devices.opencl.builders import BuildHelpers
+
+    helpers = BuildHelpers(device.platform_index, device.device_index, workers)
+    warm_up = _programs(workers)  # one each, so every helper has opened the device
+    started = time.perf_counter()
+    with concurrent.futures.ThreadPoolExecutor(workers) as pool:
+        list(pool.map(lambda job: helpers.binary(*job), warm_up))
+    ready = time.perf_counter() - started
+
+    def compiled(job: tuple[str, list[str]]) -> tuple[bytes, float]:
+        began = time.perf_counter()
+        binary = helpers.binary(*job)
+        if binary is None:
+            raise SystemExit("a build helper failed: see the log above")
+        return binary, time.perf_counter() - began
+
     jobs = _programs(count)
     started = time.perf_counter()
-    context = multiprocessing.get_context("spawn")
-    with concurrent.futures.ProcessPoolExecutor(workers, mp_context=context,
-                                                initializer=_helper_start,
-                                                initargs=(device.platform_index,
-                                                          device.device_index)) as pool:
-        pids = set(pool.map(_helper_ready, range(workers * 4)))
-        ready = time.perf_counter() - started
-        started = time.perf_counter()
-        built = list(pool.map(_helper_build, jobs))
-        wall = time.perf_counter() - started
-    print(f"{workers} processes:          {wall:7.2f} s for {count}, "
-          f"{sum(s for _, s in built) / count:.3f} s each in a helper, slowest "
-          f"{max(s for _, s in built):.3f} s "
-          f"(pool of {len(pids)} ready in {ready:.2f} s)")
+    with concurrent.futures.ThreadPoolExecutor(workers) as pool:
+        built = list(pool.map(compiled, jobs))
+    wall = time.perf_counter() - started
+    helpers.close()
+    print(f"{workers} helper processes:   {wall:7.2f} s for {count}, "
+          f"{sum(s for _, s in built) / count:.3f} s each as a thread saw it "
+          f"(helpers ready in {ready:.2f} s, one first program each included)")
 
     from_binary = [_build_binary(device, binary, options)
                    for (binary, _), (_, options) in zip(built, jobs, strict=True)]
