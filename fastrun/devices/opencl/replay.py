@@ -117,6 +117,11 @@ class LaunchPlan:
     def launch_count(self) -> int:
         return len(self._kernels)
 
+    @property
+    def kernel_names(self) -> list[str]:
+        """The kernels a replay enqueues, in order: what a run costs the host, by name."""
+        return [kernel.function_name for kernel in self._kernels]
+
     def run(self, feeds: list[Any]) -> tuple[list[np.ndarray], float]:
         """(the outputs, downloaded, of a replay on ``feeds``, the host seconds the replay's
         enqueues took).  ``feeds``: host or device arrays of the inputs' shapes and dtypes,
