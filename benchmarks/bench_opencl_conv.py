@@ -10,6 +10,7 @@ cuDNN's speed fastrun reaches (target: >= 50%), and the same for the 3x3 layers 
 fastrun's own CPU pick, and the output says so.
 
     python -m benchmarks.bench_opencl_conv --batch 1 [--batch 32] [--quick] [--kernel 3]
+        [--tuning-budget 0]
 """
 
 from __future__ import annotations
@@ -98,6 +99,10 @@ def main() -> None:
     parser.add_argument("--budget-s", type=float, default=0.02)
     parser.add_argument("--quick", action="store_true", help="first 4 layers only")
     parser.add_argument("--kernel", type=int, help="only the layers of this kernel size")
+    parser.add_argument("--tuning-budget", type=int, default=None,
+                        help="candidates timed fully per problem (default: "
+                             "FASTRUN_TUNING_CANDIDATES or 24; 0: every candidate, the oracle "
+                             "a budgeted search's picks are compared with)")
     args = parser.parse_args()
     try:
         import torch
@@ -113,8 +118,11 @@ def main() -> None:
     print(f"# peer: {peer.label}")
     for batch in args.batch:
         session = fastrun.session(device=device, cache=InMemoryCache(), strategy="fast-run",
-                                  budget_s=args.budget_s, progress=False)
-        print(f"\n## batch {batch}")
+                                  budget_s=args.budget_s, progress=False,
+                                  tuning_budget=args.tuning_budget)
+        budget = {None: "default", 0: "0 (every candidate)"}.get(args.tuning_budget,
+                                                                  args.tuning_budget)
+        print(f"\n## batch {batch}, tuning budget {budget}")
         print(f"{'layer':<34} {'x':>2} {'search s':>9} {'fastrun ms':>11} {'peer ms':>9} "
               f"{'share':>7}  pick")
         total_ours = total_peer = 0.0

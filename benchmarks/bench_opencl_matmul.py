@@ -142,8 +142,10 @@ def main() -> None:
     print(header("OpenCL SGEMM: fast-run-tuned vs vendor BLAS"))
     print(f"# OpenCL device: {device} [{device.category}]")
     print(f"# peer: {the_peer.label}")
-    print(f"# search: fast-run, tuning budget {args.tuning_budget or 'default'}, "
-          f"{args.budget_s} s per fully timed candidate; times are medians")
+    budget = {None: "default", 0: "0 (exhaustive: every candidate timed fully)"}.get(
+        args.tuning_budget, args.tuning_budget)
+    print(f"# search: fast-run, tuning budget {budget}, {args.budget_s} s per fully timed "
+          f"candidate; times are medians")
     print(f"{'shape':<26} {'tuning s':>9} {'tuned ms':>9} {'GFLOP/s':>9} "
           f"{'guess ms':>9} {'peer ms':>9} {'peer GF/s':>9} {'tuned/peer':>10}  pick")
     min_seconds, max_runs = (0.2, 50) if args.quick else (0.5, 200)
