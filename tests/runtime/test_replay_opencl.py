@@ -121,6 +121,20 @@ def test_both_enqueue_ways_are_timed_and_give_the_same_result(device):
         np.testing.assert_array_equal(model.run(feeds)["y"], expected, err_msg=way)
 
 
+def test_a_timed_replay_times_each_launch_and_replays_them_all(device):
+    model = _model(device)
+    plan = model.launch_plan()
+    feeds = model.random_inputs(seed=9)
+    expected = model.run(feeds)["y"]
+    for way in plan.choose_enqueue(rounds=1):  # the ways this machine has
+        plan.enqueue = way
+        plan.write_inputs(model._plan_feeds(feeds))
+        seconds = plan.timed_replay()
+        assert len(seconds) == plan.launch_count == len(plan.kernel_names)
+        assert all(s > 0 for s in seconds)
+        np.testing.assert_array_equal(plan.read_outputs()[0], expected, err_msg=way)
+
+
 def test_threads_sharing_a_model_take_turns(device):
     model = _model(device)
     inputs = [model.random_inputs(seed=20 + i) for i in range(4)]

@@ -162,10 +162,32 @@ class LaunchPlan:
 
     def _replay_direct(self) -> None:
         for function, args in self._direct_calls:
-            status = function(*args)
-            if status:
-                raise self.device._cl.Error(
-                    f"clEnqueueNDRangeKernel failed with status {status} on replay")
+            self._check(function(*args))
+
+    def _check(self, status: int) -> None:
+        if status:
+            raise self.device._cl.Error(
+                f"clEnqueueNDRangeKernel failed with status {status} on replay")
+
+    def timed_replay(self) -> list[float]:
+        """One replay, enqueued the way :meth:`replay` does, returning each launch's host
+        seconds: where a run's host time goes, by launch (with :attr:`kernel_names`;
+        ``benchmarks/probe_replay_launches.py``)."""
+        seconds = []
+        clock = time.perf_counter
+        with self._lock:
+            if self.enqueue == "direct":
+                for function, args in self._direct_calls:
+                    started = clock()
+                    status = function(*args)
+                    seconds.append(clock() - started)
+                    self._check(status)
+            else:
+                for call in self._pyopencl_calls:
+                    started = clock()
+                    call()
+                    seconds.append(clock() - started)
+        return seconds
 
     def choose_enqueue(self, rounds: int = 5) -> dict[str, float]:
         """Time :meth:`replay`'s host cost both ways, keep the cheaper; returns the host
