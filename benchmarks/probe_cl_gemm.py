@@ -5,6 +5,11 @@ is measured here once, so the registered space and the heuristic order can be cu
 evidence rather than guessed.  Each configuration's output is compared with cuBLAS's.
 
     python -m benchmarks.probe_cl_gemm --sizes 4096 --configs "mwg=128,nwg=128,...;..."
+    python -m benchmarks.probe_cl_gemm --shapes 128x4096x4096 --configs "...,split=4;..."
+
+``--shapes`` takes M x N x K products besides the squares of ``--sizes``.  A configuration is
+timed even where the search would skip it (a split-K count on a product whose tiles already
+fill the device): the probe measures what such rules assume.
 """
 
 from __future__ import annotations
@@ -44,7 +49,8 @@ def _median(device, function, runs: int = 20) -> float:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--sizes", type=int, nargs="+", default=[4096])
+    parser.add_argument("--sizes", type=int, nargs="*", default=[4096])
+    parser.add_argument("--shapes", nargs="*", default=[], help="products as MxNxK")
     parser.add_argument("--variants", nargs="*", default=["-"],
                         help="extra -D defines tried with every configuration, each "
                              "'NAME=V,NAME=V' ('-' for none; 'cl-...' passes -cl-... as it is)")
@@ -57,10 +63,13 @@ def main() -> None:
     device = get_device("opencl")
     configs = [dict((kv.split("=")[0], int(kv.split("=")[1])) for kv in c.split(","))
                for c in args.configs.split(";") if c.strip()]
-    for size in args.sizes:
+    shapes = [(s, s, s) for s in args.sizes]
+    shapes += [tuple(int(v) for v in shape.split("x")) for shape in args.shapes]
+    for m, n, k in shapes:
+        size = f"{m}x{n}x{k}"
         rng = np.random.default_rng(0)
-        a = rng.random((size, size), dtype=np.float32)
-        b = rng.random((size, size), dtype=np.float32)
+        a = rng.random((m, k), dtype=np.float32)
+        b = rng.random((k, n), dtype=np.float32)
         ta, tb = torch.from_numpy(a).cuda(), torch.from_numpy(b).cuda()
         reference = (ta @ tb).cpu().numpy()
         for _ in range(3):
@@ -76,10 +85,10 @@ def main() -> None:
             end.synchronize()
             times.append(start.elapsed_time(end) * 1e-3)
         peer = statistics.median(times)
-        flops = 2.0 * size ** 3
+        flops = 2.0 * m * n * k
         print(f"# {size}: cuBLAS {peer * 1e3:.3f} ms {flops / peer / 1e12:.1f} TFLOP/s",
               flush=True)
-        problem = Problem.create("matmul", [(size, size), (size, size)], ["float32"] * 2)
+        problem = Problem.create("matmul", [(m, k), (k, n)], ["float32"] * 2)
         inputs = [device.to_device(a), device.to_device(b)]
         for param, variant in ((p, v) for p in configs for v in args.variants):
             algorithm = _Variant(param, [f"-{d}" if d.startswith("cl-") else f"-D{d}"
