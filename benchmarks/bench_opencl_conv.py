@@ -116,6 +116,13 @@ def main() -> None:
     print(header("ResNet-18 conv layers on OpenCL: fast-run pick vs peer"))
     print(f"# OpenCL device: {device} [{device.category}]")
     print(f"# peer: {peer.label}")
+    # one pool of build helpers for every layer's search, as a model's search has: each
+    # search opening its own made a layer's search time include starting the helpers
+    with device.parallel_builds():
+        _batches(args, device, peer, layers)
+
+
+def _batches(args, device, peer, layers) -> None:
     for batch in args.batch:
         session = fastrun.session(device=device, cache=InMemoryCache(), strategy="fast-run",
                                   budget_s=args.budget_s, progress=False,
