@@ -1,21 +1,32 @@
-"""The cache file's bytes: format 2, an append-only log of measurements behind a snapshot.
+"""The cache file's bytes: format 3, an append-only log of measurements behind a snapshot.
 
 Why a log: format 1 was one msgpack document, so every ``put`` re-read, re-encoded and
 replaced the whole file under the lock (418 ms at 50,000 problems).  Here a ``put`` appends one
 record, so it costs O(its record), and a reader that already holds the file reads only the
 records appended since.  See ``docs/cache-format.md`` for the layout; in short::
 
-    header  = MAGIC (8 bytes) + version (uint16, little-endian) + 2 reserved bytes
-    record  = length (uint32 LE) + crc32 of the payload (uint32 LE) + payload (msgpack)
+    header  = MAGIC (8 bytes) + version (uint16 LE, 3) + 2 reserved bytes
+              + generation (16 random bytes) + crc32 of the 28 bytes before it (uint32 LE)
+    record  = RECORD_MAGIC (4 bytes) + length (uint32 LE)
+              + crc32 of the length's 4 bytes and the payload (uint32 LE) + payload (msgpack)
     file    = header, one snapshot record, then any number of put records
 
     snapshot payload = ["snapshot", {"written_at": time, "fastrun": version},
                         [[category facts, {key: [raw_entry, ...]}], ...]]
     put payload      = ["put", category facts, key, [raw_entry, ...]]
 
-A record whose length runs past the end of the file or whose checksum does not match ends the
-log: it is the torn tail of a writer that was killed, and it is dropped (a writer truncates it
-under the lock before appending).  A bad snapshot makes the file a *damaged* fastrun cache.
+Why a generation: a compaction replaces the file, and a process that holds the old one must
+know before it appends or catches up.  Inode numbers cannot tell (ext4 hands a freed number
+back at once), so every new file carries 16 random bytes in its checksummed header, and a
+reader or writer compares them with what it loaded.
+
+Why a magic per record: a damaged record (a flipped byte, zeros written over it) must cost
+that record only.  :func:`scan` finds the next record by its magic, length and checksum and
+reports the bytes it skipped; bytes after the last whole record are the *tail* (a write cut
+short, or one still in progress), never mistaken for damage.
+
+Format 2 (the same without generation, record magic or header checksum) is still read, and
+converted to format 3 by the first write.
 
 This module only reads and writes bytes and checks values; what entries mean, how they merge
 and who may write when is :mod:`fastrun.cache`'s business.
@@ -41,11 +52,19 @@ from fastrun.category import CategoryError
 from fastrun.formats import CACHE_FORMAT1_NAME
 
 MAGIC = b"FASTRUN\x1a"  # \x1a: a text tool stops there; no text or msgpack file starts so
-VERSION = 2
-_HEADER = struct.Struct("<8sHH")
-HEADER_SIZE = _HEADER.size
-_RECORD = struct.Struct("<II")
+VERSION = 3
+_HEADER = struct.Struct("<8sHH16s")
+_HEADER_CRC = struct.Struct("<I")
+HEADER_SIZE = _HEADER.size + _HEADER_CRC.size
+GENERATION_SIZE = 16
+RECORD_MAGIC = b"\xf5FRr"
+_RECORD = struct.Struct("<4sII")
 RECORD_HEADER_SIZE = _RECORD.size
+_LENGTH = struct.Struct("<I")
+
+#: Format 2's header and record framing (read for conversion only).
+_HEADER2 = struct.Struct("<8sHH")
+_RECORD2 = struct.Struct("<II")
 
 #: Number of fields of a raw (on-disk) entry.
 RAW_ENTRY_FIELDS = 9
@@ -59,6 +78,8 @@ MAX_REPEATS = 10**9
 #: Measurements are dated from the epoch to 2100-01-01 (UTC): a date a tool can print.
 MIN_MEASURED_AT, MAX_MEASURED_AT = 0.0, 4102444800.0
 MAX_TEXT = 1024
+#: Longest category text and key (a problem of many inputs has a long key).
+MAX_NAME = 64 * 1024
 
 #: Default bound on a cache file's size (``FASTRUN_CACHE_MAX_BYTES``): a file beyond it is not
 #: read, so a wrong path (a disk image, /dev/zero) cannot exhaust memory.
@@ -76,9 +97,11 @@ class CacheFormatError(ValueError):
 # -- what a path holds ---------------------------------------------------------------------
 
 #: kinds :func:`probe` tells apart
-EMPTY, CURRENT, FORMAT1, NEWER, DAMAGED, FOREIGN, NOT_A_FILE, TOO_LARGE, MISSING, UNREADABLE = (
-    "empty", "current", "format 1", "newer", "damaged", "foreign", "not a file", "too large",
-    "missing", "unreadable")
+(EMPTY, CURRENT, FORMAT1, FORMAT2, NEWER, DAMAGED, FOREIGN, NOT_A_FILE, TOO_LARGE, MISSING,
+ UNREADABLE) = ("empty", "current", "format 1", "format 2", "newer", "damaged", "foreign",
+                "not a file", "too large", "missing", "unreadable")
+#: kinds whose contents this fastrun reads (the older ones are converted by the first write)
+READABLE = (CURRENT, FORMAT1, FORMAT2)
 
 
 @dataclass
@@ -135,14 +158,20 @@ def _unreadable(path: str, error: OSError) -> Probe:
 
 def _classify(head: bytes) -> Probe:
     if head.startswith(MAGIC):
-        if len(head) < HEADER_SIZE:
+        if len(head) < _HEADER2.size:
             return Probe(DAMAGED, "is a fastrun cache cut short inside its header")
-        _, version, _ = _HEADER.unpack_from(head)
+        _, version, _ = _HEADER2.unpack_from(head)
         if version > VERSION:
             return Probe(NEWER, f"was written by a newer fastrun (cache format {version}; this "
                          f"fastrun reads formats 1 to {VERSION})")
+        if version == 2:
+            return Probe(FORMAT2)
         if version != VERSION:
             return Probe(DAMAGED, f"is a fastrun cache with an unknown format {version}")
+        try:
+            generation(head)
+        except CacheFormatError as problem:
+            return Probe(DAMAGED, f"is a fastrun cache whose {problem}")
         return Probe(CURRENT)
     if CACHE_FORMAT1_NAME.encode() in head[:40] and head[:1] in (b"\x83", b"\x82", b"\x84",
                                                                    b"\x85"):
@@ -207,20 +236,68 @@ def check_raw(raw: Any) -> str | None:
     return None
 
 
+# -- names ---------------------------------------------------------------------------------
+
+def check_name(what: str, text: Any) -> str | None:
+    """What is wrong with a category text or a key, or None: one rule for every put and every
+    read, so that nothing a put accepts is refused by a reader or dropped by a compaction.  A
+    name is a non-empty string of at most :data:`MAX_NAME` printable characters without
+    leading or trailing spaces (a tab, a newline or a trailing space would make two names that
+    look the same in every tool's output)."""
+    if not isinstance(text, str):
+        return f"the {what} is {type(text).__name__}, not a string"
+    if not text:
+        return f"the {what} is empty"
+    if len(text) > MAX_NAME:
+        return f"the {what} is {len(text)} characters long (at most {MAX_NAME})"
+    if not text.isprintable():
+        bad = next(c for c in text if not c.isprintable())
+        return f"the {what} {text[:80]!r} holds the control character {bad!r}"
+    if text != text.strip():
+        return f"the {what} {text[:80]!r} begins or ends with a space"
+    return None
+
+
 # -- records -------------------------------------------------------------------------------
 
 def _pack(payload: Any) -> bytes:
     return msgpack.packb(payload, use_bin_type=True)
 
 
+def _checksum(length: bytes, body: bytes | memoryview) -> int:
+    return zlib.crc32(body, zlib.crc32(length))
+
+
 def record(payload: Any) -> bytes:
-    """One record's bytes: length, checksum, payload."""
+    """One record's bytes: magic, length, checksum (of length and payload), payload."""
     data = _pack(payload)
-    return _RECORD.pack(len(data), zlib.crc32(data)) + data
+    length = _LENGTH.pack(len(data))
+    return RECORD_MAGIC + length + _HEADER_CRC.pack(_checksum(length, data)) + data
 
 
-def header() -> bytes:
-    return _HEADER.pack(MAGIC, VERSION, 0)
+def new_generation() -> bytes:
+    """The id of a new file: random, so no two files (and no reused inode) share one."""
+    return os.urandom(GENERATION_SIZE)
+
+
+def header(generation_id: bytes | None = None) -> bytes:
+    """A format-3 header naming ``generation_id`` (a new random one by default)."""
+    head = _HEADER.pack(MAGIC, VERSION, 0, generation_id or new_generation())
+    return head + _HEADER_CRC.pack(zlib.crc32(head))
+
+
+def generation(data: bytes | memoryview) -> bytes:
+    """The generation id of a format-3 file beginning with ``data``; :class:`CacheFormatError`
+    when its header is cut short or fails its checksum."""
+    if len(data) < HEADER_SIZE:
+        raise CacheFormatError("header is cut short")
+    magic, version, _, generation_id = _HEADER.unpack_from(data)
+    (checksum,) = _HEADER_CRC.unpack_from(data, _HEADER.size)
+    if magic != MAGIC or version != VERSION:
+        raise CacheFormatError(f"header is not a format-{VERSION} header")
+    if zlib.crc32(bytes(data[:_HEADER.size])) != checksum:
+        raise CacheFormatError("header fails its checksum")
+    return bytes(generation_id)
 
 
 #: The one fact of a category text that is not in the documented form (a library user's own
@@ -229,25 +306,26 @@ _VERBATIM = "text"
 
 
 def _facts(category: str) -> dict[str, str]:
-    """A category's map for the file: its facts, or the text itself when it is not in the
-    documented form (so that any text a caller uses comes back exactly)."""
+    """A category's map for the file: its facts where they give back exactly this text, else
+    the text itself (a library user's namespace), so any valid name comes back unchanged."""
     try:
-        parsed = categories_module.parse(category)
+        facts = categories_module.parse(category).facts()
+        if categories_module.Category.from_facts(facts).text == category:
+            return facts
     except CategoryError:
-        parsed = None
-    if parsed is None or parsed.text != category:
-        return {_VERBATIM: category}
-    return parsed.facts()
+        pass
+    return {_VERBATIM: category}
 
 
 def put_record(category: str, key: str, raws: list[RawEntry]) -> bytes:
     return record(["put", _facts(category), key, raws])
 
 
-def snapshot_file(raw: RawCategories, meta: dict[str, Any]) -> bytes:
-    """A whole format-2 file holding ``raw`` as its snapshot and no log."""
+def snapshot_file(raw: RawCategories, meta: dict[str, Any],
+                  generation_id: bytes | None = None) -> bytes:
+    """A whole format-3 file holding ``raw`` as its snapshot and no log."""
     listed = [[_facts(category), keys] for category, keys in raw.items() if keys]
-    return header() + record(["snapshot", meta, listed])
+    return header(generation_id) + record(["snapshot", meta, listed])
 
 
 @contextlib.contextmanager
@@ -263,84 +341,167 @@ def _gc_paused() -> Iterator[None]:
             gc.enable()
 
 
+@dataclass(frozen=True)
+class Damage:
+    """Bytes a reader skipped: where (an offset in the file), how many, and why."""
+
+    offset: int
+    length: int
+    why: str
+
+    def __str__(self) -> str:
+        return f"{self.length} bytes at offset {self.offset}: {self.why}"
+
+
+@dataclass
+class Frames:
+    """What :func:`scan` found in a run of bytes: the whole records' payloads (undecoded),
+    the damaged spans it resynchronised past, and where the tail begins (``end``: after the
+    last whole record; bytes from there on hold no whole record)."""
+
+    bodies: list[tuple[int, memoryview]] = field(default_factory=list)
+    damage: list[Damage] = field(default_factory=list)
+    end: int = 0
+    size: int = 0
+
+    @property
+    def tail(self) -> int:
+        return self.size - self.end
+
+
+def _frame_at(data: bytes, offset: int) -> tuple[int, str | None]:
+    """``(end of the record at offset, None)`` for a whole record, else ``(0, why not)``."""
+    if offset + RECORD_HEADER_SIZE > len(data):
+        return 0, "a record header cut short"
+    magic, length, checksum = _RECORD.unpack_from(data, offset)
+    if magic != RECORD_MAGIC:
+        return 0, "no record begins there"
+    start = offset + RECORD_HEADER_SIZE
+    if length > len(data) - start:
+        return 0, "a record cut short"
+    body = memoryview(data)[start:start + length]
+    if _checksum(data[offset + 4:offset + 8], body) != checksum:
+        return 0, "a record that fails its checksum"
+    return start + length, None
+
+
+def _next_frame(data: bytes, offset: int) -> int | None:
+    """The offset of the next whole record at or after ``offset``, or None."""
+    while True:
+        found = data.find(RECORD_MAGIC, offset)
+        if found < 0:
+            return None
+        if _frame_at(data, found)[1] is None:
+            return found
+        offset = found + 1
+
+
+def scan(data: bytes, start: int = 0, base: int = 0) -> Frames:
+    """The records of ``data`` from ``start`` on, checked by magic, length and checksum but not
+    decoded.  A bad record followed by a whole one is *damage* (reported, skipped: the reader
+    resynchronises on the next record's magic); bad bytes with no whole record after them are
+    the *tail*.  Offsets in the result are ``base`` + offsets in ``data``."""
+    frames = Frames(size=base + len(data))
+    offset = start
+    while offset < len(data):
+        end, why = _frame_at(data, offset)
+        if why is None:
+            frames.bodies.append((base + offset, memoryview(data)[offset + RECORD_HEADER_SIZE:end]))
+            offset = end
+            continue
+        following = _next_frame(data, offset + 1)
+        if following is None:
+            break
+        frames.damage.append(Damage(base + offset, following - offset, why))
+        offset = following
+    frames.end = base + offset
+    return frames
+
+
 @dataclass
 class Contents:
     """What reading a file (or the tail appended since) found.
 
-    ``snapshot``: the snapshot's categories (None when only a tail was read) and
-    ``snapshot_end`` the offset after it; ``puts``: the put records in order, as
-    ``(category text, key, raw entries)``; ``end``: the offset after the last whole record;
-    ``torn``: bytes after ``end`` that are no whole record; ``skipped``: ``(category, key,
-    why)`` for records or categories that could not be used.
+    ``generation``: the file's id (None when only a tail was read, or for older formats);
+    ``snapshot``: the snapshot's categories (None when only a tail was read, or when the
+    snapshot was damaged) and ``snapshot_end`` the offset after it; ``puts``: the put records
+    in order, as ``(category text, key, raw entries)``; ``end``: the offset after the last
+    whole record; ``torn``: bytes after ``end`` that hold no whole record; ``damage``: spans
+    skipped between whole records and whole records that could not be used; ``skipped``:
+    ``(category, key, why)`` for categories, keys and records that could not be used.
     """
 
+    generation: bytes | None = None
     snapshot: RawCategories | None = None
     snapshot_end: int = 0
     puts: list[tuple[str, str, list[RawEntry]]] = field(default_factory=list)
     end: int = 0
     torn: int = 0
+    damage: list[Damage] = field(default_factory=list)
     skipped: list[tuple[str, str, str]] = field(default_factory=list)
 
 
-def _records(data: bytes | memoryview, offset: int) -> Iterator[tuple[int, Any]]:
-    """``(end offset, payload)`` of each whole record from ``offset``; stops at a torn one."""
-    size = len(data)
-    while offset + RECORD_HEADER_SIZE <= size:
-        length, checksum = _RECORD.unpack_from(data, offset)
-        start = offset + RECORD_HEADER_SIZE
-        if length > size - start:
-            return
-        body = data[start:start + length]
-        if zlib.crc32(body) != checksum:
-            return
-        try:
-            payload = msgpack.unpackb(body, raw=False, strict_map_key=False)
-        except Exception:  # msgpack raises several unrelated types; the checksum matched
-            return
-        offset = start + length
-        yield offset, payload
+def _unpack(body: memoryview) -> Any:
+    """A checksum-valid payload, or the exception msgpack raised (a record written wrong)."""
+    try:
+        return msgpack.unpackb(body, raw=False, strict_map_key=False)
+    except Exception as problem:  # msgpack raises several unrelated types
+        return problem
+
+
+def decode(frames: Frames, contents: Contents) -> None:
+    """Decode ``frames``' put records into ``contents`` (a record that is no put is damage)."""
+    contents.damage.extend(frames.damage)
+    with _gc_paused():
+        for offset, body in frames.bodies:
+            payload = _unpack(body)
+            why = _put(payload, contents)
+            if why is not None:
+                contents.damage.append(Damage(offset, RECORD_HEADER_SIZE + len(body), why))
+    contents.end, contents.torn = frames.end, frames.tail
 
 
 def _category_text(facts: Any) -> str:
     if isinstance(facts, dict) and list(facts) == [_VERBATIM]:
         text = facts[_VERBATIM]
-        if not isinstance(text, str) or len(text) > MAX_TEXT * 4:
-            raise CategoryError("a category text that is not a string")
+        problem = check_name("category", text)
+        if problem is not None:
+            raise CategoryError(problem)
         return text
     return categories_module.Category.from_facts(facts).text
 
 
 def read(data: bytes) -> Contents:
-    """Decode a whole format-2 file; :class:`CacheFormatError` when its header or snapshot is
-    unreadable (a torn or bad log record only ends the log)."""
-    if len(data) < HEADER_SIZE or not data.startswith(MAGIC):
+    """Decode a whole format-3 file.  :class:`CacheFormatError` when its header is unreadable
+    or when it holds bytes but not one whole record (nothing of it can be trusted); damaged
+    records between whole ones are skipped and listed in ``damage``."""
+    if not data.startswith(MAGIC):
         raise CacheFormatError("no fastrun cache header")
-    view = memoryview(data)
-    with _gc_paused():
-        first = next(_records(view, HEADER_SIZE), None)
-        if first is None:
-            raise CacheFormatError("its snapshot record is cut short or fails its checksum")
-        skipped: list[tuple[str, str, str]] = []
-        snapshot = _snapshot(first[1], skipped)
-        contents = _log(view, first[0])
-    contents.snapshot, contents.snapshot_end = snapshot, first[0]
-    contents.skipped[:0] = skipped
+    generation_id = generation(data)
+    frames = scan(data, HEADER_SIZE)
+    if not frames.bodies:
+        raise CacheFormatError(f"not one whole record follows its header (its "
+                               f"{frames.size - HEADER_SIZE} bytes after it are no whole "
+                               "record: a snapshot cut short or failing its checksum)")
+    contents = Contents(generation=generation_id)
+    if frames.bodies and frames.bodies[0][0] == HEADER_SIZE:
+        offset, body = frames.bodies.pop(0)
+        payload = _unpack(body)
+        try:
+            with _gc_paused():
+                contents.snapshot = _snapshot(payload, contents.skipped)
+            contents.snapshot_end = offset + RECORD_HEADER_SIZE + len(body)
+        except CacheFormatError as problem:
+            contents.damage.append(Damage(offset, RECORD_HEADER_SIZE + len(body), str(problem)))
+    decode(frames, contents)
     return contents
 
 
-def read_log(data: bytes) -> Contents:
-    """Decode put records appended to a file, ``data`` starting at a record's beginning
-    (a reader catching up); offsets in the result are relative to ``data``."""
-    with _gc_paused():
-        return _log(memoryview(data), 0)
-
-
-def _log(view: memoryview, start: int) -> Contents:
-    contents = Contents(end=start)
-    for end, payload in _records(view, start):
-        contents.end = end
-        _put(payload, contents)
-    contents.torn = len(view) - contents.end
+def read_log(data: bytes, base: int) -> Contents:
+    """Decode put records appended to a format-3 file, ``data`` being the file's bytes from
+    offset ``base`` (a record's beginning): a reader catching up.  Offsets are the file's."""
+    contents = Contents()
+    decode(scan(data, 0, base), contents)
     return contents
 
 
@@ -361,23 +522,69 @@ def _snapshot(payload: Any, skipped: list) -> RawCategories:
             continue
         target = result.setdefault(text, {})
         for key, raws in keys.items():
-            if not isinstance(key, str) or type(raws) is not list:
-                skipped.append((text, str(key)[:200], "not a key mapped to a list"))
+            problem = check_name("key", key)
+            if problem is not None or type(raws) is not list:
+                skipped.append((text, str(key)[:200], problem or "not a key mapped to a list"))
                 continue
             target[key] = raws
     return result
 
 
-def _put(payload: Any, contents: Contents) -> None:
+def _put(payload: Any, contents: Contents) -> str | None:
+    """Add one put record to ``contents``; why it is no usable put record, or None."""
+    if isinstance(payload, Exception):
+        return ("a record whose checksum holds but that cannot be decoded "
+                f"({type(payload).__name__})")
     try:
         kind, facts, key, raws = payload
-        if kind != "put" or not isinstance(key, str) or type(raws) is not list:
+        if kind != "put" or type(raws) is not list:
             raise ValueError("not a put record")
+        problem = check_name("key", key)
+        if problem is not None:
+            raise ValueError(problem)
         text = _category_text(facts)
     except (CategoryError, TypeError, ValueError) as problem:
-        contents.skipped.append(("?", "?", f"unreadable record: {problem}"))
-        return
+        return f"a record that is no usable put ({problem})"
     contents.puts.append((text, key, raws))
+    return None
+
+
+# -- format 2 (read for conversion) ----------------------------------------------------------
+
+def _records2(data: bytes, offset: int) -> Iterator[tuple[int, Any]]:
+    """Format 2's ``(end offset, payload)`` records from ``offset``; stops at a torn one."""
+    size = len(data)
+    while offset + _RECORD2.size <= size:
+        length, checksum = _RECORD2.unpack_from(data, offset)
+        start = offset + _RECORD2.size
+        if length > size - start:
+            return
+        body = memoryview(data)[start:start + length]
+        if zlib.crc32(body) != checksum:
+            return
+        payload = _unpack(body)
+        if isinstance(payload, Exception):
+            return
+        offset = start + length
+        yield offset, payload
+
+
+def read_format2(data: bytes) -> Contents:
+    """A format-2 file's contents (its log ends at the first bad record, as format 2 had no way
+    past one); :class:`CacheFormatError` when its snapshot is unreadable."""
+    with _gc_paused():
+        records = _records2(data, _HEADER2.size)
+        first = next(records, None)
+        if first is None:
+            raise CacheFormatError("its snapshot record is cut short or fails its checksum")
+        contents = Contents()
+        contents.snapshot = _snapshot(first[1], contents.skipped)
+        contents.snapshot_end = contents.end = first[0]
+        for end, payload in records:
+            _put(payload, contents)
+            contents.end = end
+    contents.torn = len(data) - contents.end
+    return contents
 
 
 def read_format1(data: bytes) -> RawCategories:
@@ -413,6 +620,14 @@ def read_format1(data: bytes) -> RawCategories:
     return result
 
 
+def read_any(kind: str, data: bytes) -> Contents | None:
+    """The contents of a file of a readable ``kind`` (:data:`READABLE`); None for format 1,
+    which has no log (read it with :func:`read_format1`)."""
+    if kind == FORMAT1:
+        return None
+    return read_format2(data) if kind == FORMAT2 else read(data)
+
+
 def read_file(path: str) -> tuple[Probe, RawCategories, Contents | None]:
     """Read a whole cache file for inspection: never locks, moves or writes.  Raises
     :class:`CacheFormatError` naming what the path holds when it is not a readable cache, and
@@ -422,14 +637,14 @@ def read_file(path: str) -> tuple[Probe, RawCategories, Contents | None]:
         raise FileNotFoundError(path)
     if found.kind == EMPTY:
         return found, {}, None
-    if found.kind not in (CURRENT, FORMAT1):
+    if found.kind not in READABLE:
         raise CacheFormatError(f"cache file {path} {found.detail}")
     with open(path, "rb") as file:
         data = file.read(max_bytes() + 1)
     try:
-        if found.kind == FORMAT1:
+        contents = read_any(found.kind, data)
+        if contents is None:
             return found, read_format1(data), None
-        contents = read(data)
     except CacheFormatError as problem:
         raise CacheFormatError(f"cache file {path} is a damaged fastrun cache: {problem}") from None
     return found, contents.snapshot or {}, contents

@@ -31,6 +31,7 @@ after loading (a cache of 10,000 problems must load in a few milliseconds) and b
 from __future__ import annotations
 
 import contextlib
+import errno
 import logging
 import os
 import threading
@@ -40,13 +41,12 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
-import filelock
-
 from fastrun import config
 from fastrun._files import atomic_write
 from fastrun.attribute import AlgoAttribute
 from fastrun.cache import file as cachefile
 from fastrun.cache.file import CacheFormatError
+from fastrun.cache.lock import FileLock, LockTimeout
 
 logger = logging.getLogger(__name__)
 
@@ -194,8 +194,10 @@ class InMemoryCache:
         self.put_many([(category, key, entries)])
 
     def put_many(self, items: Iterable[tuple[str, str, Iterable[Entry]]]) -> None:
+        batch = [(category, key, check_entries(category, key, entries))
+                 for category, key, entries in items]
         with self._lock:
-            for category, key, entries in items:
+            for category, key, entries in batch:
                 keys = self._data.setdefault(category, {})
                 keys[key] = merge_entries(keys.get(key, ()), list(entries))
 
@@ -280,14 +282,22 @@ def _entries_from_raw(category: str, key: str, raws: list[list[Any]],
 
 
 def check_entries(category: str, key: str, entries: Iterable[Entry]) -> list[Entry]:
-    """``entries`` as a list, or ValueError naming the problem when one would be refused on
-    reading (a NaN or negative time, say): nothing invalid is ever stored."""
+    """``entries`` as a list, or ValueError naming what is wrong when the category, the key
+    or an entry would be refused on reading (a NaN or negative time, a name with a tab or a
+    trailing space): every put of every cache, in a file or in memory, takes only what every
+    reader takes back."""
+    for what, name in (("category", category), ("key", key)):
+        problem = cachefile.check_name(what, name)
+        if problem is not None:
+            raise ValueError(f"cache category {_short(category)} key {_short(key)}: refusing "
+                             f"the put: {problem}")
     result = list(entries)
     for entry in result:
-        problem = cachefile.check_raw(entry_to_raw(entry))
+        problem = cachefile.check_raw(entry_to_raw(entry)) if isinstance(entry, Entry) else \
+            f"{type(entry).__name__} is not a cache Entry"
         if problem is not None:
             raise ValueError(f"cache category {category!r} key {key!r}: refusing entry "
-                             f"{entry.algorithm!r}: {problem}")
+                             f"{getattr(entry, 'algorithm', entry)!r}: {problem}")
     return result
 
 
@@ -295,8 +305,12 @@ class CacheUnwritableWarning(UserWarning):
     """A cache file cannot be used or written: the run keeps its measurements in memory."""
 
 
-class CacheLockTimeout(OSError):
+class CacheLockTimeout(LockTimeout):
     """Another process held a cache file's lock for longer than the lock timeout."""
+
+
+class CacheFull(OSError):
+    """A write would take the cache file past this process's size limit: refused, never cut."""
 
 
 def _lock_holder(lock_path: str) -> int | None:
@@ -318,33 +332,47 @@ def _lock_holder(lock_path: str) -> int | None:
     return None
 
 
-#: Which file the loaded records came from, (inode, device): a compaction replaces the inode,
-#: appends only grow the file past ``FileCache._end``.
-_FileSignature = tuple[int, int] | None
-
 #: The log is folded into a new snapshot once it is larger than this and than the snapshot.
 COMPACT_AFTER_BYTES = 1 << 20
+
+#: How long the last try to save a run's measurements into its own file waits for a lock that
+#: already made a put wait the whole timeout (it is stuck, not busy).
+RETRY_LOCK_TIMEOUT = 1.0
 
 
 class FileCache:
     """A cache kept in one file, shared safely between threads and processes.
 
-    The file is format 2 (:mod:`fastrun.cache.file`): a snapshot followed by an append-only log
+    The file is format 3 (:mod:`fastrun.cache.file`): a snapshot followed by an append-only log
     of measurements, so a ``put`` appends one record under the lock, O(its record), and a
     lookup that misses reads only the records other processes appended since.  Reading merges
     snapshot and log by the module's merge rule; once the log outgrows the snapshot it is
-    compacted into a new snapshot by atomic replace.  A format-1 file is read and converted on
-    its first write.
+    compacted into a new snapshot by atomic replace.  A format-1 or format-2 file is read and
+    converted on its first write.
+
+    What makes it safe to share (``docs/cache-format.md``, "Sharing"):
+
+    * a process recognises a replaced file by the generation id in its header, never by its
+      inode; before every append it checks, under the lock and through the descriptor it
+      writes with, that the file is the generation it read and holds whole records up to the
+      offset it appends at;
+    * no process cuts what it did not verify: the size limit refuses a write
+      (:class:`CacheFull`), and only a tail of bytes after the last whole record, which no
+      whole record follows, is cut (and reported);
+    * a damaged record costs that record only: readers resynchronise on the next one, and
+      the damage is reported (:attr:`damage`, one :class:`CacheCorruptWarning`);
+    * records other processes appended are checked under the lock but decoded only when this
+      process next reads, so the lock is held for the time of an append, not of a merge.
 
     What a path holds decides what happens to it (:func:`fastrun.cache.file.probe`): a damaged
-    fastrun cache is moved aside (``<path>.corrupt-<time>``) with a
-    :class:`CacheCorruptWarning`; anything else that is no readable cache (a newer format, an
-    ONNX model, JSON, a directory, a FIFO, a device, a file over the size limit) is never
-    renamed or overwritten.  Then, and whenever the file cannot be written (read-only, full,
-    permission, a lock held too long), the run goes on in memory after one
-    :class:`CacheUnwritableWarning` naming the path and the reason; :attr:`unwritable` says
-    why, and :meth:`save_unsaved` writes what was measured elsewhere.  A symlinked path is
-    followed: writes go to its target.
+    fastrun cache (an unreadable header, or not one whole record) is moved aside
+    (``<path>.corrupt-<time>``) with a :class:`CacheCorruptWarning`; anything else that is no
+    readable cache (a newer format, an ONNX model, JSON, a directory, a FIFO, a device, a file
+    over the size limit) is never renamed or overwritten.  Then, and whenever the file cannot
+    be written (read-only, full, permission, a lock held too long), the run goes on in memory
+    after one :class:`CacheUnwritableWarning` naming the path and the reason;
+    :attr:`unwritable` says why, and :meth:`save_unsaved` writes what was measured elsewhere.
+    A symlinked path is followed: writes go to its target.
     """
 
     def __init__(self, path: str | os.PathLike[str], read_only: bool = False) -> None:
@@ -355,21 +383,32 @@ class FileCache:
         #: where the bytes go: a symlink is followed, so a shared target is written, not forked
         self.target = os.path.realpath(self.path)
         self._lock = threading.RLock()
-        # Waiters poll; a short interval keeps many concurrent writers from idling.
-        self._file_lock = filelock.FileLock(self.target + ".lock", poll_interval=0.01)
+        self._file_lock = FileLock(self.target + ".lock")
         self._raw: _RawCategories = {}
-        self._signature: _FileSignature = None
-        self._end = 0  # offset after the last record applied (0: no format-2 file loaded)
-        #: the file's status when last read or written: unchanged means nothing to read
-        self._seen: tuple[int, int, int, int] | None = None
+        #: the generation id of the format-3 file loaded (None: none is, e.g. missing/format 1)
+        self._generation: bytes | None = None
+        #: offset after the last whole record checked (0: no format-3 file loaded)
+        self._end = 0
         self._snapshot_bytes = 0
-        self._needs_snapshot = True  # no format-2 file yet (missing, empty or format 1)
+        self._needs_snapshot = True  # no format-3 file yet (missing, empty, format 1 or 2)
+        #: records checked under the lock but not yet decoded into ``_raw``
+        self._pending: list[cachefile.Frames] = []
+        #: the file was replaced since ``_raw`` was read: read it whole before the next lookup
+        self._stale = False
+        #: status of a file that has no generation (missing, format 1 or 2) when last read
+        self._seen: tuple[int, int, int, int] | None = None
+        #: log size at the last compaction that failed (it is tried again once the log doubled)
+        self._compaction_failed_at: int | None = None
         #: Why this cache keeps its measurements in memory (None: it writes its file).
         self.unwritable: str | None = None
+        self._warned = self._warned_damage = False
         self._unsaved: list[tuple[str, str, list[Entry]]] = []
         #: (category, key, why) of the log's records and entries skipped on reading (snapshot
         #: entries are checked when they are used, and skipped there with a log line).
         self.skipped: list[tuple[str, str, str]] = []
+        #: damaged bytes this cache skipped or cut, as they were found (each said once)
+        self.damage: list[cachefile.Damage] = []
+        self._reported: set[tuple[bytes | None, int]] = set()
         self.reload()
 
     # ---- reading
@@ -399,14 +438,14 @@ class FileCache:
     def _load(self, found: cachefile.Probe) -> str | None:
         """Load what ``found`` describes; returns why a fastrun cache is damaged, or None.
         A path that is no usable cache leaves the state empty and the cache in memory."""
-        self._raw, self._signature, self._end, self._snapshot_bytes = {}, None, 0, 0
-        self._needs_snapshot = True
+        self._raw, self._generation, self._end, self._snapshot_bytes = {}, None, 0, 0
+        self._needs_snapshot, self._pending, self._stale = True, [], False
         self._seen = _seen(_status(self.target))
         if found.kind in (cachefile.MISSING, cachefile.EMPTY):
             return None
         if found.kind == cachefile.DAMAGED:
             return found.detail  # known from its header: nothing more to read
-        if found.kind not in (cachefile.CURRENT, cachefile.FORMAT1):
+        if found.kind not in cachefile.READABLE:
             self._set_unwritable(f"it {found.detail}; it is left untouched")
             return None
         try:
@@ -416,20 +455,23 @@ class FileCache:
         except OSError as error:
             self._set_unwritable(f"it cannot be read ({_reason(error)})")
             return None
+        if len(data) > cachefile.max_bytes():
+            self._set_unwritable(_over_limit(len(data)))
+            return None
         try:
-            if found.kind == cachefile.FORMAT1:
+            contents = cachefile.read_any(found.kind, data)
+            if contents is None:
                 self._raw = cachefile.read_format1(data)
             else:
-                contents = cachefile.read(data)
                 self._raw = contents.snapshot or {}
-                self._snapshot_bytes = contents.snapshot_end
                 self._apply_contents(contents)
-                self._end = contents.end
-                self._needs_snapshot = False
+                if found.kind == cachefile.CURRENT:
+                    self._generation = contents.generation
+                    self._end, self._snapshot_bytes = contents.end, contents.snapshot_end
+                    self._needs_snapshot = False
         except cachefile.CacheFormatError as problem:
             self._raw = {}
             return str(problem)
-        self._signature = (status.st_ino, status.st_dev)
         self._seen = _seen(status)
         return None
 
@@ -444,7 +486,6 @@ class FileCache:
         self._warn(f"fastrun cache file {self.path} cannot be read: {problem}. It was moved "
                    f"to {moved_to}; an empty cache is used instead, so its results will be "
                    "measured again.", CacheCorruptWarning)
-        self._signature, self._end, self._needs_snapshot = None, 0, True
         self._seen = None
 
     def _apply_contents(self, contents: cachefile.Contents) -> None:
@@ -454,6 +495,22 @@ class FileCache:
             logger.warning("cache file %s: %s (category %r, key %r)", self.path, problem[2],
                            problem[0], problem[1])
         self.skipped.extend(contents.skipped)
+        self._report_damage(contents.damage)
+
+    def _report_damage(self, damage: Iterable[cachefile.Damage], action: str = "skipped") -> None:
+        """Say each damaged span once (a log line per span, one warning per cache)."""
+        fresh = [d for d in damage if (self._generation, d.offset) not in self._reported]
+        if not fresh:
+            return
+        for item in fresh:
+            self._reported.add((self._generation, item.offset))
+            self.damage.append(item)
+            logger.warning("cache file %s: %s %s", self.path, action, item)
+        self._warn_once(f"fastrun cache file {self.path} is damaged: {action} "
+                        + "; ".join(str(d) for d in fresh[:3])
+                        + (f" and {len(fresh) - 3} more" if len(fresh) > 3 else "")
+                        + ". Every whole record around the damage is used; `fastrun cache "
+                        "check` lists it.", CacheCorruptWarning)
 
     def _apply(self, category: str, key: str, entries: list[Entry]) -> None:
         """Merge entries into the in-memory state (the state is replaced key by key, so an
@@ -467,8 +524,15 @@ class FileCache:
         logger.warning("%s", message)
         warnings.warn(message, category, stacklevel=4)
 
+    def _warn_once(self, message: str, category: type[Warning]) -> None:
+        """A Python warning the first time only (the log has every line)."""
+        if not self._warned_damage:
+            self._warned_damage = True
+            warnings.warn(message, category, stacklevel=5)
+
     def _set_unwritable(self, reason: str, corrupt: bool = False) -> None:
-        if self.unwritable is None:
+        if not self._warned:
+            self._warned = True
             self._warn(f"fastrun cache file {self.path} is not used: {reason}. This run keeps "
                        "its measurements in memory.",
                        CacheCorruptWarning if corrupt else CacheUnwritableWarning)
@@ -484,39 +548,54 @@ class FileCache:
         os.rename(self.target, target)
         return target
 
+    def _fresh(self) -> None:
+        """Bring ``_raw`` up to what was read: the whole file again where it was replaced,
+        else the records checked since (the lock held by the caller: ``self._lock``)."""
+        if self._stale:
+            self.reload()
+        while self._pending:
+            contents = cachefile.Contents()
+            cachefile.decode(self._pending.pop(0), contents)
+            self._apply_contents(contents)
+
     def _catch_up(self) -> None:
         """Apply what other processes wrote since the last read: the appended records alone
-        when the file only grew, else the whole file."""
-        status = _status(self.target)
-        if _seen(status) == self._seen:
+        when the file is the same generation and grew, else the whole file."""
+        if self._generation is None:
+            status = _status(self.target)
+            if status is not None and _seen(status) != self._seen:
+                self.reload()
             return
-        if (status is not None and not self._needs_snapshot
-                and (status.st_ino, status.st_dev) == self._signature
-                and status.st_size > self._end and self._read_tail(status)):
-            return
-        logger.debug("cache file %s changed on disk; reloading", self.path)
-        self.reload()
-
-    def _read_tail(self, status: os.stat_result) -> bool:
-        """Read and apply the whole records appended after ``self._end`` (a record still
-        being written is left for later); False when the file is no longer the one loaded."""
         try:
             with open(self.target, "rb") as file:
-                current = os.fstat(file.fileno())
-                if (current.st_ino, current.st_dev) != self._signature:
-                    return False
-                file.seek(self._end)
-                data = file.read(max(0, min(current.st_size, cachefile.max_bytes()) - self._end))
+                head = file.read(cachefile.HEADER_SIZE)
+                size = os.fstat(file.fileno()).st_size
+                if _generation_of(head) != self._generation or size < self._end:
+                    replaced = True
+                else:
+                    replaced = False
+                    if size > cachefile.max_bytes():
+                        self._set_unwritable(_over_limit(size))
+                        return
+                    file.seek(self._end)
+                    data = file.read(size - self._end)
+        except FileNotFoundError:
+            replaced = True
         except OSError:
-            return False
-        contents = cachefile.read_log(data)
-        self._apply_contents(contents)
-        self._end += contents.end
-        self._seen = _seen(current)
-        return True
+            return
+        if replaced:
+            logger.debug("cache file %s was replaced; reading it again", self.path)
+            self.reload()
+            return
+        if data:
+            frames = cachefile.scan(data, 0, self._end)
+            self._end = frames.end
+            self._pending.append(frames)
+        self._fresh()
 
     def get(self, category: str, key: str) -> list[Entry] | None:
         with self._lock:
+            self._fresh()
             raws = self._raw.get(category, {}).get(key)
             if raws is None:
                 self._catch_up()
@@ -528,6 +607,7 @@ class FileCache:
     def __iter__(self) -> Iterator[tuple[str, str, list[Entry]]]:
         """Every stored problem, as of the last load or write (call ``reload`` for the latest)."""
         with self._lock:
+            self._fresh()
             snapshot = [(category, key, raws) for category, keys in self._raw.items()
                         for key, raws in keys.items()]
         for category, key, raws in snapshot:
@@ -535,14 +615,17 @@ class FileCache:
 
     def __len__(self) -> int:
         with self._lock:
+            self._fresh()
             return sum(len(keys) for keys in self._raw.values())
 
     def categories(self) -> list[str]:
         with self._lock:
+            self._fresh()
             return list(self._raw)
 
     def keys(self, category: str) -> list[str]:
         with self._lock:
+            self._fresh()
             return list(self._raw.get(category, ()))
 
     # ---- writing
@@ -553,15 +636,20 @@ class FileCache:
     def put_many(self, items: Iterable[tuple[str, str, Iterable[Entry]]]) -> None:
         batch = [(category, key, check_entries(category, key, entries))
                  for category, key, entries in items]
-        if not batch:
-            return
+        if batch:
+            self._put_batch(batch, config.cache_lock_timeout())
+
+    def _put_batch(self, batch: list[tuple[str, str, list[Entry]]], timeout: float) -> None:
+        # The records are encoded before the lock is taken: under it, only the append.
+        records = b"".join(cachefile.put_record(category, key, [entry_to_raw(e) for e in entries])
+                           for category, key, entries in batch)
         with self._lock:
             if self.read_only and self.unwritable is None:
                 self.unwritable = "opened read-only: this run searches nothing"
             if self.unwritable is None:
                 try:
-                    with self._locked_file():
-                        self._write_batch(batch)
+                    with self._locked_file(timeout):
+                        self._write_batch(batch, records)
                     logger.debug("wrote %d problem(s) to cache file %s", len(batch), self.path)
                     return
                 except OSError as error:
@@ -570,47 +658,120 @@ class FileCache:
                 self._apply(category, key, entries)
             self._unsaved.extend(batch)
 
-    def _write_batch(self, batch: list[tuple[str, str, list[Entry]]]) -> None:
-        """Under the file lock: catch up with the file, then append the batch's records (or
-        write a whole new file where there is no format-2 file yet)."""
-        status = _status(self.target)
-        if (self._needs_snapshot or status is None or status.st_size < self._end
-                or (status.st_ino, status.st_dev) != self._signature):
-            self._load_or_move_aside()  # replaced, truncated, format 1, or not there yet
-        elif status.st_size > self._end:
-            self._read_tail(status)
-        if self.unwritable is not None:
-            raise OSError(self.unwritable)
-        for category, key, entries in batch:
-            self._apply(category, key, entries)
-        if self._needs_snapshot:
+    def _write_batch(self, batch: list[tuple[str, str, list[Entry]]], records: bytes) -> None:
+        """Under the file lock: check the file against what was read (its generation, whole
+        records up to the end), then append ``records`` there, or write a whole new file where
+        there is no format-3 file yet."""
+        fd = self._open_checked()
+        if fd is None:
+            self._load_or_move_aside()  # missing, format 1 or 2, damaged, or foreign
+            if self.unwritable is not None:
+                raise OSError(self.unwritable)
+            fd = None if self._needs_snapshot else self._open_checked()
+        if fd is None:
+            for category, key, entries in batch:
+                self._apply(category, key, entries)
             self._write_snapshot()
             return
-        records = b"".join(cachefile.put_record(category, key, [entry_to_raw(e) for e in entries])
-                           for category, key, entries in batch)
-        with open(self.target, "r+b") as file:
-            file.seek(self._end)
-            file.write(records)
-            file.truncate()  # drops a torn tail that lay beyond the last whole record
-            file.flush()
-            self._seen = _seen(os.fstat(file.fileno()))
-        self._end += len(records)
-        if self._end - self._snapshot_bytes > max(self._snapshot_bytes, COMPACT_AFTER_BYTES):
+        try:
+            limit = cachefile.max_bytes()
+            if self._end + len(records) > limit:
+                raise CacheFull(errno.EFBIG, f"the file would grow to {self._end + len(records)} "
+                                f"bytes, over this process's limit of {limit} "
+                                "(FASTRUN_CACHE_MAX_BYTES); nothing in it was cut")
+            written = os.pwrite(fd, records, self._end)
+            if written != len(records):
+                raise OSError(errno.ENOSPC, f"only {written} of {len(records)} bytes written")
+            self._end += len(records)
+        finally:
+            os.close(fd)
+        for category, key, entries in batch:
+            self._apply(category, key, entries)
+        log = self._end - self._snapshot_bytes
+        if log > max(self._snapshot_bytes, COMPACT_AFTER_BYTES) and (
+                self._compaction_failed_at is None or log > 2 * self._compaction_failed_at):
             try:
+                self._fresh()
                 self._write_snapshot()
+                self._compaction_failed_at = None
             except OSError as error:  # the records are written: compaction can wait
-                logger.warning("cache file %s: could not compact its log (%s)", self.path,
-                               _reason(error))
+                if self._compaction_failed_at is None:
+                    logger.warning("cache file %s: could not compact its log (%s); tried again "
+                                   "once the log has doubled", self.path, _reason(error))
+                self._compaction_failed_at = log
+
+    def _open_checked(self) -> int | None:
+        """The file opened for writing, once checked to be the format-3 generation that was
+        read with whole records up to ``_end``; the records others appended since are checked
+        (and kept to decode later), and a torn tail after them is cut.  None when the file must
+        be read again whole (missing, replaced by an unreadable or older file)."""
+        if self._needs_snapshot:
+            return None
+        try:
+            fd = os.open(self.target, os.O_RDWR | os.O_CLOEXEC)
+        except FileNotFoundError:
+            return None
+        try:
+            size = os.fstat(fd).st_size
+            if size > cachefile.max_bytes():
+                raise CacheFull(errno.EFBIG, _over_limit(size))
+            if _generation_of(os.pread(fd, cachefile.HEADER_SIZE, 0)) != self._generation \
+                    or size < self._end:
+                if not self._adopt(fd, size):
+                    os.close(fd)
+                    return None
+            elif size > self._end:
+                frames = cachefile.scan(os.pread(fd, size - self._end, self._end), 0, self._end)
+                self._checked(fd, frames)
+        except BaseException:
+            os.close(fd)
+            raise
+        return fd
+
+    def _adopt(self, fd: int, size: int) -> bool:
+        """Take on a file that replaced the one read (another process compacted it): check its
+        header and records, remember to read it whole before the next lookup (this state is
+        a part of it, unless a tool removed entries), and append to it.  False when it is no
+        readable format-3 file."""
+        data = os.pread(fd, size, 0)
+        try:
+            generation = cachefile.generation(data)
+        except cachefile.CacheFormatError:
+            return False
+        frames = cachefile.scan(data, cachefile.HEADER_SIZE)
+        if not frames.bodies:
+            return False
+        logger.debug("cache file %s was replaced; appending to the new file", self.path)
+        self._generation, self._pending, self._stale = generation, [], True
+        first = frames.bodies[0] if frames.bodies else None
+        self._snapshot_bytes = (first[0] + cachefile.RECORD_HEADER_SIZE + len(first[1])
+                                if first and first[0] == cachefile.HEADER_SIZE else 0)
+        self._end = cachefile.HEADER_SIZE
+        self._checked(fd, frames)
+        return True
+
+    def _checked(self, fd: int, frames: cachefile.Frames) -> None:
+        """Keep records checked under the lock to decode later, report damage, and cut a torn
+        tail: bytes after the last whole record that no whole record follows are what a writer
+        killed mid-append left (under the lock nobody is appending)."""
+        self._report_damage(frames.damage)
+        if not self._stale:
+            self._pending.append(frames)
+        if frames.tail:
+            cut = cachefile.Damage(frames.end, frames.tail, "a write cut short (no whole record "
+                                   "follows); cut off before appending")
+            os.ftruncate(fd, frames.end)
+            self._report_damage([cut], action="dropped")
+        self._end = frames.end
 
     def _write_snapshot(self) -> None:
         """Replace the file by a snapshot of the whole state (the file lock must be held)."""
         data = cachefile.snapshot_file(self._raw, {"written_at": time.time(),
                                                    "fastrun": _fastrun_version()})
-        status = atomic_write(self.target, data)
-        self._signature = (status.st_ino, status.st_dev)
-        self._seen = _seen(status)
+        atomic_write(self.target, data)
+        self._generation = cachefile.generation(data)
         self._end = self._snapshot_bytes = len(data)
-        self._needs_snapshot = False
+        self._needs_snapshot, self._pending, self._stale = False, [], False
         self._remove_stale_temporaries()
 
     def _remove_stale_temporaries(self) -> None:
@@ -636,12 +797,12 @@ class FileCache:
         snapshot of the same contents). Unlike a ``put``, a file that is not a readable cache
         is not moved aside: a tool asked to edit a file must not silently start it over, so
         :class:`CacheFormatError` (naming the file) is raised and the file stays as it is.
-        Entries that cannot be read are dropped (and logged). Returns whether it wrote.
+        Entries that cannot be read are dropped (and logged); every whole record around a
+        damaged one is kept. Returns whether it wrote.
         """
         with self._lock, self._locked_file():
             found = cachefile.probe(self.target)
-            if found.kind not in (cachefile.MISSING, cachefile.EMPTY, cachefile.CURRENT,
-                                  cachefile.FORMAT1):
+            if found.kind not in (cachefile.MISSING, cachefile.EMPTY, *cachefile.READABLE):
                 raise CacheFormatError(f"cache file {self.path} {found.detail}")
             unwritable, self.unwritable = self.unwritable, None
             problem = self._load(found)
@@ -677,9 +838,10 @@ class FileCache:
 
     def save_unsaved(self, path: str | os.PathLike[str] | None = None) -> str | None:
         """Write the measurements that could not be written: to ``path``, or to this cache's
-        own file when ``path`` is None (where it has become writable since).  Returns where
-        they went, or None when they could not be written (the reason stays in
-        :attr:`unwritable`)."""
+        own file when ``path`` is None (where it has become writable since; a lock that made a
+        put wait the whole timeout is waited for only :data:`RETRY_LOCK_TIMEOUT` more).
+        Returns where they went, or None when they could not be written (the reason stays in
+        :attr:`unwritable`; nothing is said twice)."""
         with self._lock:
             batch = list(self._unsaved)
             if not batch:
@@ -691,15 +853,19 @@ class FileCache:
                     return None
                 self._unsaved.clear()
                 return other.path
+            timeout = config.cache_lock_timeout()
+            if self.unwritable is not None and "waited" in self.unwritable:
+                timeout = min(timeout, RETRY_LOCK_TIMEOUT)
             self.unwritable = None
             self._unsaved.clear()
-            self.put_many(batch)
+            self._put_batch(batch, timeout)
             return self.path if self.unwritable is None else None
 
-    def _locked_file(self) -> _TimedLock:
+    def _locked_file(self, timeout: float | None = None) -> _TimedLock:
         directory = os.path.dirname(self.target)
         os.makedirs(directory, exist_ok=True)
-        return _TimedLock(self._file_lock, config.cache_lock_timeout())
+        return _TimedLock(self._file_lock,
+                          config.cache_lock_timeout() if timeout is None else timeout)
 
     def __repr__(self) -> str:
         return f"FileCache({self.path!r}, {len(self)} keys)"
@@ -708,21 +874,34 @@ class FileCache:
 class _TimedLock:
     """The file lock with a timeout whose error names the lock and, where known, its holder."""
 
-    def __init__(self, lock: filelock.FileLock, timeout: float) -> None:
+    def __init__(self, lock: FileLock, timeout: float) -> None:
         self.lock, self.timeout = lock, timeout
 
     def __enter__(self) -> None:
         try:
-            self.lock.acquire(timeout=self.timeout)
-        except filelock.Timeout:
-            holder = _lock_holder(self.lock.lock_file)
+            self.lock.acquire(self.timeout)
+        except LockTimeout:
+            holder = _lock_holder(self.lock.path)
             held_by = f"held by pid {holder}" if holder else "held by another process"
             raise CacheLockTimeout(
-                f"waited {self.timeout:g} s for the lock {self.lock.lock_file}, {held_by} "
+                f"waited {self.timeout:g} s for the lock {self.lock.path}, {held_by} "
                 "(FASTRUN_CACHE_LOCK_TIMEOUT sets the wait)") from None
 
     def __exit__(self, *exc: object) -> None:
         self.lock.release()
+
+
+def _generation_of(head: bytes) -> bytes | None:
+    """The generation id in a header's bytes, or None for anything else."""
+    try:
+        return cachefile.generation(head)
+    except cachefile.CacheFormatError:
+        return None
+
+
+def _over_limit(size: int) -> str:
+    return (f"it is {size} bytes, over this process's limit of {cachefile.max_bytes()} "
+            "(FASTRUN_CACHE_MAX_BYTES); it is left as it is")
 
 
 def _status(path: str) -> os.stat_result | None:
@@ -740,8 +919,8 @@ def _seen(status: os.stat_result | None) -> tuple[int, int, int, int] | None:
 
 def _reason(error: OSError) -> str:
     """An OSError as a short reason: 'Permission denied: /path'."""
-    if isinstance(error, CacheLockTimeout):
-        return str(error)
+    if isinstance(error, CacheLockTimeout | CacheFull):
+        return str(error.strerror or error) if isinstance(error, CacheFull) else str(error)
     where = f": {error.filename}" if getattr(error, "filename", None) else ""
     return f"{error.strerror or error}{where}"
 
@@ -753,16 +932,19 @@ def _fastrun_version() -> str:
 
 
 def read_cache_file(path: str | os.PathLike[str],
-                    skipped: list[tuple[str, str, str]] | None = None) -> Categories:
+                    skipped: list[tuple[str, str, str]] | None = None,
+                    damage: list[cachefile.Damage] | None = None) -> Categories:
     """Load a cache file without changing anything on disk (for the read-only tools).
 
     A :class:`FileCache` moves a damaged file aside so that a search can go on; a tool that
-    only inspects a file (``fastrun cache show``/``diff``/``export``) must leave it exactly as
-    it is and say what is wrong instead. Raises ``FileNotFoundError`` when the file does not
-    exist (another ``OSError`` when it cannot be opened) and :class:`CacheFormatError`, naming
-    the file and what it holds, when it is not a readable fastrun cache (a directory, a FIFO,
-    a newer format, a file over the size limit...). An empty file is an empty cache; entries
-    that are not valid are skipped, logged and added to ``skipped`` as (category, key, why).
+    only inspects a file (``fastrun cache show``/``check``/``diff``/``export``) must leave it
+    exactly as it is and say what is wrong instead. Raises ``FileNotFoundError`` when the file
+    does not exist (another ``OSError`` when it cannot be opened) and
+    :class:`CacheFormatError`, naming the file and what it holds, when it is not a readable
+    fastrun cache (a directory, a FIFO, a newer format, a file over the size limit...). An
+    empty file is an empty cache; entries that are not valid are skipped, logged and added to
+    ``skipped`` as (category, key, why); damaged bytes skipped between whole records, and a
+    tail of bytes after the last one, are added to ``damage``.
     """
     path = os.fspath(path)
     _, raw, contents = cachefile.read_file(path)
@@ -774,12 +956,17 @@ def read_cache_file(path: str | os.PathLike[str],
     }
     if contents is not None:
         found.extend(contents.skipped)
+        if damage is not None:
+            damage.extend(contents.damage)
+            if contents.torn:
+                damage.append(cachefile.Damage(contents.end, contents.torn,
+                                               "a tail that is no whole record (a write cut "
+                                               "short, or one still in progress)"))
         for category, key, raws in contents.puts:
             keys = result.setdefault(category, {})
             keys[key] = merge_entries(keys.get(key, ()),
                                       _entries_from_raw(category, key, raws, found))
     return result
-
 
 # --------------------------------------------------------------------------------------------
 # Process-wide default

@@ -36,6 +36,8 @@ from fastrun.cache import (
     merge_entries,
     read_cache_file,
 )
+from fastrun.cache import file as cachefile
+from fastrun.cache.file import Damage
 from fastrun.formats import CACHE_EXPORT_FORMAT, CACHE_EXPORT_VERSION
 
 
@@ -51,12 +53,14 @@ class CacheToolError(ValueError):
 
 
 def load(path: str | os.PathLike[str],
-         skipped: list[tuple[str, str, str]] | None = None) -> Categories:
+         skipped: list[tuple[str, str, str]] | None = None,
+         damage: list[Damage] | None = None) -> Categories:
     """A cache file's contents, read without changing the file (see the module docstring);
-    entries that are not valid are skipped and added to ``skipped``."""
+    entries that are not valid are skipped and added to ``skipped``, damaged bytes to
+    ``damage``."""
     path = os.fspath(path)
     try:
-        return read_cache_file(path, skipped)
+        return read_cache_file(path, skipped, damage)
     except FileNotFoundError:
         raise CacheToolError(f"cache file {path} does not exist") from None
     except IsADirectoryError:
@@ -75,14 +79,33 @@ operator_of = category_module.operator_of
 
 def select(data: Categories, categories: Sequence[str] = (),
            operator: str | None = None) -> Categories:
-    """The categories whose text contains any of ``categories`` and whose operator is
-    ``operator`` (each filter applies only when given)."""
+    """The categories that match any of ``categories`` (:func:`category_matches`) and whose
+    operator is ``operator`` (each filter applies only when given)."""
     return {
         category: keys
         for category, keys in data.items()
-        if (not categories or any(part in category for part in categories))
+        if (not categories or any(category_matches(category, part) for part in categories))
         and (operator is None or operator_of(category) == operator)
     }
+
+
+def category_matches(category: str, pattern: str) -> bool:
+    """Whether ``category`` is one ``pattern`` selects.  A pattern of facts,
+    ``FACT=VALUE[;FACT=VALUE...]``, matches a category whose every named fact has exactly that
+    value (``threads=1`` is the fact ``threads``, never ``blas_threads``; ``operator`` and
+    ``algorithms`` are facts too); any other pattern is a part of the category's text (``|conv@``,
+    ``AMD EPYC``)."""
+    if "=" not in pattern:
+        return pattern in category
+    try:
+        facts = category_module.parse(category).facts()
+    except category_module.CategoryError:
+        return False
+    for term in pattern.split(";"):
+        name, _, value = term.partition("=")
+        if facts.get(name.strip()) != value.strip():
+            return False
+    return True
 
 
 def ranking(entries: Iterable[Entry]) -> list[Entry]:
@@ -122,7 +145,8 @@ def show(path: str | os.PathLike[str], categories: Sequence[str] = (),
     category whether it applies to ``device`` (a device spec; None: not compared) and, if
     not, which facts differ."""
     skipped: list[tuple[str, str, str]] = []
-    data = select(load(path, skipped), categories, operator)
+    damage: list[Damage] = []
+    data = select(load(path, skipped, damage), categories, operator)
     here = _device_category(device)
     report: list[dict[str, Any]] = []
     for category in sorted(data):
@@ -144,7 +168,33 @@ def show(path: str | os.PathLike[str], categories: Sequence[str] = (),
                        **_applies(category, here), "keys": keys})
     return {"file": os.fspath(path), "summary": _count(data), "compared_with": here,
             "skipped": [{"category": c, "key": k, "why": why} for c, k, why in skipped],
+            "damage": [_damage_dict(item) for item in damage],
             "categories": report}
+
+
+def _damage_dict(item: Damage) -> dict[str, Any]:
+    return {"offset": item.offset, "bytes": item.length, "why": item.why}
+
+
+# --------------------------------------------------------------------------------------------
+# check
+
+
+def check(path: str | os.PathLike[str]) -> dict[str, Any]:
+    """Everything a reader of ``path`` would skip or drop, and where: damaged records (offset,
+    bytes, why; the reader resynchronises past each), a tail of bytes after the last whole
+    record, and entries whose values are refused.  ``clean`` is True when there is none.
+    The file is only read."""
+    path = os.fspath(path)
+    skipped: list[tuple[str, str, str]] = []
+    damage: list[Damage] = []
+    data = load(path, skipped, damage)
+    found = cachefile.probe(path)
+    size = os.path.getsize(path) if found.kind != cachefile.EMPTY else 0
+    return {"file": path, "format": found.kind, "bytes": size, "summary": _count(data),
+            "damage": [_damage_dict(item) for item in damage],
+            "skipped": [{"category": c, "key": k, "why": why} for c, k, why in skipped],
+            "clean": not damage and not skipped}
 
 
 def _device_category(spec: str | None) -> str | None:

@@ -47,8 +47,11 @@ def _parse_threshold(text: str) -> float:
 
 
 def _add_selection(parser: argparse.ArgumentParser, what: str) -> None:
-    parser.add_argument("--category", action="append", default=[], metavar="SUBSTRING",
-                        help=f"only {what} categories containing SUBSTRING (repeatable: any)")
+    parser.add_argument("--category", action="append", default=[], metavar="PATTERN",
+                        help=f"only {what} categories matching PATTERN (repeatable: any): "
+                             "FACT=VALUE[;FACT=VALUE...] matches those facts exactly (e.g. "
+                             "threads=16, never blas_threads=16); any other PATTERN is a part "
+                             "of the category text (e.g. '|conv@')")
     parser.add_argument("--operator", metavar="NAME",
                         help=f"only {what} categories of this operator, e.g. matmul")
 
@@ -67,7 +70,9 @@ def add_parser(commands: Any) -> None:
         "show", help="rankings and lookup choices of every key",
         description="Print, per category and key, the measured algorithms from fastest to "
                     "slowest and what a plain lookup chooses (the fastest entry), plus the "
-                    "fastest REPRODUCIBLE one when it differs. Dates are UTC.")
+                    "fastest REPRODUCIBLE one when it differs. Dates are UTC. Damaged "
+                    "records and invalid entries are listed first; then the exit status is "
+                    "1 (2 when the file is no readable cache).")
     show.add_argument("file", help="cache file")
     _add_selection(show, "show")
     show.add_argument("--device", default="cpu",
@@ -75,6 +80,19 @@ def add_parser(commands: Any) -> None:
                            "which facts differ where not (default cpu; 'none': do not compare)")
     show.add_argument("--json", action="store_true", help="print one JSON object")
     show.set_defaults(handler=_cmd_show)
+
+    check = actions.add_parser(
+        "check", help="find damaged records and invalid entries",
+        description="Read a cache file as a lookup would and list everything it skips: "
+                    "damaged records (offset, bytes, why; every whole record around them is "
+                    "used), a tail of bytes after the last whole record (a write cut short, "
+                    "or one in progress), and entries with invalid values. The file is only "
+                    "read; `fastrun cache compact` rewrites it without the damage. Exit "
+                    "status 0 when clean, 1 when something is skipped, 2 when the file is no "
+                    "readable cache.")
+    check.add_argument("file", help="cache file")
+    check.add_argument("--json", action="store_true", help="print one JSON object")
+    check.set_defaults(handler=_cmd_check)
 
     merge = actions.add_parser(
         "merge", help="merge cache files into one",
@@ -159,7 +177,18 @@ def _cmd_show(args: argparse.Namespace) -> int:
         _print_json(report)
     else:
         print(show_text(report))
-    return 0
+    return 1 if report["damage"] or report["skipped"] else 0
+
+
+def _cmd_check(args: argparse.Namespace) -> int:
+    from fastrun.cache import tools as cachetools
+
+    report = cachetools.check(args.file)
+    if args.json:
+        _print_json(report)
+    else:
+        print(check_text(report))
+    return 0 if report["clean"] else 1
 
 
 def _cmd_merge(args: argparse.Namespace) -> int:
@@ -241,13 +270,36 @@ def _summary(counts: dict[str, int]) -> str:
             f"{plural(counts['entries'], 'entry', 'entries')}")
 
 
-def show_text(report: dict[str, Any]) -> str:
-    lines = [f"cache file {report['file']}: {_summary(report['summary'])}"]
+def _damage_lines(report: dict[str, Any]) -> list[str]:
+    """The damaged spans and invalid entries a report lists, one line each."""
+    lines = []
+    if report["damage"]:
+        total = sum(item["bytes"] for item in report["damage"])
+        lines.append(f"damaged: {plural(len(report['damage']), 'span')} of bytes skipped "
+                     f"({human_bytes(total)}):")
+        lines += [f"  offset {item['offset']}: {plural(item['bytes'], 'byte')}, "
+                  f"{printable(item['why'])}" for item in report["damage"]]
     if report["skipped"]:
         count = plural(len(report["skipped"]), "invalid entry", "invalid entries")
         lines.append(f"skipped {count}:")
         lines += [f"  {printable(item['key'])} [{printable(item['category'])}]: "
                   f"{printable(item['why'])}" for item in report["skipped"]]
+    return lines
+
+
+def check_text(report: dict[str, Any]) -> str:
+    head = (f"cache file {report['file']} ({report['format']}, "
+            f"{human_bytes(report['bytes'])}): {_summary(report['summary'])}")
+    if report["clean"]:
+        return f"{head}\nclean: every record is whole and every entry valid"
+    return "\n".join([head, *_damage_lines(report),
+                      "(`fastrun cache compact` rewrites the file with every whole record and "
+                      "without the damage)"])
+
+
+def show_text(report: dict[str, Any]) -> str:
+    lines = [f"cache file {report['file']}: {_summary(report['summary'])}"]
+    lines += _damage_lines(report)
     for category in report["categories"]:
         lines += ["", printable(category["device"]),
                   f"  | {printable(split_category(category['category'])[1])}"]
