@@ -13,6 +13,8 @@ from __future__ import annotations
 import numba
 import numpy as np
 
+from fastrun import numba_cache
+
 #: Element types the compiled loop takes as they are; others (float16, ...) are widened to
 #: float64 first, which is exact for every real type.
 _NATIVE = frozenset(np.dtype(t) for t in (np.float32, np.float64, np.int8, np.int16, np.int32,
@@ -20,7 +22,7 @@ _NATIVE = frozenset(np.dtype(t) for t in (np.float32, np.float64, np.int8, np.in
                                           np.bool_))
 
 
-@numba.njit(cache=True, nogil=True)
+@numba.njit(cache=numba_cache.enabled(), nogil=True)
 def _worst_and_scale(output: np.ndarray, reference: np.ndarray) -> tuple[float, float]:
     worst = 0.0
     scale = 0.0

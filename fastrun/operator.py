@@ -24,18 +24,48 @@ if TYPE_CHECKING:
 Shape = tuple[int, ...]
 
 
+#: Elements drawn at a time where a dtype cannot be drawn in its own precision: the float64
+#: temporary stays at 8 MiB whatever the tensor's size.
+DRAW_CHUNK = 1 << 20
+
+
 def uniform(rng: np.random.Generator, shape: Sequence[int], dtype: Any) -> np.ndarray:
-    """Values in [-1, 1) of ``dtype``: floats drawn in their own precision, in place (float64
-    draws then a cast took 1.03-1.24 s for VGG-16's 100M-element classifier weight, this
-    0.47-0.68 s, timed side by side on the 2-core VM),
-    other dtypes through float64 and a cast."""
+    """Values in [-1, 1) of ``dtype``: float32 and float64 drawn in their own precision, in
+    place (float64 draws then a cast took 1.03-1.24 s for VGG-16's 100M-element classifier
+    weight, this 0.47-0.68 s, timed side by side on the 2-core VM); other dtypes through
+    float64 a chunk at a time, so no temporary is larger than :data:`DRAW_CHUNK` elements (a
+    16 GiB input once needed a 32 GiB one)."""
     kind = np.dtype(dtype)
     if kind in (np.float32, np.float64):
         out = rng.random(size=tuple(shape), dtype=kind)
         out *= 2
         out -= 1
         return out
-    return rng.uniform(-1.0, 1.0, size=tuple(shape)).astype(kind)
+    return _chunked(tuple(shape), kind, lambda n: rng.uniform(-1.0, 1.0, size=n))
+
+
+def _chunked(shape: tuple[int, ...], dtype: np.dtype, draw: Any) -> np.ndarray:
+    """An array of ``dtype`` filled ``DRAW_CHUNK`` elements at a time by ``draw(count)``."""
+    out = np.empty(shape, dtype)
+    flat = out.reshape(-1)
+    for start in range(0, flat.size, DRAW_CHUNK):
+        count = min(DRAW_CHUNK, flat.size - start)
+        flat[start:start + count] = draw(count)
+    return out
+
+
+def random_values(rng: np.random.Generator, shape: Sequence[int], dtype: Any) -> np.ndarray:
+    """A model input's values: floats in [-1, 1), booleans, integers in [0, 10); each drawn
+    in its own dtype or a chunk at a time, so memory never holds more than the array and a
+    chunk."""
+    kind = np.dtype(dtype)
+    if kind.kind == "f":
+        return uniform(rng, shape, kind)
+    if kind.kind == "b":
+        return rng.integers(0, 2, size=tuple(shape), dtype=np.bool_)
+    if kind.kind in "iu":
+        return rng.integers(0, 10, size=tuple(shape), dtype=kind)
+    return _chunked(tuple(shape), kind, lambda n: rng.integers(0, 10, size=n))
 
 
 def _freeze(value: Any) -> Any:

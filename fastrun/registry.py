@@ -3,6 +3,11 @@
 The framework knows operators only through a registry.  Compute libraries (ours included) add
 theirs through the ``fastrun.plugins`` entry point: a callable that receives the registry.  Plugins
 are loaded on the first lookup, not at import, so ``import fastrun`` stays cheap.
+
+Plugins load in whatever order the installed distributions' entry points come in (it follows
+names and paths, not dependencies), so an algorithm a plugin registers for an operator that a
+later plugin provides is held until every plugin has run, then registered; one whose operator
+no plugin provides is the plugin's load error, naming the operator.
 """
 
 from __future__ import annotations
@@ -37,6 +42,10 @@ class Registry:
         self.plugin_errors: dict[str, str] = {}
         #: (operator, device kind) -> derived algorithm-set version; cleared on registration
         self._versions: dict[tuple[str, str], str] = {}
+        #: while plugins load: the plugin loading now, and (plugin, algorithm) registered for
+        #: an operator that no plugin had registered yet
+        self._plugin: tuple[str, str] | None = None  # (name, "module:function")
+        self._held: list[tuple[tuple[str, str], Algorithm]] = []
 
     # -- registration ------------------------------------------------------------------------
     def register_operator(self, operator: Operator) -> Operator:
@@ -55,6 +64,9 @@ class Registry:
             self._ensure_plugins()
         with self._lock:
             table = self._algorithms.get(algorithm.operator)
+            if table is None and self._loading and self._plugin is not None:
+                self._held.append((self._plugin, algorithm))  # its operator may come later
+                return algorithm
             if table is None:
                 raise RegistryError(
                     f"cannot register {algorithm.desc}: operator {algorithm.operator!r} is not "
@@ -126,16 +138,34 @@ class Registry:
             self._loading = True
             try:
                 for entry in entry_points(group=PLUGIN_GROUP):
+                    self._plugin = (entry.name, entry.value)
                     try:
                         entry.load()(self)
                         log.debug("loaded fastrun plugin %s (%s)", entry.name, entry.value)
                     except Exception as error:
-                        self.plugin_errors[entry.name] = f"{type(error).__name__}: {error}"
-                        log.warning("fastrun plugin %r (%s) failed to load: %s: %s",
-                                    entry.name, entry.value, type(error).__name__, error)
+                        self._plugin_failed(self._plugin, f"{type(error).__name__}: {error}")
+                self._plugin = None
+                self._register_held()
             finally:
+                self._plugin, self._held = None, []
                 self._loading = False
                 self._plugins_loaded = True
+
+    def _register_held(self) -> None:
+        """Register the algorithms held for operators that later plugins provided; a plugin
+        whose operator none provided failed to load, and says which operator."""
+        for plugin, algorithm in self._held:
+            if plugin[0] in self.plugin_errors:
+                continue
+            try:
+                self.register_algorithm(algorithm)
+            except RegistryError as error:
+                self._plugin_failed(plugin, f"RegistryError: {error}")
+
+    def _plugin_failed(self, plugin: tuple[str, str], why: str) -> None:
+        name, value = plugin
+        self.plugin_errors.setdefault(name, why)
+        log.warning("fastrun plugin %r (%s) failed to load: %s", name, value, why)
 
 
 _default: Registry | None = None

@@ -55,6 +55,27 @@ class RightOnlySometimes(Correct):
         return out if self.right(self.calls) else out * 0 + 1
 
 
+class IgnoresItsInput(Correct):
+    """Right on the first call, then that result again whatever the inputs: every timed call
+    of a search gives it the same inputs."""
+
+    def run(self, problem, inputs, ctx, prepared=None):
+        if not hasattr(self, "first"):
+            self.first = np.matmul(inputs[0], inputs[1])
+        return self.first.copy()
+
+
+class SharesItsOutput(Correct):
+    """Right every time, into one buffer it returns from every call: at dispatch each call
+    overwrites the result of the call before."""
+
+    def run(self, problem, inputs, ctx, prepared=None):
+        if not hasattr(self, "buffer"):
+            self.buffer = np.empty((inputs[0].shape[0], inputs[1].shape[1]), np.float32)
+        np.matmul(inputs[0], inputs[1], out=self.buffer)
+        return self.buffer
+
+
 class WrongDtype(Correct):
     def run(self, problem, inputs, ctx, prepared=None):
         return np.matmul(inputs[0].astype(np.float64), inputs[1])
@@ -108,6 +129,15 @@ def test_a_candidate_that_writes_into_its_inputs_is_caught_and_spoils_nothing():
 def test_outputs_are_checked_beyond_the_warm_up(rogue, call):
     decision = _decide(rogue, Correct("right"))
     assert f"on its {call} call" in decision.excluded[rogue.name]
+    assert decision.algorithm.desc.name == "right"
+
+
+@pytest.mark.parametrize("rogue, text", [
+    (IgnoresItsInput("memo"), "on its other inputs' call"),
+    (SharesItsOutput("shared"), "one output buffer shared by every call")])
+def test_a_candidate_that_ignores_its_inputs_or_shares_its_output_is_caught(rogue, text):
+    decision = _decide(rogue, Correct("right"))
+    assert text in decision.excluded[rogue.name]
     assert decision.algorithm.desc.name == "right"
 
 

@@ -11,7 +11,12 @@ from numba import types
 from numba.core import cgutils
 from numba.extending import intrinsic
 
+from fastrun import numba_cache
 from fastrun.operator import Operator, Problem, Shape
+
+#: ``cache=`` of every numba kernel: False where numba has nowhere to keep them
+#: (:mod:`fastrun.numba_cache`), so the library still loads, uncached.
+CACHE = numba_cache.enabled()
 
 #: fastmath flags of the numba kernels that promise reproducible results: contraction into
 #: fused multiply-adds only.  Whether LLVM fuses is decided once per instruction at compile
@@ -200,7 +205,7 @@ def error_with_special_values(problem: Problem, output: Any, reference: np.ndarr
     return finite_error(problem, output, reference)
 
 
-@numba.njit(cache=True, inline="always")
+@numba.njit(cache=CACHE, inline="always")
 def floor_div(a, b):
     """``a // b`` for b >= 1: a division takes tens of cycles, and strides 1 and 2 (nearly
     every layer) become nothing or a shift."""

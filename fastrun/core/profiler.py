@@ -145,6 +145,15 @@ class Profiler:
         host_inputs = operator.random_inputs(problem, rng)
         check = _OutputCheck(problem, operator, host_inputs, self.options.check_numerics,
                              self.device)
+        # A second draw: every candidate is also run once on other inputs, so one that
+        # returns its first result whatever it is given, or hands every call one shared
+        # output buffer, is caught (see _on_other_inputs).
+        other_check, others = None, []
+        if self.options.check_numerics:
+            other_inputs = operator.random_inputs(problem, np.random.default_rng(
+                [self.options.seed, 1]))
+            other_check = _OutputCheck(problem, operator, other_inputs, True, self.device)
+            others = [self.device.to_device(x) for x in other_inputs]
         best_ns: float | None = None
         # On the device once: every candidate's inputs are copies of these, made there, and
         # its inputs are compared with these there.
@@ -173,6 +182,11 @@ class Profiler:
                     error_value = None
                     if reason is None:
                         reason, error_value = check.outputs(outputs)
+                    if reason is None and other_check is not None:
+                        reason, other_error = self._on_other_inputs(
+                            algorithm, problem, ctx, outputs, other_check, others)
+                        if other_error is not None and error_value is not None:
+                            error_value = max(error_value, other_error)
                 except (KeyboardInterrupt, SystemExit) as error:
                     if interrupts.by_user:  # Ctrl-C: stop here, keep what was measured
                         log.info("search of %s interrupted during %s", problem, label)
@@ -277,6 +291,28 @@ class Profiler:
         self.progress.step("confirmed", ", ".join(
             f"{label} {confirmed[label].median_s * 1e3:.4f} ms" for label, _ in calls)
             + f" (interleaved, {len(samples[calls[0][0]])} rounds)")
+
+    def _on_other_inputs(self, algorithm: Algorithm, problem: Problem, ctx: RunContext,
+                         outputs: Mapping[str, object], check: _OutputCheck,
+                         others: Sequence[object]) -> tuple[str | None, float | None]:
+        """(why the candidate fails on a second draw of inputs or None, its error there).
+
+        Every timed call used the same inputs, so a candidate that returns its first result
+        whatever it is given passed them all; and a candidate that returns one buffer from
+        every call passed too, though at dispatch each call overwrites the result of the one
+        before.  One call on other inputs catches both: its result is checked against their
+        own reference, and the earlier call's output, copied first, must still hold its bits.
+        """
+        earlier = list(outputs.values())[-1]
+        kept = self.device.copy(earlier)
+        inputs = [self.device.copy(x) for x in others]
+        prepared = algorithm.preprocess(problem, inputs) if problem.weight_preprocess else None
+        value = algorithm.run(problem, inputs, ctx, prepared)
+        self.device.synchronize()
+        if not self.device.same_bits(earlier, kept):
+            return ("its call on other inputs overwrote the output of its call before (one "
+                    "output buffer shared by every call)"), None
+        return check.outputs({"other inputs'": value})
 
     def _build_ahead(self, problem: Problem, candidates: Sequence[Algorithm]) -> None:
         """Let every candidate compile what it will run (:meth:`Algorithm.build`), several at

@@ -35,7 +35,7 @@ from fastrun.core.chooser import AlgoChooser, Decision, NoUsableAlgorithmError, 
 from fastrun.core.reasons import Source
 from fastrun.core.strategy import SearchOptions, Strategy
 from fastrun.devices import UnreplayableError, get_device
-from fastrun.operator import Problem
+from fastrun.operator import Problem, random_values
 from fastrun.runtime import fusion, layout
 from fastrun.runtime.errors import DeviceUnsupportedError, ModelError
 from fastrun.runtime.graph import Graph, from_onnx
@@ -481,17 +481,14 @@ class Model:
     def random_inputs(self, seed: int = 0, on_device: bool = False) -> dict[str, Any]:
         """Inputs of the right shapes and dtypes: floats in [-1, 1), integers in [0, 10).
         Numpy arrays (what ``--check`` hands to onnxruntime too); with ``on_device`` on a
-        device without host memory, uploaded there (the in-context search runs on them)."""
+        device without host memory, uploaded there (the in-context search runs on them).
+        Each is checked against the memory limit, then drawn in its own dtype: no temporary
+        larger than the input (:func:`fastrun.operator.random_values`)."""
         rng = np.random.default_rng(seed)
         feeds = {}
         for name, value in self.inputs.items():
-            if value.dtype.kind == "f":
-                array = rng.uniform(-1.0, 1.0, size=value.shape)
-            elif value.dtype.kind == "b":
-                array = rng.integers(0, 2, size=value.shape)
-            else:
-                array = rng.integers(0, 10, size=value.shape)
-            feeds[name] = np.asarray(array, dtype=value.dtype)
+            limits.check_tensor(value.shape, value.dtype, f"model input {name!r}")
+            feeds[name] = random_values(rng, value.shape, value.dtype)
         if on_device and self.on_device:
             feeds = {name: self.device.to_device(array) for name, array in feeds.items()}
         return feeds

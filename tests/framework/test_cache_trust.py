@@ -352,6 +352,7 @@ def test_a_read_only_directory_keeps_the_search_and_offers_its_results(tmp_path:
         assert "Traceback" not in done.stderr
         assert f"fastrun cache file {existing} is not used" in done.stderr
         assert "Permission denied" in done.stderr
+        assert done.stderr.count("is not used") == 1, done.stderr  # said once, not per try
         assert f"saved to {writable / 'saved.bin'}" in done.stderr
         saved = read_cache_file(writable / "saved.bin")
         assert any("matmul" in category for category in saved)
@@ -435,6 +436,58 @@ def test_a_lock_held_by_a_stopped_process_times_out_naming_the_holder(tmp_path: 
         holder.wait()
     assert cache.save_unsaved() == str(path)  # the lock is free again: written where it belongs
     assert quiet(path).get(CATEGORY, "new") == [entry()]
+
+
+def test_a_stuck_lock_costs_one_timeout_and_one_warning_not_two(tmp_path: Path) -> None:
+    """The last try to save a run's measurements into its own file used to wait the whole
+    timeout again (125 s for a one-problem profile) and warn again."""
+    path = tmp_path / "cache.bin"
+    FileCache(path).put(CATEGORY, "k", [entry()])
+    holder = subprocess.Popen([sys.executable, "-c", textwrap.dedent(f"""
+        import fcntl, os, signal
+        fd = os.open({str(path) + ".lock"!r}, os.O_RDWR)
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        print("held", flush=True)
+        os.kill(os.getpid(), signal.SIGSTOP)
+        """)], stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        os.environ["FASTRUN_CACHE_LOCK_TIMEOUT"] = "4"
+        cache = FileCache(path)
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            cache.put(CATEGORY, "new", [entry()])
+            started = time.monotonic()
+            assert cache.save_unsaved() is None
+            retried_s = time.monotonic() - started
+        assert retried_s < 3, retried_s  # RETRY_LOCK_TIMEOUT (1 s), not the 4 s timeout again
+        assert sum(issubclass(w.category, CacheUnwritableWarning) for w in caught) == 1
+        assert cache.unsaved == 1 and "waited" in cache.unwritable
+    finally:
+        os.environ.pop("FASTRUN_CACHE_LOCK_TIMEOUT", None)
+        holder.send_signal(signal.SIGKILL)
+        holder.wait()
+
+
+def test_a_compaction_that_fails_is_said_once_and_retried_when_the_log_doubled(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        caplog: pytest.LogCaptureFixture) -> None:
+    path = tmp_path / "cache.bin"
+    cache = FileCache(path)
+    cache.put(CATEGORY, "first", [entry()])
+    calls = []
+
+    def full(target, data):
+        calls.append(len(data))
+        raise OSError(28, "No space left on device", target)
+
+    monkeypatch.setattr(cache_store, "COMPACT_AFTER_BYTES", 2048)
+    monkeypatch.setattr(cache_store, "atomic_write", full)
+    for i in range(60):
+        cache.put(CATEGORY, f"k{i}", [entry()])
+    assert caplog.text.count("could not compact") == 1
+    assert 1 < len(calls) < 10  # tried again as the log doubled, not on every put
+    assert cache.unwritable is None and len(quiet(path)) == 61
 
 
 def test_a_symlinked_cache_is_followed_not_forked(tmp_path: Path) -> None:

@@ -54,7 +54,7 @@ def test_repeats_fill_the_budget(clock):
     c = chooser(make_registry(one, other), clock, confirm_rounds=0)
     entry = next(e for e in c.decide(problem()).entries if e.algorithm == "one")
     assert entry.repeats == 10  # 10 ms budget / 1 ms per run
-    assert one.runs == 11  # plus the warm-up
+    assert one.runs == 12  # plus the warm-up and the call on other inputs
 
 
 def test_a_prelude_runs_before_each_timed_call_and_counts_against_the_budget(clock):
@@ -112,7 +112,7 @@ def test_one_run_over_budget_stops_a_hopeless_candidate(clock):
                           ("glacial", 500 * MS, {"heuristic_rank": 1}))
     c = chooser(make_registry(fast, glacial), clock)
     entry = {e.algorithm: e for e in c.decide(problem()).entries}["glacial"]
-    assert glacial.runs == 2  # the warm-up and one timed run
+    assert glacial.runs == 3  # the warm-up, one timed run and the call on other inputs
     assert entry.repeats == 1 and entry.time_s == pytest.approx(0.5)
 
 
@@ -479,7 +479,8 @@ def test_a_candidate_that_raises_during_the_confirmation_leaves_the_first_rankin
 
     class Flaky(FakeAlgo):
         def run(self, problem, inputs, ctx, prepared=None):
-            if self.runs >= 11:  # warm-up and 10 repeats (10 ms budget) went through
+            # warm-up, 10 repeats (10 ms budget) and the call on other inputs went through
+            if self.runs >= 12:
                 raise RuntimeError("flaky")
             return super().run(problem, inputs, ctx, prepared)
 

@@ -346,3 +346,39 @@ def test_mobilenet_relu6_folds_into_the_conv_epilogue(zoo_models):
     clipped = [s for s in model.steps if s.problem is not None
                and s.problem.param("activation") == "clip"]
     assert clipped and all(s.problem.param("clip_max") == 6.0 for s in clipped)
+
+
+# -- a model's random inputs never need more memory than themselves (issue 32, D9) -----------
+
+@pytest.mark.parametrize("dtype", [TensorProto.FLOAT, TensorProto.FLOAT16, TensorProto.INT64])
+def test_random_inputs_are_drawn_without_a_temporary_larger_than_the_input(dtype):
+    """A 16 GiB float32 input under the memory limit once needed a 32 GiB float64 temporary,
+    and load_and_run showed a traceback; here the peak of the draw is the input itself."""
+    import tracemalloc
+
+    shape = [1, 2048, 1024]
+    node = helper.make_node("Identity", ["x"], ["y"])
+    graph = helper.make_graph([node], "big", [helper.make_tensor_value_info("x", dtype, shape)],
+                              [helper.make_tensor_value_info("y", dtype, shape)])
+    model = load(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]),
+                 session=fastrun.Session(cache=InMemoryCache(), progress=False))
+    tracemalloc.start()
+    try:
+        feeds = model.random_inputs()
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    nbytes = feeds["x"].nbytes
+    assert peak < nbytes + (9 << 20), (peak, nbytes)  # the array and one 8 MiB chunk at most
+
+
+def test_a_model_input_over_the_memory_limit_is_refused_before_it_is_drawn(monkeypatch):
+    node = helper.make_node("Identity", ["x"], ["y"])
+    graph = helper.make_graph(
+        [node], "big", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4, 1 << 20])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [4, 1 << 20])])
+    model = load(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]),
+                 session=fastrun.Session(cache=InMemoryCache(), progress=False))
+    monkeypatch.setenv("FASTRUN_MEMORY_LIMIT", "8MiB")
+    with pytest.raises(ValueError, match=r"model input 'x'.*FASTRUN_MEMORY_LIMIT"):
+        model.random_inputs()

@@ -30,25 +30,25 @@ from numba import prange
 from fastrun.algorithm import Algorithm, RunContext
 from fastrun.attribute import AlgoAttribute
 from fastrun.operator import Problem
-from fastrun_algorithms._common import ParallelRanked
+from fastrun_algorithms._common import CACHE, ParallelRanked
 from fastrun_algorithms.activation.operator import ClipOperator
 
 
-@numba.njit(parallel=True, cache=True)
+@numba.njit(parallel=True, cache=CACHE)
 def relu_kernel(x, out):
     for i in prange(x.size):
         v = x[i]
         out[i] = 0 if v < 0 else v  # NaN fails the compare and stays NaN, as in numpy
 
 
-@numba.njit(parallel=True, cache=True)
+@numba.njit(parallel=True, cache=CACHE)
 def leaky_relu_kernel(x, out, alpha):
     for i in prange(x.size):
         v = x[i]
         out[i] = v if v >= 0 else v * alpha
 
 
-@numba.njit(parallel=True, cache=True)
+@numba.njit(parallel=True, cache=CACHE)
 def clip_kernel(x, out, low, high):
     # Two selects rather than min(max(...)): the same NaN rule as np.clip (NaN passes), and
     # min > max gives max everywhere, as ONNX specifies.
@@ -58,7 +58,7 @@ def clip_kernel(x, out, low, high):
         out[i] = high if v > high else v
 
 
-@numba.njit(parallel=True, cache=True)
+@numba.njit(parallel=True, cache=CACHE)
 def sigmoid_kernel(x, out, one):
     # ``one`` in the input dtype keeps float32 arithmetic in float32.  exp(-v) overflows to
     # inf for very negative v, and one / inf is the right limit, 0.

@@ -17,7 +17,7 @@ import numpy as np
 from numba import prange, types
 
 from fastrun.operator import Problem
-from fastrun_algorithms._common import FASTMATH, U
+from fastrun_algorithms._common import CACHE, FASTMATH, U
 from fastrun_algorithms.conv.epilogue import activation_code, epilogue_residual, epilogue_value
 from fastrun_algorithms.conv.geometry import ConvGeometry
 
@@ -99,7 +99,7 @@ def _compiled_epilogue(dtype: np.dtype) -> Any:
     signature = types.void(buffer(dtype, 3), readonly(dtype, 1), types.boolean, types.intp,
                            types.float64, types.float64,
                            types.Array(item_type(dtype), 3, "C", readonly=True), types.boolean)
-    return numba.njit(signature, parallel=True, cache=True, fastmath=FASTMATH)(_epilogue_kernel)
+    return numba.njit(signature, parallel=True, cache=CACHE, fastmath=FASTMATH)(_epilogue_kernel)
 
 
 def epilogue_in_place(out: np.ndarray, bias: np.ndarray | None, geo: ConvGeometry,

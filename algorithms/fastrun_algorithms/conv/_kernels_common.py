@@ -63,7 +63,7 @@ import numba
 import numpy as np
 from numba import types
 
-from fastrun_algorithms._common import FASTMATH, U, floor_div, round_up
+from fastrun_algorithms._common import CACHE, FASTMATH, U, floor_div, round_up
 from fastrun_algorithms.conv.epilogue import (
     activation_code,
     epilogue_residual,
@@ -116,20 +116,20 @@ def kernel_signature(dtype: np.dtype, array_layout: str, *extra: types.Type) -> 
 # Divisions take tens of cycles; strides 1 and 2 (nearly every layer) get branches that the
 # compiler turns into nothing or a shift.
 
-@numba.njit(cache=True, inline="always")
+@numba.njit(cache=CACHE, inline="always")
 def first_inside(offset, stride):
     """Smallest index m >= 0 with ``m * stride + offset >= 0``."""
     return max(0, -floor_div(offset, stride))
 
 
-@numba.njit(cache=True, inline="always")
+@numba.njit(cache=CACHE, inline="always")
 def end_inside(offset, stride, size, count):
     """One past the largest index m < count with ``m * stride + offset < size``, in
     ``[0, count]``."""
     return min(count, max(0, floor_div(size - 1 - offset, stride) + 1))
 
 
-@numba.njit(cache=True, inline="always")
+@numba.njit(cache=CACHE, inline="always")
 def tap_offset(i, j, dh, dw, sh, sw, hb, wq):
     """Flat offset at which tap (i, j) reads a staged block, for output (0, 0) of the block."""
     row, column = i * dh, j * dw
@@ -193,7 +193,7 @@ def block_positions(geo: ConvGeometry, ob: int) -> int:
     return round_up((ob - 1) * block_width(geo) + geo.ow, LANES)
 
 
-@numba.njit(cache=True, inline="always")
+@numba.njit(cache=CACHE, inline="always")
 def stage_row(dst, d0, pitch, x, n, c, ih, pl, sw, wq):
     """Write input row ``x[n, c, ih]``, split into ``sw`` column phases, into a staged row
     whose left ``pl`` columns (and the columns past the row's end) are padding: phase p at
@@ -236,7 +236,7 @@ def stage_row(dst, d0, pitch, x, n, c, ih, pl, sw, wq):
             dst[U(d0 + p * pitch + m)] = x[n, c, ih, U(m * sw + p - pl)]
 
 
-@numba.njit(cache=True, inline="always")
+@numba.njit(cache=CACHE, inline="always")
 def stage_block(dst, x, n, c, row0, hb, wq, sh, sw, pt, pl):
     """Stage the rows of input plane ``x[n, c]`` that a block of output rows reads (see the
     module docstring): phase plane (ph, pw), row a holds padded input row
@@ -263,13 +263,13 @@ def stage_block(dst, x, n, c, row0, hb, wq, sh, sw, pt, pl):
 # four weight rows (output channels), c: the input channel (of the group); ij: (i, j) of up to
 # four taps, flattened; xs: the staged block; d: the taps' offsets (tap_offset); n: positions.
 
-@numba.njit(cache=True, inline="always")
+@numba.njit(cache=CACHE, inline="always")
 def next_tap(i, j, kernel_w):
     """The tap after (i, j) in row-major order."""
     return (i, j + 1) if j + 1 < kernel_w else (i + 1, 0)
 
 
-@numba.njit(cache=True, inline="always")
+@numba.njit(cache=CACHE, inline="always")
 def tap_after_pass(taps, i1, j1, i2, j2, i3, j3, kernel_w):
     """Where the next pass starts after a pass over ``taps`` taps (one to four) whose second,
     third and fourth taps are (i1, j1), (i2, j2), (i3, j3)."""
@@ -282,7 +282,7 @@ def tap_after_pass(taps, i1, j1, i2, j2, i3, j3, kernel_w):
     return next_tap(i3, j3, kernel_w)
 
 
-@numba.njit(cache=True, inline="always")
+@numba.njit(cache=CACHE, inline="always")
 def chunk_taps(remaining):
     """Taps in the next pass: three or four, never a single tap left over where that can be
     helped (a pass of one or two taps is bound by the accumulator's loads and stores, not by
@@ -297,7 +297,7 @@ def chunk_taps(remaining):
     return remaining
 
 
-@numba.njit(cache=True, fastmath=FASTMATH, inline="always")
+@numba.njit(cache=CACHE, fastmath=FASTMATH, inline="always")
 def rows4_taps4(acc, g, w, ks, c, ij, xs, d, n):
     """Four accumulator rows ``acc[0..3, g]``, four taps."""
     i0, j0, i1, j1, i2, j2, i3, j3 = ij
@@ -316,7 +316,7 @@ def rows4_taps4(acc, g, w, ks, c, ij, xs, d, n):
         acc[3, g, u] = (((acc[3, g, u] + a3 * x0) + b3 * x1) + c3 * x2) + e3 * x3
 
 
-@numba.njit(cache=True, fastmath=FASTMATH, inline="always")
+@numba.njit(cache=CACHE, fastmath=FASTMATH, inline="always")
 def rows4_taps3(acc, g, w, ks, c, ij, xs, d, n):
     i0, j0, i1, j1, i2, j2, _, _ = ij
     d0, d1, d2, _ = d
@@ -334,7 +334,7 @@ def rows4_taps3(acc, g, w, ks, c, ij, xs, d, n):
         acc[3, g, u] = ((acc[3, g, u] + a3 * x0) + b3 * x1) + c3 * x2
 
 
-@numba.njit(cache=True, fastmath=FASTMATH, inline="always")
+@numba.njit(cache=CACHE, fastmath=FASTMATH, inline="always")
 def rows4_taps2(acc, g, w, ks, c, ij, xs, d, n):
     i0, j0, i1, j1, _, _, _, _ = ij
     d0, d1, _, _ = d
@@ -352,7 +352,7 @@ def rows4_taps2(acc, g, w, ks, c, ij, xs, d, n):
         acc[3, g, u] = (acc[3, g, u] + a3 * x0) + b3 * x1
 
 
-@numba.njit(cache=True, fastmath=FASTMATH, inline="always")
+@numba.njit(cache=CACHE, fastmath=FASTMATH, inline="always")
 def rows4_taps1(acc, g, w, ks, c, ij, xs, d, n):
     i0, j0, _, _, _, _, _, _ = ij
     d0, _, _, _ = d
@@ -367,7 +367,7 @@ def rows4_taps1(acc, g, w, ks, c, ij, xs, d, n):
         acc[3, g, u] += a3 * x0
 
 
-@numba.njit(cache=True, fastmath=FASTMATH, inline="always")
+@numba.njit(cache=CACHE, fastmath=FASTMATH, inline="always")
 def row_taps(acc, wv, xs, d, taps, n):
     """One accumulator row ``acc[0, 0]``, ``taps`` (1 to 4) taps with weights ``wv``."""
     a, b, c, e = wv
@@ -393,7 +393,7 @@ def row_taps(acc, wv, xs, d, taps, n):
 
 # -- epilogue --------------------------------------------------------------------------------
 
-@numba.njit(cache=True, inline="always")
+@numba.njit(cache=CACHE, inline="always")
 def store_rows(out, n, k, oh0, rows, acc, t, g, wq, bias_k, code, low, high, z, has_residual):
     """``out[n, k, oh0 + r, :] = epilogue(acc[t, g, r*wq:][:OW])`` for ``rows`` output rows,
     the residual ``z[n, k, oh0 + r, :]`` added before the activation when ``has_residual``.
@@ -417,7 +417,7 @@ def store_rows(out, n, k, oh0, rows, acc, t, g, wq, bias_k, code, low, high, z, 
                                                           low_v, high_v)
 
 
-@numba.njit(cache=True, fastmath=FASTMATH, inline="always")
+@numba.njit(cache=CACHE, fastmath=FASTMATH, inline="always")
 def store_taps3x3(out, n, k, oh0, rows, w, i, xs, d, wq, bias_k, code, low, high):
     """For a 3x3 kernel in one pass: ``out[n, k, oh0 + r, o] = epilogue(sum of the nine taps)``
     straight from the staged block, without an accumulator buffer (taps (i..i+2, 0..2) in
@@ -438,7 +438,7 @@ def store_taps3x3(out, n, k, oh0, rows, w, i, xs, d, wq, bias_k, code, low, high
             out[n, k, oh0 + r, U(o)] = epilogue_value(s, bias_k, code, low_v, high_v)
 
 
-@numba.njit(cache=True, fastmath=FASTMATH, inline="always")
+@numba.njit(cache=CACHE, fastmath=FASTMATH, inline="always")
 def flat_taps3x3(acc, w, k, xs, d, n):
     """``acc[0, 0, u] = sum of the nine taps`` of weight plane ``w[k, 0]`` (a 3x3 kernel, taps
     in row-major order, tap (a, b) reading at offset ``d[3*a + b]``) over ``n`` flat

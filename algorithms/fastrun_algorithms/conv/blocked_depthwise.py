@@ -31,7 +31,7 @@ from numba import prange, types
 from fastrun.algorithm import Algorithm, RunContext
 from fastrun.attribute import AlgoAttribute
 from fastrun.operator import Problem
-from fastrun_algorithms._common import FASTMATH, U, stack_buffer
+from fastrun_algorithms._common import CACHE, FASTMATH, U, stack_buffer
 from fastrun_algorithms.conv._gemm_common import buffer, item_type, readonly
 from fastrun_algorithms.conv.base import ConvAlgorithm
 from fastrun_algorithms.conv.epilogue import (
@@ -153,12 +153,12 @@ def _compiled() -> tuple[Callable[..., None], Callable[..., None]]:
     intp = types.intp
     c_in = functools.partial(types.Array, item_type(f32), layout="C", readonly=True)
     pack = numba.njit(types.void(readonly(f32, 4), readonly(f32, 1), types.boolean,
-                                 buffer(f32, 3), buffer(f32, 1)), cache=True)(_pack_kernel)
+                                 buffer(f32, 3), buffer(f32, 1)), cache=CACHE)(_pack_kernel)
     compute = numba.njit(
         types.void(c_in(ndim=2), c_in(ndim=2), c_in(ndim=1),
                    types.Array(types.int64, 1, "C", readonly=True), *[intp] * 10, intp,
                    types.float64, types.float64, c_in(ndim=2), types.boolean, buffer(f32, 2)),
-        parallel=True, cache=True, fastmath=FASTMATH)(_compute_kernel)
+        parallel=True, cache=CACHE, fastmath=FASTMATH)(_compute_kernel)
     return pack, compute
 
 

@@ -61,7 +61,7 @@ from numba import prange, types
 from fastrun.algorithm import Algorithm, RunContext
 from fastrun.attribute import AlgoAttribute
 from fastrun.operator import Problem
-from fastrun_algorithms._common import FASTMATH, ScratchPool, U, stack_buffer
+from fastrun_algorithms._common import CACHE, FASTMATH, ScratchPool, U, stack_buffer
 from fastrun_algorithms.conv import heuristic
 from fastrun_algorithms.conv._gemm_common import buffer, item_type, no_bias, operands, readonly
 from fastrun_algorithms.conv.base import ConvAlgorithm
@@ -368,22 +368,22 @@ def _compiled() -> tuple[Callable[..., None], ...]:
     intp = types.intp
     c_in = functools.partial(types.Array, item_type(f32), layout="C", readonly=True)
     pack = numba.njit(types.void(readonly(f32, 4), buffer(f32, 4)), parallel=True,
-                      cache=True)(_pack_kernel)
+                      cache=CACHE)(_pack_kernel)
     pack_blocked = numba.njit(types.void(readonly(f32, 4), buffer(f32, 6)), parallel=True,
-                              cache=True)(_pack_blocked_kernel)
+                              cache=CACHE)(_pack_blocked_kernel)
     stage = numba.njit(types.void(readonly(f32, 4), buffer(f32, 4), intp, intp), parallel=True,
-                       cache=True)(_stage_kernel)
+                       cache=CACHE)(_stage_kernel)
     index = types.Array(types.int64, 1, "C", readonly=True)
     head = (c_in(ndim=2), c_in(ndim=4), index, index, intp, readonly(f32, 1), types.boolean,
             intp, types.float64, types.float64)
     compute = numba.njit(
         types.void(*head, c_in(ndim=3), types.boolean, buffer(f32, 3)),
-        parallel=True, cache=True, fastmath=FASTMATH)(_compute_kernel)
+        parallel=True, cache=CACHE, fastmath=FASTMATH)(_compute_kernel)
     blocked_head = (c_in(ndim=2), c_in(ndim=6), index, index, intp, intp, intp, *head[5:], intp)
     compute_blocked = numba.njit(
         [types.void(*blocked_head, residual, buffer(f32, 4))
          for residual in (types.none, c_in(ndim=4))],
-        parallel=True, cache=True, fastmath=FASTMATH)(_compute_blocked_kernel)
+        parallel=True, cache=CACHE, fastmath=FASTMATH)(_compute_blocked_kernel)
     return pack, pack_blocked, stage, compute, compute_blocked
 
 

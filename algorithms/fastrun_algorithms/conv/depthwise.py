@@ -40,7 +40,7 @@ from numba import prange, types
 from fastrun.algorithm import Algorithm, RunContext
 from fastrun.attribute import AlgoAttribute
 from fastrun.operator import Problem
-from fastrun_algorithms._common import FASTMATH, PARTS_PER_THREAD, ScratchPool
+from fastrun_algorithms._common import CACHE, FASTMATH, PARTS_PER_THREAD, ScratchPool
 from fastrun_algorithms.conv._kernels_common import (
     LANES,
     aligned_empty,
@@ -80,7 +80,7 @@ FLAT_WIDTH = 16
 _SCRATCH = ScratchPool()
 
 
-@numba.njit(cache=True, fastmath=FASTMATH)
+@numba.njit(cache=CACHE, fastmath=FASTMATH)
 def _depthwise_tasks(first, last, x, w, bias, out, sh, sw, dh, dw, pt, pl, group, has_bias, code,
                      low, high, z, has_residual, ob, acc, xs, x2, out2, in_map, out_map):
     """Tasks ``first`` to ``last`` (each an image, an input channel and a block of output
@@ -165,7 +165,7 @@ def _depthwise_tasks(first, last, x, w, bias, out, sh, sw, dh, dw, pt, pl, group
                            has_residual)
 
 
-@numba.njit(cache=True)
+@numba.njit(cache=CACHE)
 def _plane_maps(in_map, out_map, height, width, out_w, sh, sw, pt, pl, hb, wq, unused):
     """The index maps of flat mode: where each input value of a plane goes in the staged
     block (``unused``, a slack position, for values no output reads), and where each output
@@ -206,7 +206,7 @@ def _compiled(dtype: np.dtype, array_layout: str) -> Callable[..., None]:
                                  types.Array(item, 2, "C", readonly=True),
                                  types.Array(item, 2, "C"), types.Array(types.int64, 1, "C"),
                                  types.Array(types.int64, 1, "C"))
-    return numba.njit(signature, parallel=True, cache=True,
+    return numba.njit(signature, parallel=True, cache=CACHE,
                       fastmath=FASTMATH)(_depthwise_kernel)
 
 

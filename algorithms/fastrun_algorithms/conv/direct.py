@@ -28,7 +28,7 @@ from numba import prange, types
 from fastrun.algorithm import Algorithm, RunContext
 from fastrun.attribute import AlgoAttribute
 from fastrun.operator import Problem
-from fastrun_algorithms._common import FASTMATH
+from fastrun_algorithms._common import CACHE, FASTMATH
 from fastrun_algorithms.conv import heuristic
 from fastrun_algorithms.conv._kernels_common import (
     LANES,
@@ -68,7 +68,7 @@ BLOCKS = (32, 8)
 PASS_LENGTH = 1024
 
 
-@numba.njit(cache=True, fastmath=FASTMATH)
+@numba.njit(cache=CACHE, fastmath=FASTMATH)
 def _direct_worker(worker, workers, x, w, bias, out, sh, sw, dh, dw, pt, pl, group, has_bias,
                    code, low, high, z, has_residual, kb, ob, acc, xs):
     """Worker ``worker`` of ``workers``: its contiguous share of the tasks, with its own
@@ -159,7 +159,7 @@ def _compiled(dtype: np.dtype, array_layout: str) -> Callable[..., None]:
     item = numba.from_dtype(dtype)
     signature = kernel_signature(dtype, array_layout, types.intp, types.intp,
                                  types.Array(item, 4, "C"), types.Array(item, 2, "C"))
-    return numba.njit(signature, parallel=True, cache=True, fastmath=FASTMATH)(_direct_kernel)
+    return numba.njit(signature, parallel=True, cache=CACHE, fastmath=FASTMATH)(_direct_kernel)
 
 
 class DirectConv(ConvAlgorithm):

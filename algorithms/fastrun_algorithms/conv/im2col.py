@@ -22,7 +22,7 @@ from numba import prange, types
 from fastrun.algorithm import Algorithm, RunContext
 from fastrun.attribute import AlgoAttribute
 from fastrun.operator import Problem
-from fastrun_algorithms._common import PARTS_PER_THREAD, ScratchPool, U
+from fastrun_algorithms._common import CACHE, PARTS_PER_THREAD, ScratchPool, U
 from fastrun_algorithms.conv._gemm_common import (
     buffer,
     epilogue_in_place,
@@ -96,7 +96,7 @@ def _compiled_unfold(dtype: np.dtype, layout: str) -> Callable[..., None]:
     item = item_type(dtype)
     signature = types.void(types.Array(item, 4, layout, readonly=True), *[types.intp] * 11,
                            buffer(dtype, 2), buffer(dtype, 2))
-    return numba.njit(signature, parallel=True, cache=True)(_unfold_kernel)
+    return numba.njit(signature, parallel=True, cache=CACHE)(_unfold_kernel)
 
 
 def _staged_shape(geo: ConvGeometry) -> tuple[int, int]:

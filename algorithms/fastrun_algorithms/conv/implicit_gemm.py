@@ -40,6 +40,7 @@ from fastrun.algorithm import Algorithm, RunContext
 from fastrun.attribute import AlgoAttribute
 from fastrun.operator import Problem
 from fastrun_algorithms._common import (
+    CACHE,
     FASTMATH,
     ScratchPool,
     U,
@@ -140,7 +141,7 @@ def _compiled(dtype: np.dtype, x_layout: str) -> tuple[Callable[..., None], Call
     stage = numba.njit(
         types.void(types.Array(item_type(dtype), 4, x_layout, readonly=True), intp,
                    buffer(dtype, 1), intp, intp, intp, intp, intp),
-        parallel=True, cache=True)(_stage_kernel)
+        parallel=True, cache=CACHE)(_stage_kernel)
     compute = numba.njit(
         types.void(types.Array(item_type(dtype), 2, "C", readonly=True),
                    types.Array(item_type(dtype), 1, "C", readonly=True),
@@ -148,7 +149,7 @@ def _compiled(dtype: np.dtype, x_layout: str) -> tuple[Callable[..., None], Call
                    types.boolean, intp, types.float64, types.float64, buffer(dtype, 4), intp,
                    intp, intp, intp, intp, types.Array(item_type(dtype), 4, "C", readonly=True),
                    types.boolean),
-        parallel=True, cache=True, fastmath=FASTMATH)(_compute_kernel)
+        parallel=True, cache=CACHE, fastmath=FASTMATH)(_compute_kernel)
     return stage, compute
 
 

@@ -17,6 +17,7 @@ import numpy as np
 from fastrun.algorithm import Algorithm, RunContext
 from fastrun.attribute import AlgoAttribute
 from fastrun.operator import Problem
+from fastrun_algorithms._common import CACHE
 from fastrun_algorithms.conv._kernels_common import kernel_signature, operands, scalar_args
 from fastrun_algorithms.conv.base import ConvAlgorithm
 from fastrun_algorithms.conv.epilogue import epilogue_residual, epilogue_value
@@ -63,7 +64,7 @@ def _compiled(dtype: np.dtype) -> Callable[..., None]:
     One signature with operands of any layout ("A"): the naive kernel is not about speed, and
     one compilation per dtype covers contiguous inputs and strided views alike.
     """
-    return numba.njit(kernel_signature(dtype, "A"), cache=True)(_naive_kernel)
+    return numba.njit(kernel_signature(dtype, "A"), cache=CACHE)(_naive_kernel)
 
 
 class NaiveConv(ConvAlgorithm):

@@ -43,6 +43,7 @@ from fastrun.algorithm import Algorithm, RunContext
 from fastrun.attribute import AlgoAttribute
 from fastrun.operator import Problem
 from fastrun_algorithms._common import (
+    CACHE,
     FASTMATH,
     PARTS_PER_THREAD,
     ScratchPool,
@@ -142,7 +143,7 @@ def _compiled_gather() -> Callable[..., None]:
     f32 = np.dtype(np.float32)
     signature = types.void(types.Array(item_type(f32), 4, "A", readonly=True), types.intp,
                            types.intp, types.intp, buffer(f32, 4))
-    return numba.njit(signature, parallel=True, cache=True)(_gather_kernel)
+    return numba.njit(signature, parallel=True, cache=CACHE)(_gather_kernel)
 
 
 #: The gathered inputs of strided problems, kept from one call to the next.
@@ -158,7 +159,7 @@ def _compiled() -> Callable[..., None]:
     signature = types.void(c_in(ndim=3), c_in(ndim=2), readonly(f32, 1), types.boolean,
                            types.intp, types.float64, types.float64, c_in(ndim=3),
                            types.boolean, buffer(f32, 3))
-    return numba.njit(signature, parallel=True, cache=True, fastmath=FASTMATH)(_tiled_kernel)
+    return numba.njit(signature, parallel=True, cache=CACHE, fastmath=FASTMATH)(_tiled_kernel)
 
 
 class Tiled1x1Conv(ConvAlgorithm):

@@ -53,7 +53,7 @@ from numba import prange, types
 from fastrun.algorithm import Algorithm, RunContext
 from fastrun.attribute import AlgoAttribute
 from fastrun.operator import Problem
-from fastrun_algorithms._common import FASTMATH, PARTS_PER_THREAD, ScratchPool, U
+from fastrun_algorithms._common import CACHE, FASTMATH, PARTS_PER_THREAD, ScratchPool, U
 from fastrun_algorithms.conv import heuristic
 from fastrun_algorithms.conv._gemm_common import (
     buffer,
@@ -590,13 +590,13 @@ def _compiled(dtype: np.dtype) -> tuple[Callable[..., None], Callable[..., None]
     intp = types.intp
     filter_kernel = numba.njit(
         types.void(readonly(dtype, 4), readonly(dtype, 2), buffer(dtype, 3), buffer(dtype, 3)),
-        parallel=True, cache=True, fastmath=FASTMATH)(_filter_kernel)
+        parallel=True, cache=CACHE, fastmath=FASTMATH)(_filter_kernel)
     output_kernel = numba.njit(
         types.void(types.Array(item_type(dtype), 3, "C", readonly=True), intp,
                    readonly(dtype, 1), types.boolean, intp, types.float64, types.float64,
                    intp, intp, buffer(dtype, 4), buffer(dtype, 2), buffer(dtype, 2),
                    types.Array(item_type(dtype), 4, "C", readonly=True), types.boolean),
-        parallel=True, cache=True, fastmath=FASTMATH)(_output_kernel)
+        parallel=True, cache=CACHE, fastmath=FASTMATH)(_output_kernel)
     return filter_kernel, output_kernel
 
 
@@ -609,7 +609,7 @@ def _compiled_input(dtype: np.dtype, layout: str) -> Callable[..., None]:
         types.void(types.Array(item_type(dtype), 4, layout, readonly=True), intp, intp, intp,
                    intp, intp, buffer(dtype, 3), buffer(dtype, 2), buffer(dtype, 2),
                    types.Array(types.uint32, 1, "C")),
-        parallel=True, cache=True, fastmath=FASTMATH)(_input_kernel)
+        parallel=True, cache=CACHE, fastmath=FASTMATH)(_input_kernel)
 
 
 # -- sizes -----------------------------------------------------------------------------------

@@ -28,7 +28,7 @@ import numpy as np
 from numba import prange, types
 from numba.extending import register_jitable
 
-from fastrun_algorithms._common import U, stack_buffer
+from fastrun_algorithms._common import CACHE, U, stack_buffer
 
 #: Most merged dimensions a layout can have (numpy's own limit on array dimensions).
 MAX_DIMS = 64
@@ -224,5 +224,5 @@ def kernels(op: str, a_dtype: np.dtype, b_dtype: np.dtype, compute_dtype: np.dty
              else SCALAR_FUNCTIONS[op])
     serial, parallel = _build(op, apply, cast)
     signature = _signature(np.dtype(a_dtype), np.dtype(b_dtype), np.dtype(out_dtype))
-    return (numba.njit(signature, cache=True, error_model="numpy")(serial),
-            numba.njit(signature, cache=True, error_model="numpy", parallel=True)(parallel))
+    return (numba.njit(signature, cache=CACHE, error_model="numpy")(serial),
+            numba.njit(signature, cache=CACHE, error_model="numpy", parallel=True)(parallel))

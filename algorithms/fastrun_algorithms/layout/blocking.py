@@ -22,7 +22,7 @@ import numba
 import numpy as np
 from numba import prange
 
-from fastrun_algorithms._common import U
+from fastrun_algorithms._common import CACHE, U
 
 #: Channels per block: one float32 vector of AVX-512.
 LANES = 16
@@ -92,7 +92,7 @@ def _task(task, nb, chunks, chunk, pixels):
     return n, b, start, min(start + chunk, pixels)
 
 
-@numba.njit(parallel=True, cache=True)
+@numba.njit(parallel=True, cache=CACHE)
 def _block_kernel(x, out):
     """``out[n, b, p, t] = x[n, b*16 + t, p]`` (zero past C); x (N, C, P), out (N, B, P, 16).
     Tasks are (image, block, chunk of pixels), enough for every thread at batch 1; each pixel's
@@ -114,7 +114,7 @@ def _block_kernel(x, out):
                     out[n, b, U(p), t] = x[n, b * LANES + t, U(p)] if t < full else 0
 
 
-@numba.njit(parallel=True, cache=True)
+@numba.njit(parallel=True, cache=CACHE)
 def _unblock_kernel(x, out):
     """``out[n, c, p] = x[n, c // 16, p, c % 16]``; x (N, B, P, 16), out (N, C, P); tasks of
     (image, block, chunk of pixels), each pixel's 16 lanes read together (1.2-1.6x faster on 2

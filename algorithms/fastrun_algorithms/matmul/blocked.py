@@ -19,6 +19,7 @@ from numba import prange, types
 from fastrun.algorithm import Algorithm, RunContext
 from fastrun.attribute import AlgoAttribute
 from fastrun.operator import Problem
+from fastrun_algorithms._common import CACHE
 from fastrun_algorithms.matmul import heuristic
 from fastrun_algorithms.matmul._batch import (
     MatmulLayout,
@@ -96,7 +97,7 @@ def _compiled(dtype: np.dtype) -> Callable[..., None]:
     so that loading the plugin stays cheap and only the dtypes in use are compiled."""
     workspace = types.Array(numba_dtype(dtype), 3, "C")
     signature = kernel_signature(dtype, types.intp, types.intp, types.intp, workspace, workspace)
-    return numba.njit(signature, parallel=True, cache=True)(_blocked_kernel)
+    return numba.njit(signature, parallel=True, cache=CACHE)(_blocked_kernel)
 
 
 class BlockedMatmul(Algorithm):

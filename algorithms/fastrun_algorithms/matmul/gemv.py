@@ -30,7 +30,7 @@ from numba import prange, types
 from fastrun.algorithm import Algorithm, RunContext
 from fastrun.attribute import AlgoAttribute
 from fastrun.operator import Problem
-from fastrun_algorithms._common import FASTMATH, U, stack_buffer
+from fastrun_algorithms._common import CACHE, FASTMATH, U, stack_buffer
 from fastrun_algorithms.matmul import heuristic
 from fastrun_algorithms.matmul._batch import (
     layout_of,
@@ -82,7 +82,7 @@ def _compiled(dtype: np.dtype, a_layout: str, b_layout: str) -> Callable[..., No
     signature = types.void(types.Array(item, 3, a_layout, readonly=True),
                            types.Array(item, 3, b_layout, readonly=True),
                            types.Array(item, 3, "C"))
-    return numba.njit(signature, parallel=True, cache=True, fastmath=FASTMATH)(_gemv_kernel)
+    return numba.njit(signature, parallel=True, cache=CACHE, fastmath=FASTMATH)(_gemv_kernel)
 
 
 class GemvMatmul(Algorithm):

@@ -12,6 +12,7 @@ import numpy as np
 from fastrun.algorithm import Algorithm, RunContext
 from fastrun.attribute import AlgoAttribute
 from fastrun.operator import Problem
+from fastrun_algorithms._common import CACHE
 from fastrun_algorithms.matmul._batch import kernel_signature, layout_of
 
 
@@ -37,7 +38,7 @@ def _compiled(dtype: np.dtype) -> Callable[..., None]:
     and only the dtypes actually used are compiled; one general signature per dtype (see
     :func:`kernel_signature`) covers contiguous, strided and broadcast operands.
     """
-    return numba.njit(kernel_signature(dtype), cache=True)(_naive_kernel)
+    return numba.njit(kernel_signature(dtype), cache=CACHE)(_naive_kernel)
 
 
 class NaiveMatmul(Algorithm):

@@ -41,7 +41,7 @@ from numba import prange, types
 from fastrun.algorithm import Algorithm, RunContext
 from fastrun.attribute import AlgoAttribute
 from fastrun.operator import Problem
-from fastrun_algorithms._common import FASTMATH, U, stack_buffer, tile_fma8, tile_rows8
+from fastrun_algorithms._common import CACHE, FASTMATH, U, stack_buffer, tile_fma8, tile_rows8
 from fastrun_algorithms.matmul import heuristic
 from fastrun_algorithms.matmul._batch import (
     layout_of,
@@ -114,7 +114,7 @@ def _compiled(dtype: np.dtype, a_layout: str, b_layout: str) -> Callable[..., No
     signature = types.void(types.Array(item, 3, a_layout, readonly=True),
                            types.Array(item, 3, b_layout, readonly=True),
                            types.Array(item, 3, "C"))
-    return numba.njit(signature, parallel=True, cache=True, fastmath=FASTMATH)(
+    return numba.njit(signature, parallel=True, cache=CACHE, fastmath=FASTMATH)(
         _register_tiled_kernel)
 
 

@@ -20,6 +20,7 @@ from numba import types
 from fastrun.algorithm import Algorithm, RunContext
 from fastrun.attribute import AlgoAttribute
 from fastrun.operator import Problem
+from fastrun_algorithms._common import CACHE
 from fastrun_algorithms.matmul import heuristic
 from fastrun_algorithms.matmul._batch import layout_of, numba_dtype
 
@@ -54,7 +55,7 @@ def _compiled_combine(dtype: np.dtype) -> Callable[..., None]:
     item = numba_dtype(dtype)
     operand = types.Array(item, 3, "A", readonly=True)
     signature = types.void(operand, operand, item, types.Array(item, 3, "A"))
-    return numba.njit(signature, cache=True)(_combine_kernel)
+    return numba.njit(signature, cache=CACHE)(_combine_kernel)
 
 
 def _combine(x: np.ndarray, y: np.ndarray, sign: float, out: np.ndarray) -> np.ndarray:

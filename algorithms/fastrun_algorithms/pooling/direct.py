@@ -29,7 +29,7 @@ from numba import prange, types
 from fastrun.algorithm import Algorithm, RunContext
 from fastrun.attribute import AlgoAttribute
 from fastrun.operator import Problem
-from fastrun_algorithms._common import ScratchPool, U, floor_div
+from fastrun_algorithms._common import CACHE, ScratchPool, U, floor_div
 from fastrun_algorithms.conv._kernels_common import stage_row
 from fastrun_algorithms.pooling import heuristic
 from fastrun_algorithms.pooling.geometry import pool_geometry
@@ -43,7 +43,7 @@ MAX, AVERAGE, AVERAGE_WITH_PAD = 0, 1, 2
 _SCRATCH = ScratchPool()
 
 
-@numba.njit(cache=True, inline="always")
+@numba.njit(cache=CACHE, inline="always")
 def _tap_range(start, kernel, dilation, limit):
     """The taps ``j`` in ``[first, end)`` with ``0 <= start + j * dilation < limit``."""
     first = 0 if start >= 0 else floor_div(dilation - 1 - start, dilation)
@@ -56,7 +56,7 @@ def _tap_range(start, kernel, dilation, limit):
     return first, max(first, end)
 
 
-@numba.njit(cache=True, inline="always")
+@numba.njit(cache=CACHE, inline="always")
 def _combine_row(out, n, c, oh, count, staged, s0, is_max):
     """``out[n, c, oh, :count]`` combined elementwise with ``staged[s0:s0 + count]``, by max
     (a NaN wins and stays, as with np.maximum) or sum: contiguous on both sides, so the loop
@@ -72,7 +72,7 @@ def _combine_row(out, n, c, oh, count, staged, s0, is_max):
             out[n, c, oh, U(t)] += staged[U(s0) + U(t)]
 
 
-@numba.njit(cache=True)
+@numba.njit(cache=CACHE)
 def _pool_plane(x, out, plane, staged, wq, kh, kw, sh, sw, dh, dw, pt, pl, pb, pr, mode):
     """Pool plane ``plane`` (image ``plane // C``, channel ``plane % C``) of ``x`` into
     ``out``.  Each input row is first staged split into its ``sw`` column phases (``staged``
@@ -143,7 +143,7 @@ def _compiled(dtype: np.dtype, layout: str) -> Callable[..., None]:
     signature = types.void(types.Array(item, 4, layout, readonly=True),
                            types.Array(item, 4, "C"), types.Array(item, 2, "C"),
                            *[types.intp] * 12)
-    return numba.njit(signature, parallel=True, cache=True)(_pool_kernel)
+    return numba.njit(signature, parallel=True, cache=CACHE)(_pool_kernel)
 
 
 def _as_2d(geo: Any) -> tuple[tuple[int, ...], ...]:

@@ -24,6 +24,7 @@ from numba import prange
 from fastrun.algorithm import Algorithm, RunContext
 from fastrun.attribute import AlgoAttribute
 from fastrun.operator import Problem
+from fastrun_algorithms._common import CACHE
 from fastrun_algorithms.pooling import heuristic
 
 
@@ -55,7 +56,7 @@ class NumpyGlobalPool(Algorithm):
         return (1,) if heuristic.parallel_first(problem) else (0,)
 
 
-@numba.njit(parallel=True, cache=True)
+@numba.njit(parallel=True, cache=CACHE)
 def _mean_planes(x, out):
     """``out[n*C + c]`` = the mean of plane ``x[n, c]``; X of any strides, read in place."""
     images, channels, height, width = x.shape
@@ -69,7 +70,7 @@ def _mean_planes(x, out):
         out[p] = total / (height * width)
 
 
-@numba.njit(parallel=True, cache=True)
+@numba.njit(parallel=True, cache=CACHE)
 def _max_planes(x, out):
     """``out[n*C + c]`` = the max of plane ``x[n, c]``, NaN if the plane has one (as numpy's
     maximum gives)."""

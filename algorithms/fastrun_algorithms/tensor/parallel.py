@@ -27,14 +27,14 @@ from numba import prange
 from fastrun.algorithm import Algorithm, RunContext
 from fastrun.attribute import AlgoAttribute
 from fastrun.operator import Problem
-from fastrun_algorithms._common import ParallelRanked, U
+from fastrun_algorithms._common import CACHE, ParallelRanked, U
 
 #: Bytes one task copies: large enough that a task outweighs taking it, small enough that a
 #: (1, 128, 56, 56) float32 input (1.6 MB) makes 24 tasks.
 CHUNK = 64 * 1024
 
 
-@numba.njit(parallel=True, cache=True)
+@numba.njit(parallel=True, cache=CACHE)
 def _copy_rows(src, out, offset):
     """``out[r, offset:offset + src.shape[1]] = src[r]`` for every row r, in byte chunks.
 
