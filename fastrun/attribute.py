@@ -7,6 +7,7 @@ They are flags rather than booleans on the algorithm so that a strategy can be e
 from __future__ import annotations
 
 import enum
+import functools
 
 
 class AlgoAttribute(enum.Flag):
@@ -22,7 +23,7 @@ class AlgoAttribute(enum.Flag):
 
     def names(self) -> list[str]:
         """Flag names in declaration order (stable text for caches, JSON and tables)."""
-        return [member.name for member in AlgoAttribute if member.value and member in self]
+        return list(_names(self.value))
 
     @classmethod
     def from_names(cls, names: list[str] | tuple[str, ...]) -> AlgoAttribute:
@@ -39,3 +40,11 @@ class AlgoAttribute(enum.Flag):
 
     def text(self) -> str:
         return "|".join(self.names()) or "-"
+
+
+@functools.cache
+def _names(value: int) -> tuple[str, ...]:
+    """The names of a flag value, worked out once: a cache writes them for every entry it
+    stores, and walking the enum each time was a third of a put's cost."""
+    flags = AlgoAttribute(value)
+    return tuple(member.name for member in AlgoAttribute if member.value and member in flags)

@@ -363,10 +363,20 @@ class Frames:
     damage: list[Damage] = field(default_factory=list)
     end: int = 0
     size: int = 0
+    #: the scanned bytes, and the file offset of their first byte
+    data: bytes = b""
+    base: int = 0
 
     @property
     def tail(self) -> int:
         return self.size - self.end
+
+    def whole_records(self) -> bytes:
+        """The whole records' bytes, framing included, without the damage between them: what
+        a compaction copies as it is."""
+        return b"".join(self.data[offset - self.base:
+                                  offset - self.base + RECORD_HEADER_SIZE + len(body)]
+                        for offset, body in self.bodies)
 
 
 def _frame_at(data: bytes, offset: int) -> tuple[int, str | None]:
@@ -401,7 +411,7 @@ def scan(data: bytes, start: int = 0, base: int = 0) -> Frames:
     decoded.  A bad record followed by a whole one is *damage* (reported, skipped: the reader
     resynchronises on the next record's magic); bad bytes with no whole record after them are
     the *tail*.  Offsets in the result are ``base`` + offsets in ``data``."""
-    frames = Frames(size=base + len(data))
+    frames = Frames(size=base + len(data), data=data, base=base)
     offset = start
     while offset < len(data):
         end, why = _frame_at(data, offset)
@@ -477,7 +487,11 @@ def read(data: bytes) -> Contents:
     records between whole ones are skipped and listed in ``damage``."""
     if not data.startswith(MAGIC):
         raise CacheFormatError("no fastrun cache header")
-    generation_id = generation(data)
+    with _gc_paused():
+        return _read(data, generation(data))
+
+
+def _read(data: bytes, generation_id: bytes) -> Contents:
     frames = scan(data, HEADER_SIZE)
     if not frames.bodies:
         raise CacheFormatError(f"not one whole record follows its header (its "
@@ -488,8 +502,7 @@ def read(data: bytes) -> Contents:
         offset, body = frames.bodies.pop(0)
         payload = _unpack(body)
         try:
-            with _gc_paused():
-                contents.snapshot = _snapshot(payload, contents.skipped)
+            contents.snapshot = _snapshot(payload, contents.skipped)
             contents.snapshot_end = offset + RECORD_HEADER_SIZE + len(body)
         except CacheFormatError as problem:
             contents.damage.append(Damage(offset, RECORD_HEADER_SIZE + len(body), str(problem)))

@@ -61,6 +61,26 @@ class FileLock:
                 return
             _unlock(fd)  # taken on a file that is no longer at the path: take the new one
 
+    def try_acquire(self) -> bool:
+        """Take the lock only if it is free now (no wait); whether it was taken."""
+        if self._depth:
+            self._depth += 1
+            return True
+        fd = self._open()
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            return False
+        except BaseException:
+            os.close(fd)
+            raise
+        if not self._still_named(fd):
+            _unlock(fd)
+            return False
+        self._fd, self._depth = fd, 1
+        return True
+
     def release(self) -> None:
         if self._depth == 0:
             return

@@ -42,7 +42,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
 from fastrun import config
-from fastrun._files import atomic_write
+from fastrun._files import Replacement, is_stale_temporary
 from fastrun.attribute import AlgoAttribute
 from fastrun.cache import file as cachefile
 from fastrun.cache.file import CacheFormatError
@@ -108,6 +108,37 @@ def entry_order(entry: Entry) -> tuple[float, int, str]:
     return (entry.time_s, entry.workspace_bytes, entry.algorithm)
 
 
+def _pareto(items: Iterable[Any], order: Callable[[Any], Any], attributes: Callable[[Any], Any],
+            workspace: Callable[[Any], int]) -> list[Any]:
+    """The pruning rule of :func:`prune`, for entries and raw entries alike."""
+    kept: list[Any] = []
+    # Smallest workspace among the kept entries of each attribute set. Every earlier entry in
+    # sort order is no slower, so the new one is dominated iff that minimum is <= its workspace.
+    smallest_workspace: dict[Any, int] = {}
+    for item in sorted(items, key=order):
+        key, size = attributes(item), workspace(item)
+        smallest = smallest_workspace.get(key)
+        if smallest is not None and smallest <= size:
+            continue
+        kept.append(item)
+        smallest_workspace[key] = size
+    return kept
+
+
+def _union(sources: Iterable[Iterable[Any]], algorithm: Callable[[Any], str],
+           rank: Callable[[Any], tuple[float, float]]) -> list[Any]:
+    """The merge rule's union, for entries and raw entries alike: one measurement per
+    algorithm, the later source's where its (repeats, measured_at) is no smaller."""
+    by_algorithm: dict[str, Any] = {}
+    for source in sources:
+        for item in source:
+            name = algorithm(item)
+            current = by_algorithm.get(name)
+            if current is None or rank(item) >= rank(current):
+                by_algorithm[name] = item
+    return list(by_algorithm.values())
+
+
 def prune(entries: Iterable[Entry]) -> list[Entry]:
     """Sort by time and drop every entry dominated by another entry with the same attributes.
 
@@ -117,33 +148,42 @@ def prune(entries: Iterable[Entry]) -> list[Entry]:
     non-reproducible one. Ties in time are broken by smaller workspace, then algorithm name; of
     exact duplicates in (time, workspace) the first in that order is kept.
     """
-    kept: list[Entry] = []
-    # Smallest workspace among the kept entries of each attribute set. Every earlier entry in
-    # sort order is no slower, so the new one is dominated iff that minimum is <= its workspace.
-    smallest_workspace: dict[AlgoAttribute, int] = {}
-    for entry in sorted(entries, key=entry_order):
-        smallest = smallest_workspace.get(entry.attributes)
-        if smallest is not None and smallest <= entry.workspace_bytes:
-            continue
-        kept.append(entry)
-        smallest_workspace[entry.attributes] = entry.workspace_bytes
-    return kept
-
-
-def _prefer_second(first: Entry, second: Entry) -> bool:
-    """Whether ``second`` replaces ``first`` (one algorithm): more repeats, then newer, then new."""
-    return (second.repeats, second.measured_at) >= (first.repeats, first.measured_at)
+    return _pareto(entries, entry_order, lambda e: e.attributes, lambda e: e.workspace_bytes)
 
 
 def merge_entries(old: Iterable[Entry], new: Iterable[Entry]) -> list[Entry]:
-    """Combine two measurement lists of one key by the module's documented merge rule."""
-    by_algorithm: dict[str, Entry] = {}
-    for source in (old, new):
-        for entry in source:
-            current = by_algorithm.get(entry.algorithm)
-            if current is None or _prefer_second(current, entry):
-                by_algorithm[entry.algorithm] = entry
-    return prune(by_algorithm.values())
+    """Combine two measurement lists of one key by the module's documented merge rule: the
+    union by algorithm (more repeats wins, then the newer, then the new), pruned."""
+    return prune(_union((old, new), lambda e: e.algorithm, lambda e: (e.repeats, e.measured_at)))
+
+
+#: Attribute names as a file stores them -> the set they name, for the raw merge.
+_KNOWN_ATTRIBUTES = frozenset(m.name for m in AlgoAttribute if m.value)
+
+
+def merge_raw(category: str, key: str, old: list[list[Any]] | None, new: list[list[Any]],
+              skipped: list[tuple[str, str, str]] | None = None,
+              checked: bool = False) -> list[list[Any]]:
+    """:func:`merge_entries` on raw (stored) entries, without building :class:`Entry`
+    objects: a reader applies every log record this way (merging 80,000 entries as objects
+    took 1.5 s of a load).  ``new`` entries that are not valid are skipped and reported,
+    unless ``checked`` says they were (``old`` ones were checked when they were merged, or
+    are checked when used)."""
+    valid = new if checked else []
+    for raw in () if checked else new if type(new) is list else ():
+        problem = cachefile.check_raw(raw)
+        if problem is None and not _KNOWN_ATTRIBUTES.issuperset(raw[1]):
+            problem = f"unknown attribute in {raw[1]!r}"
+        if problem is None:
+            valid.append(raw)
+            continue
+        why = f"malformed cache entry {_short(raw)}: {problem}"
+        logger.warning("cache category %r key %r: skipping entry: %s", category, key, why)
+        if skipped is not None:
+            skipped.append((category, key, why))
+    union = _union((old or (), valid), lambda r: r[0], lambda r: (r[6], r[7]))
+    return _pareto(union, lambda r: (r[2], r[4], r[0]), lambda r: frozenset(r[1]),
+                   lambda r: r[4])
 
 
 # --------------------------------------------------------------------------------------------
@@ -286,19 +326,28 @@ def check_entries(category: str, key: str, entries: Iterable[Entry]) -> list[Ent
     or an entry would be refused on reading (a NaN or negative time, a name with a tab or a
     trailing space): every put of every cache, in a file or in memory, takes only what every
     reader takes back."""
+    return checked_raws(category, key, entries)[0]
+
+
+def checked_raws(category: str, key: str,
+                 entries: Iterable[Entry]) -> tuple[list[Entry], list[list[Any]]]:
+    """:func:`check_entries`, and the entries' raw (stored) form, made once."""
     for what, name in (("category", category), ("key", key)):
         problem = cachefile.check_name(what, name)
         if problem is not None:
             raise ValueError(f"cache category {_short(category)} key {_short(key)}: refusing "
                              f"the put: {problem}")
     result = list(entries)
+    raws = []
     for entry in result:
-        problem = cachefile.check_raw(entry_to_raw(entry)) if isinstance(entry, Entry) else \
-            f"{type(entry).__name__} is not a cache Entry"
+        raw = entry_to_raw(entry) if isinstance(entry, Entry) else None
+        problem = (f"{type(entry).__name__} is not a cache Entry" if raw is None
+                   else cachefile.check_raw(raw))
         if problem is not None:
             raise ValueError(f"cache category {category!r} key {key!r}: refusing entry "
                              f"{getattr(entry, 'algorithm', entry)!r}: {problem}")
-    return result
+        raws.append(raw)
+    return result, raws
 
 
 class CacheUnwritableWarning(UserWarning):
@@ -384,6 +433,8 @@ class FileCache:
         self.target = os.path.realpath(self.path)
         self._lock = threading.RLock()
         self._file_lock = FileLock(self.target + ".lock")
+        #: held by the one process that compacts the log (the others go on appending)
+        self._compacting = FileLock(self.target + ".compacting.lock")
         self._raw: _RawCategories = {}
         #: the generation id of the format-3 file loaded (None: none is, e.g. missing/format 1)
         self._generation: bytes | None = None
@@ -490,7 +541,7 @@ class FileCache:
 
     def _apply_contents(self, contents: cachefile.Contents) -> None:
         for category, key, raws in contents.puts:
-            self._apply(category, key, _entries_from_raw(category, key, raws, self.skipped))
+            self._apply_raw(category, key, raws)
         for problem in contents.skipped:
             logger.warning("cache file %s: %s (category %r, key %r)", self.path, problem[2],
                            problem[0], problem[1])
@@ -513,12 +564,13 @@ class FileCache:
                         "check` lists it.", CacheCorruptWarning)
 
     def _apply(self, category: str, key: str, entries: list[Entry]) -> None:
-        """Merge entries into the in-memory state (the state is replaced key by key, so an
+        self._apply_raw(category, key, [entry_to_raw(entry) for entry in entries])
+
+    def _apply_raw(self, category: str, key: str, raws: list[list[Any]]) -> None:
+        """Merge raw entries into the in-memory state (the state is replaced key by key, so an
         iteration in progress keeps a consistent snapshot of each key)."""
         keys = self._raw.setdefault(category, {})
-        old = keys.get(key)
-        merged = merge_entries(_entries_from_raw(category, key, old) if old else (), entries)
-        keys[key] = [entry_to_raw(entry) for entry in merged]
+        keys[key] = merge_raw(category, key, keys.get(key), raws, self.skipped)
 
     def _warn(self, message: str, category: type[Warning]) -> None:
         logger.warning("%s", message)
@@ -634,15 +686,16 @@ class FileCache:
         self.put_many([(category, key, entries)])
 
     def put_many(self, items: Iterable[tuple[str, str, Iterable[Entry]]]) -> None:
-        batch = [(category, key, check_entries(category, key, entries))
+        batch = [(category, key, *checked_raws(category, key, entries))
                  for category, key, entries in items]
         if batch:
             self._put_batch(batch, config.cache_lock_timeout())
 
-    def _put_batch(self, batch: list[tuple[str, str, list[Entry]]], timeout: float) -> None:
+    def _put_batch(self, batch: list[tuple[str, str, list[Entry], list[list[Any]]]],
+                   timeout: float) -> None:
         # The records are encoded before the lock is taken: under it, only the append.
-        records = b"".join(cachefile.put_record(category, key, [entry_to_raw(e) for e in entries])
-                           for category, key, entries in batch)
+        records = b"".join(cachefile.put_record(category, key, raws)
+                           for category, key, _, raws in batch)
         with self._lock:
             if self.read_only and self.unwritable is None:
                 self.unwritable = "opened read-only: this run searches nothing"
@@ -651,14 +704,21 @@ class FileCache:
                     with self._locked_file(timeout):
                         self._write_batch(batch, records)
                     logger.debug("wrote %d problem(s) to cache file %s", len(batch), self.path)
-                    return
                 except OSError as error:
                     self._set_unwritable(f"it cannot be written ({_reason(error)})")
-            for category, key, entries in batch:
-                self._apply(category, key, entries)
-            self._unsaved.extend(batch)
+                else:
+                    self._compact_if_due()
+                    return
+            self._apply_batch(batch)
+            self._unsaved.extend((category, key, entries) for category, key, entries, _ in batch)
 
-    def _write_batch(self, batch: list[tuple[str, str, list[Entry]]], records: bytes) -> None:
+    def _apply_batch(self, batch: list[tuple[str, str, list[Entry], list[list[Any]]]]) -> None:
+        for category, key, _, raws in batch:
+            keys = self._raw.setdefault(category, {})
+            keys[key] = merge_raw(category, key, keys.get(key), raws, checked=True)
+
+    def _write_batch(self, batch: list[tuple[str, str, list[Entry], list[list[Any]]]],
+                     records: bytes) -> None:
         """Under the file lock: check the file against what was read (its generation, whole
         records up to the end), then append ``records`` there, or write a whole new file where
         there is no format-3 file yet."""
@@ -669,8 +729,7 @@ class FileCache:
                 raise OSError(self.unwritable)
             fd = None if self._needs_snapshot else self._open_checked()
         if fd is None:
-            for category, key, entries in batch:
-                self._apply(category, key, entries)
+            self._apply_batch(batch)
             self._write_snapshot()
             return
         try:
@@ -685,20 +744,59 @@ class FileCache:
             self._end += len(records)
         finally:
             os.close(fd)
-        for category, key, entries in batch:
-            self._apply(category, key, entries)
+        self._apply_batch(batch)
+
+    def _compact_if_due(self) -> None:
+        """Fold the log into a new snapshot once it outgrew the snapshot (and
+        :data:`COMPACT_AFTER_BYTES`); a compaction that fails is said once and tried again
+        when the log has doubled."""
         log = self._end - self._snapshot_bytes
-        if log > max(self._snapshot_bytes, COMPACT_AFTER_BYTES) and (
-                self._compaction_failed_at is None or log > 2 * self._compaction_failed_at):
+        if not (log > max(self._snapshot_bytes, COMPACT_AFTER_BYTES) and (
+                self._compaction_failed_at is None or log > 2 * self._compaction_failed_at)):
+            return
+        try:
+            # One process compacts; the others, finding it at work, go on appending (64
+            # writers each reading and encoding the whole file at once took 30 s on 2 cores).
+            if not self._compacting.try_acquire():
+                return
             try:
                 self._fresh()
-                self._write_snapshot()
-                self._compaction_failed_at = None
-            except OSError as error:  # the records are written: compaction can wait
-                if self._compaction_failed_at is None:
-                    logger.warning("cache file %s: could not compact its log (%s); tried again "
-                                   "once the log has doubled", self.path, _reason(error))
-                self._compaction_failed_at = log
+                self._replace(self._raw, self._generation, self._end)
+            finally:
+                self._compacting.release()
+            self._compaction_failed_at = None
+        except OSError as error:  # the records are written: compaction can wait
+            if self._compaction_failed_at is None:
+                logger.warning("cache file %s: could not compact its log (%s); tried again "
+                               "once the log has doubled", self.path, _reason(error))
+            self._compaction_failed_at = log
+
+    def _replace(self, raw: _RawCategories, generation: bytes | None, end: int) -> bool:
+        """Replace the file by a snapshot of ``raw``, which holds the file of ``generation``
+        up to ``end``, and the records appended after ``end`` meanwhile, copied as they are.
+        The snapshot is encoded and written to disk before the lock is taken; under it, only
+        the records since ``end`` are read and the file renamed.  False, and nothing written,
+        when the file is no longer that generation (another process replaced it first)."""
+        data = cachefile.snapshot_file(raw, {"written_at": time.time(),
+                                            "fastrun": _fastrun_version()})
+        with Replacement(self.target, data) as replacement, self._locked_file():
+            checked = len(self._pending)
+            fd = self._open_checked()
+            if fd is not None:
+                os.close(fd)
+            if fd is None or self._generation != generation or self._stale:
+                replacement.discard()
+                return False
+            records = b"".join(frames.whole_records() for frames in self._pending[checked:])
+            replacement.append(records)
+            replacement.commit()
+            self._generation = cachefile.generation(data)
+            self._snapshot_bytes = len(data)
+            self._end = len(data) + len(records)
+            # the records since ``end`` are still to be decoded (self._pending), their offsets
+            # those of the old file: only damage reports use them
+            self._remove_stale_temporaries()
+        return True
 
     def _open_checked(self) -> int | None:
         """The file opened for writing, once checked to be the format-3 generation that was
@@ -768,65 +866,104 @@ class FileCache:
         """Replace the file by a snapshot of the whole state (the file lock must be held)."""
         data = cachefile.snapshot_file(self._raw, {"written_at": time.time(),
                                                    "fastrun": _fastrun_version()})
-        atomic_write(self.target, data)
+        Replacement(self.target, data).commit()
         self._generation = cachefile.generation(data)
         self._end = self._snapshot_bytes = len(data)
         self._needs_snapshot, self._pending, self._stale = False, [], False
         self._remove_stale_temporaries()
 
     def _remove_stale_temporaries(self) -> None:
-        """Temporary files of writers killed mid-write: under the lock no writer of this file
-        is writing one, so every ``.<name>.*.tmp`` beside it is left over."""
+        """Temporary files of writers killed mid-write (:func:`fastrun._files.is_stale_temporary`:
+        a compaction writes its temporary file before it takes the lock, so a live one may be
+        there; it names its host and process)."""
         directory, name = os.path.split(self.target)
         with contextlib.suppress(OSError):
             for leftover in os.listdir(directory):
-                if leftover.startswith(f".{name}.") and leftover.endswith(".tmp"):
+                if is_stale_temporary(directory, name, leftover):
                     with contextlib.suppress(OSError):
                         os.unlink(os.path.join(directory, leftover))
                         logger.info("removed stale temporary file %s", leftover)
 
-    def rewrite(self, transform: Callable[[Categories], Categories | None],
+    def rewrite(self, transform: Callable[[Categories], Categories | None] | None,
                 force: bool = False) -> bool:
-        """Replace the whole file by ``transform(current contents)``, under the file lock.
+        """Replace the whole file by ``transform(current contents)``.
 
         For the maintenance tools (``fastrun cache prune``/``merge``/``compact``), which must
         remove or replace entries, something ``put``'s merge can never do. The read, the
         transform and the atomic replace all happen under the file lock, so no concurrent
         ``put`` is lost. ``transform`` may change its argument in place; returning None means
         "no change" and nothing is written (unless ``force``: ``compact`` writes a new
-        snapshot of the same contents). Unlike a ``put``, a file that is not a readable cache
-        is not moved aside: a tool asked to edit a file must not silently start it over, so
-        :class:`CacheFormatError` (naming the file) is raised and the file stays as it is.
+        snapshot of the same contents, and passes no ``transform`` at all). The read and the
+        transform happen before the lock is taken; under it, the records appended meanwhile
+        are copied after the new snapshot, and the file renamed. Unlike a ``put``, a file that
+        is not a readable cache is not moved aside: a tool asked to edit a file must not
+        silently start it over, so :class:`CacheFormatError` (naming the file) is raised and
+        the file stays as it is.
         Entries that cannot be read are dropped (and logged); every whole record around a
         damaged one is kept. Returns whether it wrote.
         """
-        with self._lock, self._locked_file():
-            found = cachefile.probe(self.target)
-            if found.kind not in (cachefile.MISSING, cachefile.EMPTY, *cachefile.READABLE):
-                raise CacheFormatError(f"cache file {self.path} {found.detail}")
-            unwritable, self.unwritable = self.unwritable, None
-            problem = self._load(found)
-            if problem is not None or self.unwritable is not None:
-                self.unwritable = unwritable
-                raise CacheFormatError(f"cache file {self.path}: {problem or self.unwritable}")
-            current = {
-                category: {key: _entries_from_raw(category, key, raws, self.skipped)
-                           for key, raws in keys.items()}
-                for category, keys in self._raw.items()
-            }
-            result = transform(current)
-            if result is None:
-                if not force:
+        with self._lock:
+            # The read and the transform happen before the lock is taken, the rename under it
+            # with the records appended meanwhile (see _replace); should another process
+            # replace the file in between, again, and at last all of it under the lock.
+            for _ in range(3):
+                found = self._load_for_rewrite()
+                if found.kind != cachefile.CURRENT:
+                    break  # no generation to check the file against
+                generation, end = self._generation, self._end
+                result = self._transformed(transform, force)
+                if result is None:
                     return False
-                result = current
-            self._raw = {
-                category: {key: [entry_to_raw(entry) for entry in entries]
-                           for key, entries in keys.items()}
-                for category, keys in result.items()
-            }
-            self._write_snapshot()
+                if self._replace(result, generation, end):
+                    self._raw = result
+                    logger.debug("rewrote cache file %s", self.path)
+                    return True
+            with self._locked_file():
+                self._load_for_rewrite()
+                result = self._transformed(transform, force)
+                if result is None:
+                    return False
+                self._raw = result
+                self._write_snapshot()
         logger.debug("rewrote cache file %s", self.path)
         return True
+
+    def _load_for_rewrite(self) -> cachefile.Probe:
+        """Read the file for :meth:`rewrite`: a file that is no readable cache is an error."""
+        found = cachefile.probe(self.target)
+        if found.kind not in (cachefile.MISSING, cachefile.EMPTY, *cachefile.READABLE):
+            raise CacheFormatError(f"cache file {self.path} {found.detail}")
+        unwritable, self.unwritable = self.unwritable, None
+        problem = self._load(found)
+        if problem is not None or self.unwritable is not None:
+            self.unwritable = unwritable
+            raise CacheFormatError(f"cache file {self.path}: {problem or self.unwritable}")
+        return found
+
+    def _transformed(self, transform: Callable[[Categories], Categories | None] | None,
+                     force: bool) -> _RawCategories | None:
+        """The state after ``transform``, raw; None when it changes nothing (and not
+        ``force``).  No ``transform``: the state with its invalid entries dropped, without
+        making an :class:`Entry` of each (what ``compact`` writes)."""
+        if transform is None:
+            if not force:
+                return None
+            return {category: {key: merge_raw(category, key, None, raws, self.skipped)
+                               for key, raws in keys.items()}
+                    for category, keys in self._raw.items()}
+        current = {
+            category: {key: _entries_from_raw(category, key, raws, self.skipped)
+                       for key, raws in keys.items()}
+            for category, keys in self._raw.items()
+        }
+        result = transform(current)
+        if result is None:
+            if not force:
+                return None
+            result = current
+        return {category: {key: [entry_to_raw(entry) for entry in entries]
+                           for key, entries in keys.items()}
+                for category, keys in result.items()}
 
     # ---- measurements that could not be written
 
@@ -858,7 +995,8 @@ class FileCache:
                 timeout = min(timeout, RETRY_LOCK_TIMEOUT)
             self.unwritable = None
             self._unsaved.clear()
-            self._put_batch(batch, timeout)
+            self._put_batch([(category, key, *checked_raws(category, key, entries))
+                             for category, key, entries in batch], timeout)
             return self.path if self.unwritable is None else None
 
     def _locked_file(self, timeout: float | None = None) -> _TimedLock:

@@ -311,17 +311,13 @@ def _rewrite(path: str, transform, force: bool = False) -> bool:
 
 def compact(path: str | os.PathLike[str]) -> dict[str, Any]:
     """Fold a cache file's log of measurements into a new snapshot (atomically, under its
-    lock); a format-1 file is converted.  Entries that are not valid are dropped."""
+    lock); a format-1 or format-2 file is converted.  Entries that are not valid and damaged
+    records are dropped; every whole record is kept."""
     path = os.fspath(path)
     load(path)  # missing or not a cache: a clear error, and nothing is touched
     before = os.path.getsize(path)
-    counts: dict[str, int] = {}
-
-    def transform(current: Categories) -> None:
-        counts.update(_count(current))
-        return None
-
-    _rewrite(path, transform, force=True)
+    _rewrite(path, None, force=True)
+    counts = _count(load(path))
     return {"file": path, "bytes_before": before, "bytes_after": os.path.getsize(path),
             **counts}
 

@@ -141,7 +141,7 @@ def add_parser(commands: Any) -> None:
         "compact", help="fold the log of measurements into a new snapshot",
         description="Rewrite a cache file as one snapshot of its contents, atomically under "
                     "its lock (a put appends to the file's log; searches compact it from time "
-                    "to time). A format-1 file is converted to format 2.")
+                    "to time). A format-1 or format-2 file is converted to format 3.")
     compact.add_argument("file", help="cache file")
     compact.add_argument("--json", action="store_true", help="print the counts as JSON")
     compact.set_defaults(handler=_cmd_compact)

@@ -278,3 +278,70 @@ def test_prune_category_matches_named_facts_exactly(tmp_path, capsys):
     assert len(quietly(path)) == 2
     assert main(["cache", "prune", str(path), "--category", "threads=1"]) == 0
     assert quietly(path).categories() == [two]
+
+
+# -- D8: the lock is held for an append, not for a merge or an encode -------------------------
+
+def test_a_put_decodes_nothing_under_the_lock(tmp_path, monkeypatch):
+    """With 64 writers of 40-entry records, each put used to decode and merge every record the
+    others had appended, under the lock: 7 puts/s, and writers waited the whole timeout."""
+    path = tmp_path / "c.bin"
+    writer = FileCache(path)
+    writer.put(CATEGORY, "mine", [entry()])
+    other = FileCache(path)
+    for i in range(20):
+        other.put(CATEGORY, f"theirs{i}", [entry()])
+    decoded_under_lock = []
+    decode = cachefile.decode
+
+    def watched(frames, contents):
+        decoded_under_lock.append(writer._file_lock.held)
+        return decode(frames, contents)
+
+    monkeypatch.setattr(cachefile, "decode", watched)
+    writer.put(CATEGORY, "mine2", [entry()])
+    assert writer.get(CATEGORY, "theirs19") == [entry()]  # decoded now, at the lookup
+    assert decoded_under_lock and not any(decoded_under_lock)
+
+
+def test_a_compaction_encodes_its_snapshot_before_it_takes_the_lock(tmp_path, monkeypatch):
+    from fastrun.cache import store
+
+    monkeypatch.setattr(store, "COMPACT_AFTER_BYTES", 4096)
+    path = tmp_path / "c.bin"
+    cache = FileCache(path)
+    encoded_under_lock = []
+    snapshot_file = cachefile.snapshot_file
+
+    def watched(*args, **kwargs):
+        encoded_under_lock.append(cache._file_lock.held)
+        return snapshot_file(*args, **kwargs)
+
+    monkeypatch.setattr(cachefile, "snapshot_file", watched)
+    for i in range(40):
+        cache.put(CATEGORY, f"k{i}", [entry(f"a{j}", 1e-3 * (j + 1)) for j in range(5)])
+    assert len(encoded_under_lock) >= 2  # the first write, then at least one compaction
+    assert not any(encoded_under_lock[1:])
+    assert len(quietly(path)) == 40
+
+
+def test_a_compaction_keeps_the_records_appended_while_it_encoded(tmp_path, monkeypatch):
+    """The records another process appends between a compaction's read and its rename are
+    copied after the new snapshot, as they are."""
+    path = tmp_path / "c.bin"
+    compactor = FileCache(path)
+    compactor.put(CATEGORY, "before", [entry()])
+    snapshot_file = cachefile.snapshot_file
+
+    def meanwhile(*args, **kwargs):
+        data = snapshot_file(*args, **kwargs)
+        other = FileCache(path)
+        other.put(CATEGORY, "meanwhile", [entry()])
+        return data
+
+    monkeypatch.setattr(cachefile, "snapshot_file", meanwhile)
+    assert compactor.rewrite(None, force=True)
+    monkeypatch.setattr(cachefile, "snapshot_file", snapshot_file)
+    reread = quietly(path)
+    assert reread.get(CATEGORY, "before") == reread.get(CATEGORY, "meanwhile") == [entry()]
+    assert compactor.get(CATEGORY, "meanwhile") == [entry()]

@@ -477,12 +477,12 @@ def test_a_compaction_that_fails_is_said_once_and_retried_when_the_log_doubled(
     cache.put(CATEGORY, "first", [entry()])
     calls = []
 
-    def full(target, data):
+    def full(target, data=b""):
         calls.append(len(data))
         raise OSError(28, "No space left on device", target)
 
     monkeypatch.setattr(cache_store, "COMPACT_AFTER_BYTES", 2048)
-    monkeypatch.setattr(cache_store, "atomic_write", full)
+    monkeypatch.setattr(cache_store, "Replacement", full)
     for i in range(60):
         cache.put(CATEGORY, f"k{i}", [entry()])
     assert caplog.text.count("could not compact") == 1
