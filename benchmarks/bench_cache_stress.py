@@ -14,10 +14,11 @@ Each phase runs real processes on one file and checks every acknowledged put aft
    lock (timed around the lock itself).  Target: >= 200 puts/s, no wait near the 60 s timeout.
 3. **kills**: a writer putting as fast as it can (its log compacted every 64 KiB) and a
    compactor compacting as fast as it can are killed with SIGKILL ``--kills`` times in turn at
-   random moments; after each kill the file must read as a fastrun cache, and at the end hold
-   every put the writer reported done.  Kills that left a compaction's temporary file landed
-   in a compaction.  Target: 200 kills, some in compactions, 0 unreadable, 0 lost, 0 stale
-   temporary files after the next compaction.
+   random moments (a compactor within 50 ms of starting a rewrite); after each kill the file
+   must read as a fastrun cache, and at the end hold every put the writer reported done.
+   Kills that left a compaction's temporary file landed in a compaction.  Target: 200 kills,
+   some in compactions, 0 unreadable, 0 lost, 0 stale temporary files after the next
+   compaction.
 4. **flips**: one byte flipped in each record of a file in turn (``--flips`` files): the flip
    must cost that record's key only, and be reported by ``fastrun cache check`` (a flip in
    the last record makes it a torn tail, which a reader cannot tell from a write in progress;
@@ -174,9 +175,10 @@ def worker_loop(path: str) -> None:
 
 
 def worker_compact_loop(path: str) -> None:
-    print("ready", flush=True)
     while True:
-        FileCache(path).rewrite(None, force=True)
+        cache = FileCache(path)
+        print("compacting", flush=True)  # the kill comes during the rewrite that follows
+        cache.rewrite(None, force=True)
 
 
 def _spawn(*arguments: str, **options) -> subprocess.Popen:
@@ -243,6 +245,7 @@ def kills(count: int, directory: str, rng: random.Random) -> dict:
     path = os.path.join(directory, "kills.bin")
     unreadable = in_compaction = torn = 0
     reported: list[str] = []
+    generations: set[bytes] = set()
     for index in range(count):
         compactor = index % 2 == 1 and os.path.exists(path)
         process = (_spawn("compact-loop", path, stdout=subprocess.PIPE, text=True) if compactor
@@ -254,6 +257,8 @@ def kills(count: int, directory: str, rng: random.Random) -> dict:
         if not compactor:
             reported += [line for line in (first + rest).splitlines() if line]
         in_compaction += bool(_temporaries(path))
+        with contextlib.suppress(OSError, cachefile.CacheFormatError), open(path, "rb") as file:
+            generations.add(cachefile.generation(file.read(cachefile.HEADER_SIZE)))
         try:
             with warnings.catch_warnings():
                 warnings.simplefilter("error")
@@ -268,7 +273,7 @@ def kills(count: int, directory: str, rng: random.Random) -> dict:
     FileCache(path).rewrite(None, force=True)  # what `cache compact` does
     return {"kills": count, "unreadable": unreadable, "lost_puts": lost,
             "reported_puts": len(reported), "torn_tails_seen": torn,
-            "kills_in_compaction": in_compaction,
+            "kills_in_compaction": in_compaction, "generations": len(generations),
             "stale_tmp_before_compaction": stale_before,
             "stale_tmp_after": len(_temporaries(path))}
 
@@ -508,7 +513,8 @@ def file_phases(args: argparse.Namespace, directory: str, name: str) -> None:
           f"file {result['megabytes']:.1f} MB (target >= 200 puts/s, no wait near the "
           f"{store.config.cache_lock_timeout():g} s timeout)", flush=True)
     result = kills(args.kills, directory, rng)
-    print(f"[{name}] kills: {result['kills']} SIGKILLs of a writer and of a compactor in turn: "
+    print(f"[{name}] kills: {result['kills']} SIGKILLs of a writer and of a compactor in turn "
+          f"({result['generations']} file generations seen, each a compaction): "
           f"{result['kills_in_compaction']} left a compaction's temporary file, "
           f"{result['unreadable']} unreadable files, {result['lost_puts']} of "
           f"{result['reported_puts']} reported puts lost, {result['torn_tails_seen']} torn "

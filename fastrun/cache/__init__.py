@@ -1,9 +1,10 @@
 """The persistent cache: what was measured, shared by processes, trusted across machines.
 
-Three modules, one job each, in one direction of imports:
+Four modules, one job each, in one direction of imports:
 
-* :mod:`.file`: the bytes of a cache file (header, snapshot, append-only log of put records),
-  read and written so that a crash or a concurrent writer never loses a put;
+* :mod:`.file`: the bytes of a cache file (a header naming the file's generation, a snapshot,
+  an append-only log of framed put records), read so that a damaged record costs only itself;
+* :mod:`.lock`: the file lock, which waiters sleep on;
 * :mod:`.store`: the semantics (:class:`Entry`, Pareto pruning per attribute set, merging,
   :class:`InMemoryCache`, :class:`FileCache` shared between processes through a file lock);
 * :mod:`.tools`: ``fastrun cache`` (show, export, import, merge, prune, verify).

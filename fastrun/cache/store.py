@@ -19,13 +19,15 @@ file, ``fastrun cache merge``), they are combined by :func:`merge_entries`:
 
 The file
 --------
-:class:`FileCache` keeps a cache in a format-2 file (:mod:`fastrun.cache.file`, documented in
-``docs/cache-format.md``): a snapshot, then an append-only log of measurements written under a
-file lock, each record with its length and checksum, so that several processes share one file
-without losing each other's results, a writer killed at any moment leaves at worst a torn last
-record (detected and dropped), and a put costs O(its record).  Entries are kept as plain lists
-after loading (a cache of 10,000 problems must load in a few milliseconds) and become
-:class:`Entry` objects, checked field by field, only when asked for.
+:class:`FileCache` keeps a cache in a format-3 file (:mod:`fastrun.cache.file`, documented in
+``docs/cache-format.md``): a header naming the file's generation, a snapshot, then an
+append-only log of measurements written under a file lock, each record framed with a magic,
+its length and its checksum, so that several processes share one file without losing each
+other's results, a writer killed at any moment leaves at worst a torn last record (detected,
+reported and cut by the next writer), a damaged record costs only itself, and a put costs
+O(its record).  Entries are kept as plain lists after loading (a cache of 10,000 problems must
+load in a few milliseconds), merged as such, and become :class:`Entry` objects, checked field
+by field, only when asked for.
 """
 
 from __future__ import annotations
@@ -563,14 +565,12 @@ class FileCache:
                         + ". Every whole record around the damage is used; `fastrun cache "
                         "check` lists it.", CacheCorruptWarning)
 
-    def _apply(self, category: str, key: str, entries: list[Entry]) -> None:
-        self._apply_raw(category, key, [entry_to_raw(entry) for entry in entries])
-
-    def _apply_raw(self, category: str, key: str, raws: list[list[Any]]) -> None:
+    def _apply_raw(self, category: str, key: str, raws: list[list[Any]],
+                   checked: bool = False) -> None:
         """Merge raw entries into the in-memory state (the state is replaced key by key, so an
         iteration in progress keeps a consistent snapshot of each key)."""
         keys = self._raw.setdefault(category, {})
-        keys[key] = merge_raw(category, key, keys.get(key), raws, self.skipped)
+        keys[key] = merge_raw(category, key, keys.get(key), raws, self.skipped, checked)
 
     def _warn(self, message: str, category: type[Warning]) -> None:
         logger.warning("%s", message)
@@ -714,8 +714,7 @@ class FileCache:
 
     def _apply_batch(self, batch: list[tuple[str, str, list[Entry], list[list[Any]]]]) -> None:
         for category, key, _, raws in batch:
-            keys = self._raw.setdefault(category, {})
-            keys[key] = merge_raw(category, key, keys.get(key), raws, checked=True)
+            self._apply_raw(category, key, raws, checked=True)
 
     def _write_batch(self, batch: list[tuple[str, str, list[Entry], list[list[Any]]]],
                      records: bytes) -> None:

@@ -345,3 +345,22 @@ def test_a_compaction_keeps_the_records_appended_while_it_encoded(tmp_path, monk
     reread = quietly(path)
     assert reread.get(CATEGORY, "before") == reread.get(CATEGORY, "meanwhile") == [entry()]
     assert compactor.get(CATEGORY, "meanwhile") == [entry()]
+
+
+def test_a_live_compactors_temporary_file_is_kept_and_a_dead_ones_removed(tmp_path):
+    """A compaction writes its temporary file before it takes the lock, so one may be in
+    progress while another process compacts: only a dead writer's leftover is removed."""
+    from fastrun._files import Replacement
+
+    path = tmp_path / "c.bin"
+    FileCache(path).put(CATEGORY, "k", [entry()])
+    live = Replacement(path, b"in progress")  # this process: alive
+    dead_pid = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
+                              capture_output=True, text=True, check=True).stdout.strip()
+    host = Path(live.temporary).name.split(".")[3]
+    dead = tmp_path / f".c.bin.{host}.{dead_pid}.abc123.tmp"
+    dead.write_bytes(b"left over")
+    assert main(["cache", "compact", str(path)]) == 0
+    assert Path(live.temporary).exists() and not dead.exists()
+    live.discard()
+    assert not Path(live.temporary).exists()
