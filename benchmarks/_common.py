@@ -110,6 +110,65 @@ def ort_steady_loop(model_spec: str, batch: int, threads: int, iters: int, warmu
     return steady_loop(lambda: session.run(None, feeds), iters, warmup)
 
 
+def openvino_available() -> bool:
+    """Whether OpenVINO can be imported here (the ``bench`` extra installs it)."""
+    import importlib.util
+
+    return importlib.util.find_spec("openvino") is not None
+
+
+def openvino_steady_loop(model_spec: str, batch: int, threads: int, iters: int,
+                         warmup: int) -> dict:
+    """OpenVINO's steady state on the same ONNX model: its CPU plugin with ``threads``
+    inference threads, one stream and the latency hint (one request at a time, as the other
+    engines run), in float32 (on a processor with AMX or AVX-512 BF16 the plugin would
+    otherwise compute in bfloat16: 2.5x onnxruntime's speed on the lent Xeon, and not the
+    same arithmetic), for a process of its own."""
+    import tempfile
+
+    import numpy as np
+    import openvino as ov
+
+    from fastrun.runtime import zoo
+
+    core = ov.Core()
+    with tempfile.TemporaryDirectory() as scratch:
+        path = os.path.join(scratch, "model.onnx")
+        with open(path, "wb") as stream:
+            stream.write(zoo.resolve(model_spec).SerializeToString())
+        model = core.read_model(path)
+    shape = [batch, *model.inputs[0].get_partial_shape()[1:].to_shape()]
+    model.reshape({model.inputs[0].get_any_name(): shape})
+    compiled = core.compile_model(model, "CPU", {"INFERENCE_NUM_THREADS": threads,
+                                                 "NUM_STREAMS": 1,
+                                                 "PERFORMANCE_HINT": "LATENCY",
+                                                 "INFERENCE_PRECISION_HINT": "f32"})
+    request = compiled.create_infer_request()
+    feeds = {0: np.random.default_rng(1).uniform(-1, 1, shape).astype(np.float32)}
+    return steady_loop(lambda: request.infer(feeds), iters, warmup)
+
+
+class BackgroundLoad:
+    """``count`` processes that each keep one core busy while the measurements run: a server
+    shared with other work (the issue of a pool that spins and never yields)."""
+
+    def __init__(self, count: int) -> None:
+        import subprocess
+        import sys
+
+        self.processes = [subprocess.Popen([sys.executable, "-c", "while True: pass"])
+                          for _ in range(count)]
+
+    def __enter__(self) -> BackgroundLoad:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        for process in self.processes:
+            process.kill()
+        for process in self.processes:
+            process.wait()
+
+
 def _fastrun_model(model_spec: str, batch: int, threads: int, strategy: str,
                    cache: str | None, **options):
     import fastrun

@@ -5,12 +5,17 @@ every model, batch and thread count this script
 
 1. searches a fast-run cache at that thread count, in a process of its own (wall time shown;
    ``--heuristic`` skips it and runs heuristic-only);
-2. runs ``--pairs`` alternating pairs of processes, fastrun (every variant, reading that
-   cache: nothing is profiled) then onnxruntime (CPU provider, the same intra-op thread count,
-   sequential execution), each warming up and then timing ``--iters`` inferences;
-3. prints each process's median, the ratio fastrun / onnxruntime (median of fastrun's process
-   medians over the median of onnxruntime's) and the steadiness of each engine: its largest
-   process median over its smallest (target <= 1.15).
+2. runs ``--pairs`` alternating rounds of processes, fastrun (every variant, reading that
+   cache: nothing is profiled), onnxruntime (CPU provider, the same intra-op thread count,
+   sequential execution) and OpenVINO where it is installed (the ``bench`` extra; its CPU
+   plugin with the same inference threads, one stream, the latency hint), each warming up and
+   then timing ``--iters`` inferences;
+3. prints each process's median, the ratios fastrun / onnxruntime and fastrun / OpenVINO
+   (median of fastrun's process medians over the median of the peer's) and the steadiness of
+   each engine: its largest process median over its smallest (target <= 1.15).
+
+``--load N`` (or ``half``, ``all``) keeps N other processes busy, one core each, while the
+timed rounds run (the searches run before, unloaded): a server shared with other work.
 
 Variants compare fastrun settings in the same alternation: ``--variant wide:`` and
 ``--variant narrow:FASTRUN_VECTOR_BITS=256`` run two fastrun setups, each with its own cache.
@@ -18,7 +23,8 @@ Both engines get the same threads and no pinning.  Weight preprocessing is on, a
 that loads a model once would run it.
 
     python -m benchmarks.bench_scaling [--models resnet18,resnet50,mobilenet_v2,squeezenet]
-        [--batches 1,8] [--threads 1,2,4,8,all] [--pairs 3] [--iters 40] [--json FILE]
+        [--batches 1,8] [--threads 1,2,4,8,all] [--pairs 3] [--iters 40] [--load N|half|all]
+        [--no-openvino] [--json FILE]
 """
 
 from __future__ import annotations
@@ -31,9 +37,12 @@ import tempfile
 from dataclasses import dataclass, field
 
 from benchmarks._common import (
+    BackgroundLoad,
     fastrun_search,
     fastrun_steady_loop,
     header,
+    openvino_available,
+    openvino_steady_loop,
     ort_steady_loop,
     run_worker,
 )
@@ -77,7 +86,13 @@ def worker_ort(args: argparse.Namespace) -> dict:
                            args.warmup)
 
 
-WORKERS = {"search": worker_search, "fastrun": worker_fastrun, "ort": worker_ort}
+def worker_openvino(args: argparse.Namespace) -> dict:
+    return openvino_steady_loop(f"zoo:{args.model}", args.batch, args.threads, args.iters,
+                                args.warmup)
+
+
+WORKERS = {"search": worker_search, "fastrun": worker_fastrun, "ort": worker_ort,
+           "openvino": worker_openvino}
 
 
 # -- the driver ----------------------------------------------------------------------------------
@@ -114,27 +129,35 @@ def measure(model: str, batch: int, threads: int, variants: list[Variant],
         caches[variant.name] = cache
         row["variants"][variant.name] = {"search": search, "shared": cache is not None and
                                          search is None, "runs": []}
-    row["ort"] = []
-    for _ in range(args.pairs):
-        for variant in variants:
-            result = _spawn("fastrun", model, batch, threads, args, caches[variant.name],
-                            variant.env)
-            row["variants"][variant.name]["runs"].append(result)
-        row["ort"].append(_spawn("ort", model, batch, threads, args, None, {}))
-    ort = [r["median_ms"] for r in row["ort"]]
-    row["ort_median_ms"] = statistics.median(ort)
-    row["ort_spread"] = _spread(ort)
+    peers = ["ort", *(["openvino"] if args.openvino else [])]
+    for peer in peers:
+        row[peer] = []
+    with BackgroundLoad(args.load_processes):
+        for _ in range(args.pairs):
+            for variant in variants:
+                result = _spawn("fastrun", model, batch, threads, args, caches[variant.name],
+                                variant.env)
+                row["variants"][variant.name]["runs"].append(result)
+            for peer in peers:
+                row[peer].append(_spawn(peer, model, batch, threads, args, None, {}))
+    for peer in peers:
+        times = [r["median_ms"] for r in row[peer]]
+        row[f"{peer}_median_ms"] = statistics.median(times)
+        row[f"{peer}_spread"] = _spread(times)
     for variant in variants:
         data = row["variants"][variant.name]
         mine = [r["median_ms"] for r in data["runs"]]
         data["median_ms"] = statistics.median(mine)
         data["ratio"] = data["median_ms"] / row["ort_median_ms"]
+        if args.openvino:
+            data["ratio_openvino"] = data["median_ms"] / row["openvino_median_ms"]
         data["spread"] = _spread(mine)
     return row
 
 
 def _print_row(row: dict, variants: list[Variant]) -> None:
     ort = ", ".join(f"{r['median_ms']:.2f}" for r in row["ort"])
+    openvino = ", ".join(f"{r['median_ms']:.2f}" for r in row.get("openvino", []))
     for variant in variants:
         data = row["variants"][variant.name]
         mine = ", ".join(f"{r['median_ms']:.2f}" for r in data["runs"])
@@ -143,9 +166,13 @@ def _print_row(row: dict, variants: list[Variant]) -> None:
         searched = (f"{search['search_s']:6.1f} s ({search['profiled']})" if search
                     else "shared" if data["shared"] else "heuristic")
         misses = max(r["cache_misses"] for r in data["runs"]) if search or data["shared"] else 0
+        versus_openvino = (f"{openvino} | **{data['ratio_openvino']:.2f}** | "
+                           f"{row['openvino_spread']:.2f}" if "ratio_openvino" in data
+                           else "- | - | -")
         print(f"| {row['model']} | {row['batch']} | {row['threads']} | {variant.name} | "
               f"{searched} | {mine} | {ort} | **{data['ratio']:.2f}** | {data['spread']:.2f} | "
-              f"{row['ort_spread']:.2f} | {faults:.0f} | {misses} |", flush=True)
+              f"{row['ort_spread']:.2f} | {versus_openvino} | {faults:.0f} | {misses} |",
+              flush=True)
 
 
 def main() -> None:
@@ -168,6 +195,11 @@ def main() -> None:
                         "variant from that cache (for variants that differ only in how a "
                         "searched model runs, e.g. FASTRUN_BLOCKED_LAYOUT=0)")
     parser.add_argument("--cache-dir", help="where the searched caches go (default: temporary)")
+    parser.add_argument("--load", default="0",
+                        help="busy processes beside the timed rounds: a number, 'half' or "
+                             "'all' (one per core this process may use)")
+    parser.add_argument("--no-openvino", dest="openvino", action="store_false",
+                        help="leave OpenVINO out even where it is installed")
     parser.add_argument("--json", help="write every measurement to this file")
     # worker mode (one process per measurement)
     parser.add_argument("--worker", choices=sorted(WORKERS), help=argparse.SUPPRESS)
@@ -184,12 +216,20 @@ def main() -> None:
     cores = len(os.sched_getaffinity(0))
     counts = sorted({cores if t == "all" else int(t) for t in args.threads.split(",")})
     variants = [Variant.parse(v) for v in args.variant] or [Variant("fastrun")]
-    print(header(f"scaling: fastrun vs onnxruntime, {args.pairs} alternating process pairs "
-                 f"of {args.iters} inferences, threads {counts}"))
+    args.load_processes = {"all": cores, "half": cores // 2}.get(args.load) or int(args.load)
+    if args.openvino and not openvino_available():
+        print("# OpenVINO is not installed (pip install '.[bench]'): left out", flush=True)
+        args.openvino = False
+    peers = "onnxruntime" + (" and OpenVINO" if args.openvino else "")
+    load = f", {args.load_processes} busy processes beside" if args.load_processes else ""
+    print(header(f"scaling: fastrun vs {peers}, {args.pairs} alternating process rounds "
+                 f"of {args.iters} inferences, threads {counts}{load}"))
     print("| model | batch | threads | fastrun | search (problems) | fastrun ms per process "
           "| onnxruntime ms per process | fastrun/ort | fastrun spread | ort spread "
+          "| OpenVINO ms per process | fastrun/OpenVINO | OpenVINO spread "
           "| page faults per inference | cache misses |")
-    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
+    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- "
+          "| --- |")
     rows = []
     with tempfile.TemporaryDirectory() as scratch:
         cache_dir = args.cache_dir or scratch

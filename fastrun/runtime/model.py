@@ -44,6 +44,33 @@ from fastrun.runtime.lowering import Step, Value, lower
 log = logging.getLogger(__name__)
 
 
+@dataclass(frozen=True)
+class RunTrace:
+    """One traced inference (:meth:`Model.run_traced`), in perf_counter nanoseconds: when it
+    began, each step's (start, end), when the last step ended and when the outputs were
+    ready.  What is not in a step is the runtime's own cost: converting the inputs, the step
+    loop between steps (fetching arguments, releasing values), the outputs."""
+
+    began: int
+    steps: list[tuple[int, int]]
+    issued: int
+    ended: int
+
+    @property
+    def total_ns(self) -> int:
+        return self.ended - self.began
+
+    @property
+    def step_ns(self) -> list[int]:
+        return [end - start for start, end in self.steps]
+
+    @property
+    def gap_ns(self) -> list[int]:
+        """Before the first step, between each two steps, and after the last."""
+        marks = [self.began, *(t for step in self.steps for t in step), self.issued]
+        return [marks[i + 1] - marks[i] for i in range(0, len(marks), 2)]
+
+
 @dataclass
 class StepReport:
     """How one step was decided: what a ``--verbose`` table row shows."""
@@ -384,19 +411,31 @@ class Model:
     def run_timed(self, feeds: Mapping[str, Any] | None = None,
                   ) -> tuple[dict[str, np.ndarray], list[float]]:
         """Like :meth:`run`, also returning each step's wall time in seconds (for tables)."""
+        outputs, trace = self.run_traced(feeds)
+        return outputs, [(end - start) * 1e-9 for start, end in trace.steps]
+
+    def run_traced(self, feeds: Mapping[str, Any] | None = None,
+                   ) -> tuple[dict[str, np.ndarray], RunTrace]:
+        """Like :meth:`run` step by step, also returning when each step began and ended: the
+        whole wall time of an inference split into the steps and what lies between them
+        (``benchmarks/probe_wall_time.py``).  On a device, each step is waited for, so its
+        time is its own."""
+        clock = time.perf_counter_ns
+        began = clock()
         env = self._start(feeds)
-        times = []
-        clock = time.perf_counter
         # A device runs queued work asynchronously: wait for each step, so its time is its own.
         sync = self.device.synchronize if self.on_device else _nothing
+        steps = []
         for function, args, out, releases in self._program:
             started = clock()
             env[out] = function(*[env[i] for i in args])
             sync()
-            times.append(clock() - started)
+            steps.append((started, clock()))
             for index in releases:
                 env[index] = None
-        return self._finish(env), times
+        issued = clock()
+        outputs = self._finish(env)
+        return outputs, RunTrace(began, steps, issued, clock())
 
     def run_host_seconds(self, feeds: Mapping[str, Any] | None = None,
                          ) -> tuple[dict[str, np.ndarray], float]:

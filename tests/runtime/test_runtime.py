@@ -382,3 +382,18 @@ def test_a_model_input_over_the_memory_limit_is_refused_before_it_is_drawn(monke
     monkeypatch.setenv("FASTRUN_MEMORY_LIMIT", "8MiB")
     with pytest.raises(ValueError, match=r"model input 'x'.*FASTRUN_MEMORY_LIMIT"):
         model.random_inputs()
+
+
+def test_a_traced_run_accounts_for_the_whole_wall_time():
+    """The wall time of an inference, split into its steps and what lies between them
+    (issue 33, item 1): every step once, in order, and nothing counted twice or left out."""
+    session = fastrun.session(cache=InMemoryCache(), **FAST)
+    model = load(_models.small_cnn(widths=(8, 8)), session)
+    feeds = model.random_inputs(seed=2)
+    outputs, trace = model.run_traced(feeds)
+    np.testing.assert_array_equal(outputs["y"], model.run(feeds)["y"])
+    assert len(trace.steps) == model.step_count and len(trace.gap_ns) == model.step_count + 1
+    assert all(start <= end for start, end in trace.steps)
+    assert all(gap >= 0 for gap in trace.gap_ns)
+    assert sum(trace.step_ns) + sum(trace.gap_ns) + (trace.ended - trace.issued) \
+        == trace.total_ns
