@@ -43,6 +43,9 @@ VARIABLES: dict[str, str] = {
     "(default), 256, or auto (LLVM's choice for the processor)",
     "FASTRUN_KEEP_PAGES": "1 (default): a CPU model keeps freed memory mapped for the next "
     "inference (glibc); 0 returns large blocks to the system",
+    "FASTRUN_SHARE_CORES": "1 (default): a CPU model's run uses no more threads than the cores "
+    "other processes leave idle (a parallel region waits for every worker); 0 always uses the "
+    "device's thread count",
     "FASTRUN_BLOCKED_LAYOUT": "1: a CPU model's search may run convolutions in the "
     "channel-blocked layout where that is measured to pay; 0 (default) keeps every step NCHW",
     "FASTRUN_REPLAY": "1 (default): a model on the OpenCL device records its kernel launches "
@@ -141,6 +144,12 @@ def _parse_vector_bits(raw: str) -> str:
 def keep_pages(explicit: bool | None = None) -> bool:
     """Whether a CPU model asks glibc to keep freed pages (see fastrun._memory)."""
     return setting(explicit, "FASTRUN_KEEP_PAGES", True, _parse_switch)
+
+
+def share_cores(explicit: bool | None = None) -> bool:
+    """Whether a CPU model's run leaves the cores other processes use to them
+    (fastrun.devices.cpu_share)."""
+    return setting(explicit, "FASTRUN_SHARE_CORES", True, _parse_switch)
 
 
 def blocked_layout(explicit: bool | None = None) -> bool:

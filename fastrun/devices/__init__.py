@@ -80,6 +80,11 @@ class Device:
     def synchronize(self) -> None:
         """Wait until queued work is done (a no-op for synchronous devices)."""
 
+    def sharing(self) -> contextlib.AbstractContextManager[None]:
+        """Around each model run: adapt to what else the machine runs (the CPU device uses
+        only the cores other processes leave idle).  Nothing by default."""
+        return contextlib.nullcontext()
+
     def measure(self, function: Callable[[], T]) -> tuple[int, T]:
         """Run ``function`` once and return (nanoseconds it took on this device, its value).
 

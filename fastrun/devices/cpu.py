@@ -7,8 +7,11 @@ vector width numba compiles for and numba's threading layer.
 
 from __future__ import annotations
 
+import contextlib
 import functools
+import os
 import platform
+from collections.abc import Iterator
 from importlib.metadata import PackageNotFoundError, version
 
 import numpy as np
@@ -17,6 +20,7 @@ from fastrun import config
 from fastrun._threads import blas_threads, configure_threads, threading_layer
 from fastrun.category import DEVICE, device_text
 from fastrun.devices import Device
+from fastrun.devices.cpu_share import IdleCores, threads_to_use
 
 
 def _package_version(name: str) -> str:
@@ -93,6 +97,10 @@ class CPUDevice(Device):
     def __init__(self, threads: int | None = None):
         configure_threads()  # before the category reads how many threads OpenBLAS has
         self.threads = config.num_threads(threads)
+        #: the cores other processes keep busy (fastrun.devices.cpu_share), made on first use
+        self._idle: IdleCores | None = None
+        #: the thread count the last model run used (see sharing)
+        self.shared_threads = self.threads
 
     @property
     def category(self) -> str:
@@ -105,6 +113,34 @@ class CPUDevice(Device):
         import numba
 
         numba.set_num_threads(min(self.threads, numba.config.NUMBA_NUM_THREADS))
+
+    @contextlib.contextmanager
+    def sharing(self) -> Iterator[None]:
+        """Around a model run: use no more threads than the cores other processes leave idle
+        (``FASTRUN_SHARE_CORES``, default on; :mod:`fastrun.devices.cpu_share`), so that no
+        parallel region waits for workers that have no core; the category's count again
+        after, so that a search in between times at it."""
+        wanted = self._threads_to_share()
+        if wanted == self.threads:
+            yield
+            return
+        import numba
+
+        numba.set_num_threads(min(wanted, numba.config.NUMBA_NUM_THREADS))
+        try:
+            yield
+        finally:
+            numba.set_num_threads(min(self.threads, numba.config.NUMBA_NUM_THREADS))
+
+    def _threads_to_share(self) -> int:
+        if self.threads == 1 or not config.share_cores():
+            return self.threads
+        if self._idle is None:
+            cpus = os.sched_getaffinity(0) if hasattr(os, "sched_getaffinity") else set()
+            self._idle = IdleCores(cpus or set(range(os.cpu_count() or 1)))
+        self.shared_threads = threads_to_use(self.threads, len(self._idle.cpus),
+                                             self._idle.update())
+        return self.shared_threads
 
     @classmethod
     def open(cls, options: str) -> CPUDevice:

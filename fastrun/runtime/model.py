@@ -332,7 +332,8 @@ class Model:
             outputs, _ = plan.run(self._plan_feeds(feeds))
             return dict(zip(self.graph.outputs, outputs, strict=True))
         env = self._start(feeds)
-        self._issue(env)
+        with self.device.sharing():
+            self._issue(env)
         return self._finish(env)
 
     def launch_plan(self) -> Any | None:
@@ -426,13 +427,14 @@ class Model:
         # A device runs queued work asynchronously: wait for each step, so its time is its own.
         sync = self.device.synchronize if self.on_device else _nothing
         steps = []
-        for function, args, out, releases in self._program:
-            started = clock()
-            env[out] = function(*[env[i] for i in args])
-            sync()
-            steps.append((started, clock()))
-            for index in releases:
-                env[index] = None
+        with self.device.sharing():
+            for function, args, out, releases in self._program:
+                started = clock()
+                env[out] = function(*[env[i] for i in args])
+                sync()
+                steps.append((started, clock()))
+                for index in releases:
+                    env[index] = None
         issued = clock()
         outputs = self._finish(env)
         return outputs, RunTrace(began, steps, issued, clock())
@@ -449,7 +451,8 @@ class Model:
             return dict(zip(self.graph.outputs, outputs, strict=True)), issued
         env = self._start(feeds)
         started = time.perf_counter()
-        self._issue(env)
+        with self.device.sharing():
+            self._issue(env)
         issued = time.perf_counter() - started
         return self._finish(env), issued
 
