@@ -275,14 +275,10 @@ def record(payload: Any) -> bytes:
     return RECORD_MAGIC + length + _HEADER_CRC.pack(_checksum(length, data)) + data
 
 
-def new_generation() -> bytes:
-    """The id of a new file: random, so no two files (and no reused inode) share one."""
-    return os.urandom(GENERATION_SIZE)
-
-
-def header(generation_id: bytes | None = None) -> bytes:
-    """A format-3 header naming ``generation_id`` (a new random one by default)."""
-    head = _HEADER.pack(MAGIC, VERSION, 0, generation_id or new_generation())
+def header() -> bytes:
+    """A format-3 header naming a new generation: random, so no two files (and no reused
+    inode) share one."""
+    head = _HEADER.pack(MAGIC, VERSION, 0, os.urandom(GENERATION_SIZE))
     return head + _HEADER_CRC.pack(zlib.crc32(head))
 
 
@@ -321,11 +317,11 @@ def put_record(category: str, key: str, raws: list[RawEntry]) -> bytes:
     return record(["put", _facts(category), key, raws])
 
 
-def snapshot_file(raw: RawCategories, meta: dict[str, Any],
-                  generation_id: bytes | None = None) -> bytes:
-    """A whole format-3 file holding ``raw`` as its snapshot and no log."""
+def snapshot_file(raw: RawCategories, meta: dict[str, Any]) -> bytes:
+    """A whole format-3 file holding ``raw`` as its snapshot and no log, under a new
+    generation."""
     listed = [[_facts(category), keys] for category, keys in raw.items() if keys]
-    return header(generation_id) + record(["snapshot", meta, listed])
+    return header() + record(["snapshot", meta, listed])
 
 
 @contextlib.contextmanager
@@ -483,8 +479,8 @@ def _category_text(facts: Any) -> str:
 
 def read(data: bytes) -> Contents:
     """Decode a whole format-3 file.  :class:`CacheFormatError` when its header is unreadable
-    or when it holds bytes but not one whole record (nothing of it can be trusted); damaged
-    records between whole ones are skipped and listed in ``damage``."""
+    or when not one whole record follows it (nothing of it can be trusted); damaged records
+    between whole ones are skipped and listed in ``damage``."""
     if not data.startswith(MAGIC):
         raise CacheFormatError("no fastrun cache header")
     with _gc_paused():
@@ -498,7 +494,7 @@ def _read(data: bytes, generation_id: bytes) -> Contents:
                                f"{frames.size - HEADER_SIZE} bytes after it are no whole "
                                "record: a snapshot cut short or failing its checksum)")
     contents = Contents(generation=generation_id)
-    if frames.bodies and frames.bodies[0][0] == HEADER_SIZE:
+    if frames.bodies[0][0] == HEADER_SIZE:
         offset, body = frames.bodies.pop(0)
         payload = _unpack(body)
         try:
@@ -507,14 +503,6 @@ def _read(data: bytes, generation_id: bytes) -> Contents:
         except CacheFormatError as problem:
             contents.damage.append(Damage(offset, RECORD_HEADER_SIZE + len(body), str(problem)))
     decode(frames, contents)
-    return contents
-
-
-def read_log(data: bytes, base: int) -> Contents:
-    """Decode put records appended to a format-3 file, ``data`` being the file's bytes from
-    offset ``base`` (a record's beginning): a reader catching up.  Offsets are the file's."""
-    contents = Contents()
-    decode(scan(data, 0, base), contents)
     return contents
 
 

@@ -383,6 +383,9 @@ def _lock_holder(lock_path: str) -> int | None:
     return None
 
 
+#: Puts on their way to the file: (category, key, entries, the entries' raw form) each.
+_Batch = list[tuple[str, str, list[Entry], list[list[Any]]]]
+
 #: The log is folded into a new snapshot once it is larger than this and than the snapshot.
 COMPACT_AFTER_BYTES = 1 << 20
 
@@ -691,8 +694,7 @@ class FileCache:
         if batch:
             self._put_batch(batch, config.cache_lock_timeout())
 
-    def _put_batch(self, batch: list[tuple[str, str, list[Entry], list[list[Any]]]],
-                   timeout: float) -> None:
+    def _put_batch(self, batch: _Batch, timeout: float) -> None:
         # The records are encoded before the lock is taken: under it, only the append.
         records = b"".join(cachefile.put_record(category, key, raws)
                            for category, key, _, raws in batch)
@@ -712,12 +714,11 @@ class FileCache:
             self._apply_batch(batch)
             self._unsaved.extend((category, key, entries) for category, key, entries, _ in batch)
 
-    def _apply_batch(self, batch: list[tuple[str, str, list[Entry], list[list[Any]]]]) -> None:
+    def _apply_batch(self, batch: _Batch) -> None:
         for category, key, _, raws in batch:
             self._apply_raw(category, key, raws, checked=True)
 
-    def _write_batch(self, batch: list[tuple[str, str, list[Entry], list[list[Any]]]],
-                     records: bytes) -> None:
+    def _write_batch(self, batch: _Batch, records: bytes) -> None:
         """Under the file lock: check the file against what was read (its generation, whole
         records up to the end), then append ``records`` there, or write a whole new file where
         there is no format-3 file yet."""

@@ -5,6 +5,7 @@ permissions (root's permission bypass is dropped with ``setpriv``), a real full 
 
 from __future__ import annotations
 
+import contextlib
 import math
 import os
 import shlex
@@ -409,9 +410,10 @@ def test_a_full_disk_keeps_the_search_in_memory(tmp_path: Path) -> None:
     assert read_cache_file(tmp_path / "elsewhere.bin")["c|matmul@1"]["k" * 8000]
 
 
-def test_a_lock_held_by_a_stopped_process_times_out_naming_the_holder(tmp_path: Path) -> None:
-    path = tmp_path / "cache.bin"
-    FileCache(path).put(CATEGORY, "k", [entry()])
+@contextlib.contextmanager
+def _stopped_holder(path: Path, timeout_s: float):
+    """A process that holds the cache's lock, taken with ``filelock`` as an older fastrun
+    takes it, then stops itself (as Ctrl-Z would); the lock timeout is ``timeout_s``."""
     holder = subprocess.Popen([sys.executable, "-c", textwrap.dedent(f"""
         import os, signal, filelock
         lock = filelock.FileLock({str(path) + ".lock"!r})
@@ -421,7 +423,18 @@ def test_a_lock_held_by_a_stopped_process_times_out_naming_the_holder(tmp_path: 
         """)], stdout=subprocess.PIPE, text=True)
     try:
         assert holder.stdout.readline().strip() == "held"
-        os.environ["FASTRUN_CACHE_LOCK_TIMEOUT"] = "0.5"
+        os.environ["FASTRUN_CACHE_LOCK_TIMEOUT"] = str(timeout_s)
+        yield holder
+    finally:
+        os.environ.pop("FASTRUN_CACHE_LOCK_TIMEOUT", None)
+        holder.send_signal(signal.SIGKILL)
+        holder.wait()
+
+
+def test_a_lock_held_by_a_stopped_process_times_out_naming_the_holder(tmp_path: Path) -> None:
+    path = tmp_path / "cache.bin"
+    FileCache(path).put(CATEGORY, "k", [entry()])
+    with _stopped_holder(path, 0.5) as holder:
         cache = FileCache(path)
         started = time.monotonic()
         with pytest.warns(CacheUnwritableWarning) as caught:
@@ -430,10 +443,6 @@ def test_a_lock_held_by_a_stopped_process_times_out_naming_the_holder(tmp_path: 
         message = str(caught[0].message)
         assert f"{path}.lock" in message and f"held by pid {holder.pid}" in message
         assert cache.get(CATEGORY, "new") == [entry()] and cache.unsaved == 1
-    finally:
-        os.environ.pop("FASTRUN_CACHE_LOCK_TIMEOUT", None)
-        holder.send_signal(signal.SIGKILL)
-        holder.wait()
     assert cache.save_unsaved() == str(path)  # the lock is free again: written where it belongs
     assert quiet(path).get(CATEGORY, "new") == [entry()]
 
@@ -443,16 +452,7 @@ def test_a_stuck_lock_costs_one_timeout_and_one_warning_not_two(tmp_path: Path) 
     timeout again (125 s for a one-problem profile) and warn again."""
     path = tmp_path / "cache.bin"
     FileCache(path).put(CATEGORY, "k", [entry()])
-    holder = subprocess.Popen([sys.executable, "-c", textwrap.dedent(f"""
-        import fcntl, os, signal
-        fd = os.open({str(path) + ".lock"!r}, os.O_RDWR)
-        fcntl.flock(fd, fcntl.LOCK_EX)
-        print("held", flush=True)
-        os.kill(os.getpid(), signal.SIGSTOP)
-        """)], stdout=subprocess.PIPE, text=True)
-    try:
-        assert holder.stdout.readline().strip() == "held"
-        os.environ["FASTRUN_CACHE_LOCK_TIMEOUT"] = "4"
+    with _stopped_holder(path, 4):
         cache = FileCache(path)
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
@@ -463,10 +463,6 @@ def test_a_stuck_lock_costs_one_timeout_and_one_warning_not_two(tmp_path: Path) 
         assert retried_s < 3, retried_s  # RETRY_LOCK_TIMEOUT (1 s), not the 4 s timeout again
         assert sum(issubclass(w.category, CacheUnwritableWarning) for w in caught) == 1
         assert cache.unsaved == 1 and "waited" in cache.unwritable
-    finally:
-        os.environ.pop("FASTRUN_CACHE_LOCK_TIMEOUT", None)
-        holder.send_signal(signal.SIGKILL)
-        holder.wait()
 
 
 def test_a_compaction_that_fails_is_said_once_and_retried_when_the_log_doubled(
