@@ -841,9 +841,9 @@ class FileCache:
             return False
         logger.debug("cache file %s was replaced; appending to the new file", self.path)
         self._generation, self._pending, self._stale = generation, [], True
-        first = frames.bodies[0] if frames.bodies else None
-        self._snapshot_bytes = (first[0] + cachefile.RECORD_HEADER_SIZE + len(first[1])
-                                if first and first[0] == cachefile.HEADER_SIZE else 0)
+        offset, body = frames.bodies[0]
+        self._snapshot_bytes = (offset + cachefile.RECORD_HEADER_SIZE + len(body)
+                                if offset == cachefile.HEADER_SIZE else 0)
         self._end = cachefile.HEADER_SIZE
         self._checked(fd, frames)
         return True
