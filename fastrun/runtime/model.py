@@ -332,8 +332,7 @@ class Model:
             outputs, _ = plan.run(self._plan_feeds(feeds))
             return dict(zip(self.graph.outputs, outputs, strict=True))
         env = self._start(feeds)
-        with self.device.sharing():
-            self._issue(env)
+        self._issue(env)
         return self._finish(env)
 
     def launch_plan(self) -> Any | None:
@@ -403,11 +402,13 @@ class Model:
 
     def _issue(self, env: list[Any]) -> None:
         """Every step, in order, on the values in ``env`` (each released after its last
-        reader): on a device, enqueued without waiting."""
-        for function, args, out, releases in self._program:
-            env[out] = function(*[env[i] for i in args])
-            for index in releases:
-                env[index] = None
+        reader): on a device, enqueued without waiting; on a shared CPU, on the cores other
+        processes leave idle (``Device.sharing``)."""
+        with self.device.sharing():
+            for function, args, out, releases in self._program:
+                env[out] = function(*[env[i] for i in args])
+                for index in releases:
+                    env[index] = None
 
     def run_timed(self, feeds: Mapping[str, Any] | None = None,
                   ) -> tuple[dict[str, np.ndarray], list[float]]:
@@ -451,8 +452,7 @@ class Model:
             return dict(zip(self.graph.outputs, outputs, strict=True)), issued
         env = self._start(feeds)
         started = time.perf_counter()
-        with self.device.sharing():
-            self._issue(env)
+        self._issue(env)
         issued = time.perf_counter() - started
         return self._finish(env), issued
 
