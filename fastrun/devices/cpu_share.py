@@ -17,6 +17,7 @@ changes.
 
 from __future__ import annotations
 
+import math
 import os
 import time
 
@@ -81,9 +82,10 @@ class IdleCores:
 
 def threads_to_use(wanted: int, cores: int, others: float | None) -> int:
     """The threads a run may use: ``wanted``, but no more than the cores the others leave idle,
-    and at least one.  A core counts as taken only once the others keep it busy whole (the
-    fraction of a core that daemons use now and then would take a thread away from every run
-    on a quiet machine)."""
+    and at least one.  The others' load is rounded to whole cores: a busy process that competes
+    with this run's threads gets only part of a core (on 2 cores beside 2 threads, about two
+    thirds), so counting only whole cores never saw it; a daemon's occasional fraction of a core
+    stays below one half, and is filtered by the two-interval reading besides."""
     if others is None:
         return wanted
-    return max(1, min(wanted, cores - int(others)))
+    return max(1, min(wanted, cores - math.floor(others + 0.5)))

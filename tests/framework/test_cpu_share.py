@@ -67,10 +67,18 @@ def test_unreadable_files_change_nothing():
     assert threads_to_use(8, 8, None) == 8
 
 
-@pytest.mark.parametrize("others, expected", [(0.0, 16), (0.4, 16), (0.9, 16), (1.2, 15),
-                                              (8.0, 8), (15.7, 1), (16.0, 1), (40.0, 1)])
+@pytest.mark.parametrize("others, expected", [(0.0, 16), (0.4, 16), (0.6, 15), (1.2, 15),
+                                              (8.0, 8), (15.4, 1), (16.0, 1), (40.0, 1)])
 def test_a_run_takes_the_cores_left_idle_and_at_least_one(others, expected):
     assert threads_to_use(16, 16, others) == expected
+
+
+def test_a_busy_process_squeezed_by_the_run_still_takes_its_core():
+    """On 2 cores, beside a run of 2 threads, one busy process gets about two thirds of a
+    core: that is a core taken (counting only whole cores left the run at 2 threads, and under
+    OpenMP every region then waited for a worker without a core)."""
+    assert threads_to_use(2, 2, 2 / 3) == 1
+    assert threads_to_use(2, 2, 0.3) == 2
 
 
 def test_with_every_core_busy_a_run_uses_one_thread_and_the_search_all(monkeypatch):
