@@ -1,41 +1,40 @@
-"""One thread pool for the parallel work, TBB's where it loads; BLAS on the calling thread.
+"""One thread pool for the parallel work, OpenMP's where it loads; BLAS on the calling thread.
 
-numba's threading layer: TBB (the ``tbb`` package, a dependency) rather than OpenMP.  An OpenMP
-parallel region ends at a barrier every worker must reach, so a worker whose core is taken by
-another process (or by the hypervisor) holds up every region for a scheduler slice; TBB's
-scheduler lets the threads that run take all the tasks.  Measured on the 2-core development VM
-with a busy loop pinned to one core, resnet18 at 2 threads: OpenMP 53-54 ms, TBB 16.0-16.5 ms,
-onnxruntime 16.2-16.4; without the busy loop 8.4-8.7 (OpenMP) and 8.5-8.8 ms (TBB) against
-8.0-8.1.  On the 16-core host the same collapse was seen (fastrun 106-115 ms at 16 threads
-while onnxruntime slowed from 4.3 to 8.1 ms).  :func:`threading_layer` picks the layer (a
-``NUMBA_THREADING_LAYER`` the user set wins) and it is part of the CPU device's category.
-Where TBB does not load, OpenMP is kept, with the settings below.
+numba's threading layer: OpenMP (libgomp) first, TBB (the ``tbb`` package, a dependency) where
+OpenMP does not load.  What a layer costs is paid at every parallel region, and a model runs
+one or more per step.  ``benchmarks/bench_scaling.py`` with one variant per layer (same cache,
+same alternation) measures it: on the 16-core Xeon host at 16 threads, batch 1, TBB ran
+resnet18 and mobilenet_v2 1.2-1.7x slower than OpenMP, and an empty region cost 14 us on TBB
+against 7-9 us on OpenMP (``benchmarks/probe_wall_time.py``); TBB also took 15-19 page faults
+per inference where OpenMP took none.  On the 2-core development VM an empty region costs 4.3
+us on TBB and 2.4 us on OpenMP.
+
+OpenMP's weakness is its barrier: a region ends when every worker has reached it, so a worker
+whose core another process holds delays every region by a scheduler slice (resnet18 at 2
+threads beside a busy loop pinned to one core: 53 ms, where TBB, whose idle workers take the
+remaining tasks, ran 16 ms).  A model run avoids that by using only the cores other processes
+leave idle (``fastrun.devices.cpu_share``), so the barrier waits for no descheduled worker.
+:func:`threading_layer` picks the layer (a ``NUMBA_THREADING_LAYER`` the user set wins), before
+numba starts its pool, and the layer is part of the CPU device's category.
 
 Fast Run rests on one premise: an algorithm's time does not depend on what ran before it.  Two
-thread pools could share the cores here, numba's (OpenMP layer) and OpenBLAS's, and on a
-2-core machine they fight: a pool that busy-waits after its work takes the core the other one
-needs next.  Measured on the 2-core development VM (``docs/performance.md``, "Thread pools"):
+thread pools could share the cores here, numba's and OpenBLAS's, and on a small machine they
+fight: a pool that busy-waits after its work takes the core the other one needs next (on the
+2-core VM, numba's workers spinning made the next multi-threaded sgemm 4x slower, and
+OpenBLAS's made a numba kernel wait a scheduler slice; ``docs/performance.md``, "Thread
+pools").  So the defaults make numba's pool the only parallel one, and keep it awake between
+kernels:
 
-* numba's OpenMP workers spinning after a parallel region made the next multi-threaded sgemm
-  (100x300x70) run 4x slower (30 us -> 118 us, up to 567 us), and OpenBLAS's workers spinning
-  after a call (2^28 cycles, ~0.1 s, by default) made a numba kernel started in that window
-  wait a scheduler slice (2-8 ms instead of ~150 us).
-* Letting numba's workers *sleep* after every region (``OMP_WAIT_POLICY=passive``, the
-  earlier default) avoids the fight but makes every parallel region wake a halted vCPU: about
-  25-35 us per region on the VM (a tiny ``implicit_gemm`` call, two regions: 83 us asleep, 11
-  us spinning), and a model runs ~50 regions per inference.  Under load from other tenants the
-  wake-ups got worse, and fastrun kept only 1.2x of its second core where onnxruntime kept
-  1.95x.
-
-So the defaults make numba's pool the only parallel one and keep it awake briefly:
-
-* ``GOMP_SPINCOUNT=20000``: numba's workers spin ~1 ms after a region before sleeping, long
-  enough to bridge the Python between one step's kernels and the next step's;
+* ``GOMP_SPINCOUNT=300000`` (libgomp's own default when no wait policy is set, stated so that
+  it holds whatever else the user sets): numba's workers spin after a region before sleeping
+  (9-14 ms of CPU time per worker on the 2-core VM), which bridges the Python between one
+  step's kernels and the next step's.  A worker asleep costs a wake-up at every region; on
+  the 16-core host 20,000 spins ran mobilenet_v2 1.06-1.14x slower than 300,000 or more
+  (``bench_scaling``, same alternation), and 2,000,000 gained nothing over 300,000.
 * ``OPENBLAS_NUM_THREADS=1``: OpenBLAS runs on the calling thread, so it never waits for or
-  competes with numba's workers; products that pay for two threads have algorithms on numba's
+  competes with numba's workers; products that pay for more threads have algorithms on numba's
   pool (``blas_split``: one OpenBLAS call per worker; ``register_tiled``, ``blocked``), and Fast
-  Run measures which wins.  ResNet-18 end to end
-  went from 25.3-26.4 to 18.7-22.1 ms (5 of 5 alternated runs), onnxruntime at 17.9-19.2;
+  Run measures which wins.
 * ``OPENBLAS_THREAD_TIMEOUT=20`` (~0.4 ms of spinning instead of ~0.1 s) for a user who gives
   OpenBLAS more threads.
 
@@ -62,7 +61,7 @@ from fastrun import openblas
 
 #: variable -> (default, other variables whose presence means the user already decided)
 DEFAULTS = {
-    "GOMP_SPINCOUNT": ("20000", ("OMP_WAIT_POLICY",)),
+    "GOMP_SPINCOUNT": ("300000", ("OMP_WAIT_POLICY",)),
     "OPENBLAS_NUM_THREADS": ("1", ("OMP_NUM_THREADS", "GOTO_NUM_THREADS")),
     "OPENBLAS_THREAD_TIMEOUT": ("20", ()),
 }
@@ -98,19 +97,23 @@ def blas_threads() -> int:
 
 @functools.cache
 def threading_layer() -> str:
-    """The threading layer numba's parallel kernels use in this process: ``tbb`` where TBB
-    loads, else ``omp``, else ``workqueue`` (numba's own order), or what the user set in
-    ``NUMBA_THREADING_LAYER`` (a layer, or a property such as ``forksafe`` for numba to
-    resolve).  Set in numba's configuration here, before its first parallel
-    kernel runs, so that the layer the CPU category names is the one that runs."""
+    """The threading layer numba's parallel kernels use in this process: ``omp`` where
+    OpenMP loads, else ``tbb``, else ``workqueue`` (see the module docstring for why OpenMP
+    first), or what the user set in ``NUMBA_THREADING_LAYER`` (a layer, or a property such as
+    ``forksafe`` for numba to resolve).  Set in numba's configuration here, before its first
+    parallel kernel runs (``CPUDevice`` calls this before it starts numba's pool), so that the
+    layer the CPU category names is the one that runs."""
     import numba
 
     chosen = os.environ.get("NUMBA_THREADING_LAYER", "default").strip().lower() or "default"
-    if chosen in ("default", "tbb", "safe", "threadsafe"):
+    if chosen in ("tbb", "safe", "threadsafe", "forksafe"):
         _preload_tbb()
     if chosen == "default":
-        chosen = next((layer for layer, module in (("tbb", "tbbpool"), ("omp", "omppool"))
-                       if _loads(f"numba.np.ufunc.{module}")), "workqueue")
+        if _loads("numba.np.ufunc.omppool"):
+            chosen = "omp"
+        else:
+            _preload_tbb()
+            chosen = "tbb" if _loads("numba.np.ufunc.tbbpool") else "workqueue"
         numba.config.THREADING_LAYER = chosen
     return chosen
 

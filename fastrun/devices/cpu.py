@@ -96,6 +96,9 @@ class CPUDevice(Device):
 
     def __init__(self, threads: int | None = None):
         configure_threads()  # before the category reads how many threads OpenBLAS has
+        # Before numba starts its pool (activate): without this, numba's own choice ran where
+        # TBB's library is not on the loader's path (OpenMP), while the category named TBB.
+        threading_layer()
         self.threads = config.num_threads(threads)
         #: the cores other processes keep busy (fastrun.devices.cpu_share), made on first use
         self._idle: IdleCores | None = None

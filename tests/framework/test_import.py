@@ -79,7 +79,7 @@ def test_a_cpu_device_makes_numba_the_one_spinning_pool_but_keeps_the_users_choi
     """configure_threads, which creating a CPU device (every session, every command) calls."""
     got = _environment_after_import()
     assert (got["GOMP_SPINCOUNT"], got["OPENBLAS_NUM_THREADS"],
-            got["OPENBLAS_THREAD_TIMEOUT"]) == ("20000", "1", "20")
+            got["OPENBLAS_THREAD_TIMEOUT"]) == ("300000", "1", "20")
     assert got["OMP_WAIT_POLICY"] is None and "blas_threads=1;" in got["category"]
     # a value the user set is kept
     got = _environment_after_import(OPENBLAS_THREAD_TIMEOUT="28", GOMP_SPINCOUNT="0")
@@ -150,20 +150,28 @@ def test_a_cpu_model_keeps_freed_pages_for_the_next_inference_unless_told_not_to
     assert max(_faults_of_reusing_a_48mb_block("assert _memory.keep_freed_pages()")) < pages // 100
 
 
-def _layer_after_a_parallel_kernel(**given: str) -> tuple[str, str]:
-    """(the category's layer fact, numba's threading layer after a parallel kernel ran)."""
+def _layer_after_a_parallel_kernel(activate_first: bool = False, **given: str
+                                   ) -> tuple[str, str]:
+    """(the category's layer fact, numba's threading layer after a parallel kernel ran); with
+    ``activate_first``, the device starts numba's pool before anything reads its category, as
+    a session does."""
+    start = "device.activate(); " if activate_first else ""
     return tuple(_json_after_import(
         "import numba, numpy as np; from fastrun.devices.cpu import CPUDevice; "
-        "category = CPUDevice(2).category; "
+        f"device = CPUDevice(2); {start}"
         "kernel = numba.njit(parallel=True)(lambda x: sum([x[i] for i in numba.prange(4)])); "
-        "kernel(np.ones(4)); "
+        "kernel(np.ones(4)); category = device.category; "
         "print(json.dumps([category.rsplit(';', 1)[1], numba.threading_layer()]))",
         ("NUMBA_THREADING_LAYER",), **given))
 
 
 def test_numba_runs_on_the_threading_layer_the_category_names():
-    """TBB, a dependency (its regions do not wait for a worker whose core is taken, see
-    fastrun/_threads.py), found where pip put it without any loader path set; a layer the user
-    chose is kept and named."""
-    assert _layer_after_a_parallel_kernel() == ("layer=tbb", "tbb")
+    """OpenMP by default (its regions cost less, see fastrun/_threads.py); TBB, where the user
+    asks for it, found where pip put it without any loader path set; a layer the user chose is
+    kept and named.  A session starts numba's pool before it reads the category: the layer
+    is decided first even then (it once ran OpenMP under a category that named TBB)."""
+    assert _layer_after_a_parallel_kernel() == ("layer=omp", "omp")
+    assert _layer_after_a_parallel_kernel(activate_first=True) == ("layer=omp", "omp")
+    assert _layer_after_a_parallel_kernel(True, NUMBA_THREADING_LAYER="tbb") == ("layer=tbb",
+                                                                                "tbb")
     assert _layer_after_a_parallel_kernel(NUMBA_THREADING_LAYER="omp") == ("layer=omp", "omp")
