@@ -247,3 +247,31 @@ def paired_ratio(samples: dict[str, list[float]], numerator: str, denominator: s
     """
     return statistics.median(a / b for a, b in zip(samples[numerator], samples[denominator],
                                                    strict=True))
+
+
+def empty_region_us(threads: int, idle_us: float = 0.0, calls: int = 2000) -> float:
+    """The median cost of an empty parallel region of numba's pool at ``threads``, each call
+    after ``idle_us`` of busy-waiting on the calling thread (0: back to back; longer gaps let
+    the pool's workers go to sleep): the floor of every parallel step."""
+    import numba
+    import numpy as np
+
+    @numba.njit(parallel=True)
+    def touch(out):
+        for i in numba.prange(out.size):
+            out[i] += 1.0
+
+    out = np.zeros(threads * 16, np.float32)
+    numba.set_num_threads(threads)
+    for _ in range(100):
+        touch(out)
+    idle_ns = int(idle_us * 1e3)
+    times = []
+    for _ in range(calls):
+        deadline = time.perf_counter_ns() + idle_ns
+        while time.perf_counter_ns() < deadline:
+            pass
+        started = time.perf_counter_ns()
+        touch(out)
+        times.append(time.perf_counter_ns() - started)
+    return statistics.median(times) * 1e-3

@@ -28,9 +28,9 @@ import os
 import resource
 import statistics
 import tempfile
-import time
 
 from benchmarks._common import (
+    empty_region_us,
     fastrun_search,
     header,
     ort_steady_loop,
@@ -84,32 +84,8 @@ def worker_trace(args: argparse.Namespace) -> dict:
 def _empty_region(threads: int) -> dict:
     """What an empty parallel region of numba's pool costs: back to back, and after an idle
     gap of 50 us (the pool's workers may have gone to sleep)."""
-    import numba
-    import numpy as np
-
-    @numba.njit(parallel=True)
-    def touch(out):
-        for i in numba.prange(out.size):
-            out[i] += 1.0
-
-    out = np.zeros(threads * 16, np.float32)
-    numba.set_num_threads(threads)
-    for _ in range(100):
-        touch(out)
-    hot = []
-    for _ in range(2000):
-        started = time.perf_counter_ns()
-        touch(out)
-        hot.append(time.perf_counter_ns() - started)
-    idle = []
-    for _ in range(500):
-        deadline = time.perf_counter_ns() + 50_000
-        while time.perf_counter_ns() < deadline:
-            pass
-        started = time.perf_counter_ns()
-        touch(out)
-        idle.append(time.perf_counter_ns() - started)
-    return {"region_hot_us": _median(hot) * 1e-3, "region_after_idle_us": _median(idle) * 1e-3}
+    return {"region_hot_us": empty_region_us(threads),
+            "region_after_idle_us": empty_region_us(threads, idle_us=50, calls=500)}
 
 
 def worker_search(args: argparse.Namespace) -> dict:

@@ -4,7 +4,7 @@ numba's threading layer: OpenMP (libgomp) first, TBB (the ``tbb`` package, a dep
 OpenMP does not load.  What a layer costs is paid at every parallel region, and a model runs
 one or more per step.  ``benchmarks/bench_scaling.py`` with one variant per layer (same cache,
 same alternation) measures it: on the 16-core Xeon host at 16 threads, batch 1, TBB ran
-resnet18 and mobilenet_v2 1.2-1.7x slower than OpenMP, and an empty region cost 14 us on TBB
+resnet18 and mobilenet_v2 1.2-1.8x slower than OpenMP, and an empty region cost 14 us on TBB
 against 7-9 us on OpenMP (``benchmarks/probe_wall_time.py``); TBB also took 15-19 page faults
 per inference where OpenMP took none.  On the 2-core development VM an empty region costs 4.3
 us on TBB and 2.4 us on OpenMP.
@@ -27,10 +27,11 @@ kernels:
 
 * ``GOMP_SPINCOUNT=300000`` (libgomp's own default when no wait policy is set, stated so that
   it holds whatever else the user sets): numba's workers spin after a region before sleeping
-  (9-14 ms of CPU time per worker on the 2-core VM), which bridges the Python between one
-  step's kernels and the next step's.  A worker asleep costs a wake-up at every region; on
-  the 16-core host 20,000 spins ran mobilenet_v2 1.06-1.14x slower than 300,000 or more
-  (``bench_scaling``, same alternation), and 2,000,000 gained nothing over 300,000.
+  (9-14 ms of CPU time per worker on the 2-core VM), so the regions of an inference, and of
+  inferences that follow each other within that time, find them awake.  In a tight loop on
+  the 16-core host, 20,000, 300,000 and 2,000,000 spins were within the processes' spread of
+  each other (mobilenet_v2 medians: 20,000 at 3.26 and 2.90 ms in two calls, 300,000 at 2.73,
+  2,000,000 at 2.87 and 2.91; ``bench_scaling`` with one variant per setting).
 * ``OPENBLAS_NUM_THREADS=1``: OpenBLAS runs on the calling thread, so it never waits for or
   competes with numba's workers; products that pay for more threads have algorithms on numba's
   pool (``blas_split``: one OpenBLAS call per worker; ``register_tiled``, ``blocked``), and Fast
