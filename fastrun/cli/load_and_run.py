@@ -276,6 +276,7 @@ def run(args: argparse.Namespace) -> int:
         print(_node_table(model, step_times))
         print()
     decided = stats.cache_hits + stats.heuristic + stats.profiled + stats.nearest
+    plan = model.layout_plan
     summary: dict[str, Any] = {
         "model": args.model,
         "inputs": {name: list(v.shape) for name, v in model.inputs.items()},
@@ -291,8 +292,9 @@ def run(args: argparse.Namespace) -> int:
         "nearest": stats.nearest,
         "heuristic": stats.heuristic,
         "single_choice": stats.single,
-        "blocked_steps": model.layout_plan.blocked_steps if model.layout_plan else 0,
-        "layout_conversions": model.layout_plan.reorders if model.layout_plan else 0,
+        "blocked_steps": plan.blocked_steps if plan and plan.kept else 0,
+        "layout_conversions": plan.reorders if plan and plan.kept else 0,
+        "layout_check": plan.end_to_end if plan else "",
         "launches": model.replay_note if model.on_device else None,
         "iterations": len(totals),
         "iter_ms_median": float(np.median(totals) * 1e3),
@@ -315,9 +317,11 @@ def run(args: argparse.Namespace) -> int:
           f"{stats.cache_hits} cache hit(s), "
           + (f"{stats.nearest} from the nearest measured problem, " if stats.nearest else "")
           + f"{stats.heuristic} heuristic, {stats.single} with a single algorithm")
-    if model.layout_plan is not None and model.layout_plan.blocked_steps:
-        print(f"layout     {model.layout_plan.blocked_steps} step(s) in nchw16c, "
-              f"{model.layout_plan.reorders} conversion(s)")
+    if plan is not None and plan.blocked_steps:
+        kept = (f"{plan.blocked_steps} step(s) in nchw16c, {plan.reorders} conversion(s)"
+                if plan.kept else f"all NCHW (a plan of {plan.blocked_steps} blocked step(s) "
+                "was slower end to end)")
+        print(f"layout     {kept}" + (f"; {plan.end_to_end}" if plan.end_to_end else ""))
     if model.on_device:
         print(f"launches   {model.replay_note or 'issued step by step'}")
     print(f"run        {len(totals)} iteration(s): median {summary['iter_ms_median']:.3f} ms, "

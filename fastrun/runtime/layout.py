@@ -99,6 +99,11 @@ class LayoutPlan:
     #: the summed estimated seconds of the capable steps and conversions, all NCHW and chosen
     nchw_s: float = 0.0
     chosen_s: float = 0.0
+    #: whether the model runs this plan: False when whole inferences all in NCHW were faster
+    #: (``fastrun/runtime/layout_check.py``)
+    kept: bool = True
+    #: what the end-to-end check found, for reports ("" when there was nothing to check)
+    end_to_end: str = ""
 
 
 def supported(session: Session) -> bool:

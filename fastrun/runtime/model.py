@@ -17,9 +17,11 @@ other (view steps reshape and cast them on the device: its backend's ``view_func
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import functools
 import logging
 import math
+import statistics
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -36,7 +38,7 @@ from fastrun.core.reasons import Source
 from fastrun.core.strategy import SearchOptions, Strategy
 from fastrun.devices import UnreplayableError, get_device
 from fastrun.operator import Problem, random_values
-from fastrun.runtime import fusion, layout
+from fastrun.runtime import fusion, layout, layout_check
 from fastrun.runtime.errors import DeviceUnsupportedError, ModelError
 from fastrun.runtime.graph import Graph, from_onnx
 from fastrun.runtime.lowering import Step, Value, lower
@@ -152,11 +154,30 @@ class Model:
             return self.reports
         if self.on_device:
             self._check_device_kind()
+        # the model all in NCHW, kept while a blocked plan is checked end to end
+        nchw: tuple[list[Step], list[Value]] | None = None
+        if self.blocked_layout and self.layout_plan is None:
+            # copies: the layout choice rewrites the steps it blocks in place
+            nchw = ([dataclasses.replace(step, inputs=list(step.inputs), params=dict(step.params),
+                                         notes=list(step.notes)) for step in self.steps],
+                    list(self.outputs))
+            self._choose_layouts()
+            if not self.layout_plan.blocked_steps:
+                nchw = None
+        in_context = self.session.chooser.options.strategy.profiles
+        reports, calls = self._decide_steps(in_context)
+        self._compile(calls)
+        self.reports = reports
+        if nchw is not None:
+            self._check_layout_plan(*nchw)
+        self.launch_plan()
+        return self.reports
+
+    def _decide_steps(self, in_context: bool) -> tuple[list[StepReport], dict[int, PreparedCall]]:
+        """Each step's decision and prepared call; ``in_context``: the model is executed step
+        by step while it is searched (see :meth:`search`)."""
         chooser = self.session.chooser
         progress = chooser.profiler.progress
-        if self.blocked_layout and self.layout_plan is None:
-            self._choose_layouts()
-        in_context = chooser.options.strategy.profiles
         total = sum(1 for step in self.steps if step.problem is not None)
         runner = _StepRunner(self) if in_context else None
         reports, calls = [], {}
@@ -190,10 +211,54 @@ class Model:
             finally:
                 if progress is not None:
                     progress.job_end()
-        self._compile(calls)
-        self.reports = reports
-        self.launch_plan()
-        return reports
+        return reports, calls
+
+    def _check_layout_plan(self, nchw_steps: list[Step], nchw_outputs: list[Value]) -> None:
+        """Keep the blocked plan only if whole inferences run faster with it than all in NCHW
+        (``fastrun/runtime/layout_check.py``): the decision cached is repeated; without one,
+        a search times both programs and caches the result, a run that may not time keeps
+        the estimated plan."""
+        plan = self.layout_plan
+        key = layout_check.plan_key(nchw_steps)
+        cached = layout_check.cached_choice(self.session, key)
+        if cached is None and not self.session.chooser.options.strategy.profiles:
+            plan.end_to_end = "not checked (no decision in the cache, nothing may be timed)"
+            return
+        blocked = (self.steps, self.outputs, self.reports, self._program_state())
+        self.steps, self.outputs = nchw_steps, nchw_outputs
+        nchw_reports, nchw_calls = self._decide_steps(in_context=False)
+        self._compile(nchw_calls)
+        self.reports = nchw_reports
+        nchw = (self.steps, self.outputs, self.reports, self._program_state())
+        programs = {layout_check.BLOCKED: blocked, layout_check.NCHW: nchw}
+        if cached is not None:
+            choice, seconds = cached
+            plan.end_to_end = f"{choice} kept, from the cache ({seconds * 1e3:.3f} ms)"
+        else:
+            feeds = self.random_inputs(seed=0)
+
+            def runner(state: tuple) -> Callable[[], object]:
+                def run() -> object:
+                    self._set_program_state(state[3])
+                    return self.run(feeds)
+                return run
+            medians = layout_check.time_plans({name: runner(state)
+                                               for name, state in programs.items()})
+            layout_check.store(self.session, key, medians)
+            choice = layout_check.decide(medians)
+            plan.end_to_end = (f"{choice} kept: blocked plan {_ms(medians['nchw16c'])}, "
+                               f"NCHW {_ms(medians['nchw'])} (median of "
+                               f"{layout_check.ROUNDS} alternating rounds)")
+        log.info("layouts: %s", plan.end_to_end)
+        plan.kept = choice == layout_check.BLOCKED
+        self.steps, self.outputs, self.reports, state = programs[choice]
+        self._set_program_state(state)
+
+    def _program_state(self) -> tuple:
+        return self._program, self._template, self._input_slots, self._output_slots
+
+    def _set_program_state(self, state: tuple) -> None:
+        self._program, self._template, self._input_slots, self._output_slots = state
 
     def _choose_layouts(self) -> None:
         """Decide which steps compute in the blocked layout (each conv decided in both
@@ -538,6 +603,10 @@ class Model:
     def __repr__(self) -> str:
         shapes = ", ".join(f"{n}: {v.dtype}{list(v.shape)}" for n, v in self.inputs.items())
         return f"<fastrun Model {self.graph.name!r} ({shapes}), {len(self.steps)} steps>"
+
+
+def _ms(seconds: Sequence[float]) -> str:
+    return f"{statistics.median(seconds) * 1e3:.3f} ms"
 
 
 def _nothing() -> None:

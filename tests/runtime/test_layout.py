@@ -10,7 +10,7 @@ import pytest
 
 import fastrun
 from fastrun.cache import FileCache, InMemoryCache
-from fastrun.runtime import layout, load
+from fastrun.runtime import layout, layout_check, load
 from tests.runtime import _models
 from tests.runtime.test_runtime import FAST, assert_matches_onnxruntime, heuristic_session
 
@@ -190,3 +190,95 @@ def test_a_model_served_from_neighbours_plans_its_layouts_with_carried_times(mon
     conv_times = [time for problem, time in asked if problem.operator == "conv"]
     assert conv_times and None not in conv_times
     assert serving.chooser.stats.nearest > 0 and serving.chooser.stats.profiled == 0
+
+
+# -- the plan checked end to end (fastrun/runtime/layout_check.py) ----------------------------
+
+def _all_blocked_choice(monkeypatch):
+    """The layout choice blocks every capable conv, whatever the search measured, so that the
+    end-to-end check has a plan to judge."""
+    real = layout.choose_layouts
+    monkeypatch.setattr(layout, "choose_layouts",
+                        lambda steps, outputs, session, decide: real(steps, outputs, session,
+                                                                     _times()))
+
+
+def _timed_plans(monkeypatch, blocked_ms: float, nchw_ms: float) -> list[set[str]]:
+    """Replaces the timing of whole inferences by fixed medians (each plan is still run
+    once, so a program that fails would show); returns the plan names each call timed."""
+    calls = []
+
+    def time_plans(plans, rounds=layout_check.ROUNDS, runs=layout_check.RUNS):
+        calls.append(set(plans))
+        for run in plans.values():
+            run()
+        return {layout_check.BLOCKED: [blocked_ms * 1e-3] * rounds,
+                layout_check.NCHW: [nchw_ms * 1e-3] * rounds}
+    monkeypatch.setattr(layout_check, "time_plans", time_plans)
+    return calls
+
+
+def _search(path, strategy="fast-run"):
+    options = FAST if strategy == "fast-run" else {"progress": False}
+    session = fastrun.session(cache=FileCache(path), strategy=strategy, **options)
+    model = load(_models.layout_mix(size=12), session, weight_preprocess=True,
+                 blocked_layout=True)
+    model.search()
+    return session, model
+
+
+def test_a_blocked_plan_slower_end_to_end_gives_way_to_nchw_and_the_cache_remembers(
+        monkeypatch, tmp_path):
+    _all_blocked_choice(monkeypatch)
+    timed = _timed_plans(monkeypatch, blocked_ms=2.0, nchw_ms=1.0)
+    path = tmp_path / "cache.bin"
+    _, model = _search(path)
+    assert timed == [{"nchw16c", "nchw"}]
+    assert not model.layout_plan.kept and model.layout_plan.blocked_steps > 0
+    assert "nchw kept" in model.layout_plan.end_to_end
+    assert set(_layouts(model).values()) == {"nchw"} and not _reorders(model)
+    assert_matches_onnxruntime(_models.layout_mix(size=12), model, model.random_inputs())
+    # a later run from the cache alone repeats the decision, timing nothing
+    session, replayed = _search(path, strategy="heuristic")
+    assert timed == [{"nchw16c", "nchw"}] and session.chooser.stats.profiled == 0
+    assert not replayed.layout_plan.kept and "from the cache" in replayed.layout_plan.end_to_end
+    assert set(_layouts(replayed).values()) == {"nchw"}
+
+
+def test_a_blocked_plan_faster_end_to_end_is_kept(monkeypatch, tmp_path):
+    _all_blocked_choice(monkeypatch)
+    _timed_plans(monkeypatch, blocked_ms=1.0, nchw_ms=2.0)
+    _, model = _search(tmp_path / "cache.bin")
+    assert model.layout_plan.kept and "nchw16c kept" in model.layout_plan.end_to_end
+    assert "nchw16c" in _layouts(model).values() and _reorders(model)
+    assert_matches_onnxruntime(_models.layout_mix(size=12), model, model.random_inputs())
+    entries = FileCache(tmp_path / "cache.bin").get(layout_check.category(model.session),
+                                                     layout_check.plan_key(
+                                                         _nchw_steps_of(model)))
+    assert entries and min(entries, key=lambda e: e.time_s).algorithm == "nchw16c"
+
+
+def _nchw_steps_of(model):
+    """The NCHW steps of ``model``'s graph, as a model without the blocked layout lowers them."""
+    plain = load(_models.layout_mix(size=12), heuristic_session(), weight_preprocess=True,
+                 blocked_layout=False)
+    return plain.steps
+
+
+def test_a_run_that_may_not_time_and_finds_no_decision_keeps_the_estimated_plan(monkeypatch):
+    _all_blocked_choice(monkeypatch)
+    timed = _timed_plans(monkeypatch, blocked_ms=2.0, nchw_ms=1.0)
+    model = load(_models.layout_mix(size=12), heuristic_session(), weight_preprocess=True,
+                 blocked_layout=True)
+    model.search()
+    assert timed == [] and model.layout_plan.kept
+    assert "not checked" in model.layout_plan.end_to_end
+    assert "nchw16c" in _layouts(model).values()
+
+
+def test_whole_inferences_alternate_between_the_plans():
+    order = []
+    medians = layout_check.time_plans({"a": lambda: order.append("a"),
+                                       "b": lambda: order.append("b")}, rounds=2, runs=1)
+    assert order == ["a", "a", "b", "b", "b", "b", "a", "a"]
+    assert set(medians) == {"a", "b"} and all(len(v) == 2 for v in medians.values())
