@@ -49,8 +49,8 @@ BLOCKED = "nchw16c"
 LANES = 16
 
 #: Operators computed value by value, whatever the order of the channels.
-TRANSPARENT = frozenset({"relu", "clip", "sigmoid", "tanh", "leaky_relu", "add", "add_relu",
-                         "sub", "mul"})
+TRANSPARENT = frozenset({"relu", "clip", "sigmoid", "tanh", "leaky_relu", "hard_sigmoid",
+                         "hard_swish", "add", "add_relu", "sub", "mul"})
 
 
 #: The share of the changed convs' NCHW time a layout change must gain to be kept.

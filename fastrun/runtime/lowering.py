@@ -407,7 +407,7 @@ def _sum(b: Builder, node: Node, ins: list[Value | None]) -> list[Value | None]:
 
 
 # -- activations ------------------------------------------------------------------------------
-_UNARY = {"Relu": "relu", "Sigmoid": "sigmoid", "Tanh": "tanh"}
+_UNARY = {"Relu": "relu", "Sigmoid": "sigmoid", "Tanh": "tanh", "HardSwish": "hard_swish"}
 
 
 @lowers(*_UNARY)
@@ -418,6 +418,12 @@ def _unary(b: Builder, node: Node, ins: list[Value | None]) -> list[Value | None
 @lowers("LeakyRelu")
 def _leaky_relu(b: Builder, node: Node, ins: list[Value | None]) -> list[Value | None]:
     return [b.op("leaky_relu", [ins[0]], alpha=float(node.attr("alpha", 0.01)))]
+
+
+@lowers("HardSigmoid")
+def _hard_sigmoid(b: Builder, node: Node, ins: list[Value | None]) -> list[Value | None]:
+    return [b.op("hard_sigmoid", [ins[0]], alpha=float(node.attr("alpha", 0.2)),
+                 beta=float(node.attr("beta", 0.5)))]
 
 
 @lowers("Clip")

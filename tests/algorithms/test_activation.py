@@ -1,4 +1,5 @@
-"""The activation operators (relu, leaky_relu, clip, sigmoid, tanh, softmax, batch_norm):
+"""The activation operators (relu, leaky_relu, clip, sigmoid, tanh, hard_sigmoid, hard_swish,
+softmax, batch_norm):
 every registered algorithm against its operator's reference on random shapes, values and
 parameters, against the ONNX specification's own examples, and the operators' contract with the
 ONNX runtime: canonical keys, clear errors, the heuristic order.
@@ -36,10 +37,11 @@ from tests.algorithms._helpers import (
 from tests.onnx_cases import node_attributes, node_cases
 
 REGISTRY = cpu_registry(activation)
-OP_NAMES = ["relu", "leaky_relu", "clip", "sigmoid", "tanh", "softmax", "batch_norm"]
+OP_NAMES = ["relu", "leaky_relu", "clip", "sigmoid", "tanh", "hard_sigmoid", "hard_swish",
+            "softmax", "batch_norm"]
 CASES = [(name, algorithm) for name in OP_NAMES for algorithm in REGISTRY.algorithms(name)]
 CASE_IDS = [f"{name}-{algorithm.desc.name}" for name, algorithm in CASES]
-PARALLEL_OPS = ("relu", "leaky_relu", "clip", "sigmoid")
+PARALLEL_OPS = ("relu", "leaky_relu", "clip", "sigmoid", "hard_sigmoid", "hard_swish")
 
 
 # -- the ONNX specification's examples (shared with test_tensor) ---------------------------------
@@ -78,7 +80,8 @@ def _activation_mapping(op_type: str, node: onnx.NodeProto, inputs: list, output
         tensors, params = split_inputs(node, inputs, {1: "min", 2: "max"})
         return "clip", tensors, {**attrs, **params}
     operator = {"Relu": "relu", "LeakyRelu": "leaky_relu", "Sigmoid": "sigmoid",
-                "Tanh": "tanh", "Softmax": "softmax", "BatchNormalization": "batch_norm"}
+                "Tanh": "tanh", "HardSigmoid": "hard_sigmoid", "HardSwish": "hard_swish",
+                "Softmax": "softmax", "BatchNormalization": "batch_norm"}
     return operator[op_type], inputs, attrs
 
 
@@ -88,8 +91,8 @@ def _params_of_cases(op_types: list[str], mapping: Callable) -> Iterator:
             yield pytest.param(op_type, node, inputs, outputs, mapping, id=name)
 
 
-ONNX_OP_TYPES = ["Relu", "LeakyRelu", "Clip", "Sigmoid", "Tanh", "Softmax",
-                 "BatchNormalization"]
+ONNX_OP_TYPES = ["Relu", "LeakyRelu", "Clip", "Sigmoid", "Tanh", "HardSigmoid", "HardSwish",
+                 "Softmax", "BatchNormalization"]
 ONNX_CASES = list(_params_of_cases(ONNX_OP_TYPES, _activation_mapping))
 
 
@@ -167,6 +170,9 @@ def draw_problem(op: str, algorithm: Algorithm, data: st.DataObject
     params: dict[str, Any] = {}
     if op == "leaky_relu":
         params["alpha"] = data.draw(st.sampled_from([None, 0.01, 0.2, 1.0, 1.5, -0.5, 0.0]))
+    elif op == "hard_sigmoid":
+        params["alpha"] = data.draw(st.sampled_from([None, 0.2, 1 / 6, -0.5, 0.0]))
+        params["beta"] = data.draw(st.sampled_from([None, 0.5, 0.0, 1.25]))
     elif op == "clip":
         bound = st.one_of(st.none(), st.integers(-5, 5).map(float))
         params["min"], params["max"] = data.draw(bound), data.draw(bound)
@@ -277,6 +283,9 @@ def test_elementwise_values() -> None:
         "clip": ({"min": -1.0, "max": 1.0}, [-1, -0.5, 0, 0.5, 1, np.nan, -1, 1]),
         "sigmoid": ({}, [0.11920292, 0.37754067, 0.5, 0.62245933, 0.95257413, np.nan, 0, 1]),
         "tanh": ({}, [-0.96402758, -0.46211716, 0, 0.46211716, 0.99505475, np.nan, -1, 1]),
+        "hard_sigmoid": ({}, [0.1, 0.4, 0.5, 0.6, 1, np.nan, 0, 1]),
+        "hard_swish": ({}, [-1 / 3, -0.5 * 5 / 12, 0, 0.5 * 7 / 12, 3, np.nan, np.nan,
+                            np.inf]),
     }
     for op, (params, values) in expected.items():
         for out in _run_all(op, [x], **params):

@@ -169,7 +169,8 @@ def _activation_input(shape, dtype, rng):
 @pytest.mark.parametrize("op, params", [
     ("relu", {}), ("leaky_relu", {"alpha": 0.2}), ("leaky_relu", {"alpha": -1.5}),
     ("clip", {"min": -1.0, "max": 2.0}), ("clip", {"max": 0.5}), ("clip", {"min": 1, "max": -1}),
-    ("sigmoid", {}), ("tanh", {})])
+    ("sigmoid", {}), ("tanh", {}), ("hard_sigmoid", {}),
+    ("hard_sigmoid", {"alpha": -0.5, "beta": 1.25}), ("hard_swish", {})])
 def test_unary(device, op, params):
     operator = REGISTRY.operator(op)
     rng = np.random.default_rng(1)

@@ -113,3 +113,29 @@ def layout_mix(size: int = 9) -> onnx.ModelProto:
     flat = w.node("Flatten", [gap], "flat")
     w.node("Gemm", [flat, w.weight("fc", (5, 24)), w.weight("fcb", (5,))], "y", transB=1)
     return w.model((1, 3, size, size), "y", output_rank=2)
+
+
+def mobilenet_v3_block(channels: int = 16, size: int = 10) -> onnx.ModelProto:
+    """MobileNetV3's inverted residual with squeeze-excitation, as torchvision exports it:
+    expand 1x1 -> HardSwish -> depthwise 3x3 -> HardSwish -> SE (GlobalAveragePool -> 1x1 ->
+    Relu -> 1x1 -> HardSigmoid -> Mul) -> project 1x1, + x."""
+    w = GraphWriter(5)
+    wide = 3 * channels
+    e = w.node("Conv", ["x", w.weight("we", (wide, channels, 1, 1)), w.weight("be", (wide,))],
+               "expand")
+    e = w.node("HardSwish", [e], "expand_act")
+    d = w.node("Conv", [e, w.weight("wd", (wide, 1, 3, 3)), w.weight("bd", (wide,))], "dw",
+               pads=[1, 1, 1, 1], group=wide)
+    d = w.node("HardSwish", [d], "dw_act")
+    squeezed = w.node("GlobalAveragePool", [d], "se_pool")
+    s = w.node("Conv", [squeezed, w.weight("ws1", (8, wide, 1, 1)), w.weight("bs1", (8,))],
+               "se_reduce")
+    s = w.node("Relu", [s], "se_relu")
+    s = w.node("Conv", [s, w.weight("ws2", (wide, 8, 1, 1)), w.weight("bs2", (wide,))],
+               "se_expand")
+    s = w.node("HardSigmoid", [s], "se_gate", alpha=1 / 6, beta=0.5)
+    d = w.node("Mul", [d, s], "se_scaled")
+    p = w.node("Conv", [d, w.weight("wp", (channels, wide, 1, 1)), w.weight("bp", (channels,))],
+               "project")
+    w.node("Add", [p, "x"], "y")
+    return w.model((1, channels, size, size), "y", opset=17)  # HardSwish: opset 14

@@ -49,6 +49,7 @@ NODE_CASE_MODULES = {
     "ConstantOfShape": "constantofshape", "Conv": "conv", "Div": "div", "Dropout": "dropout",
     "Flatten": "flatten", "Gather": "gather", "Gemm": "gemm",
     "GlobalAveragePool": "globalaveragepool", "GlobalMaxPool": "globalmaxpool",
+    "HardSigmoid": "hardsigmoid", "HardSwish": "hardswish",
     "Identity": "identity", "LRN": "lrn", "LeakyRelu": "leakyrelu", "MatMul": "matmul",
     "MaxPool": "maxpool", "Mul": "mul", "Pad": "pad", "Relu": "relu", "Reshape": "reshape",
     "Shape": "shape", "Sigmoid": "sigmoid", "Size": "size", "Slice": "slice",

@@ -169,6 +169,21 @@ def test_weight_preprocessing_matches_onnxruntime():
     assert_matches_onnxruntime(proto, model, model.random_inputs())
 
 
+def test_a_mobilenet_v3_block_with_hard_activations_matches_onnxruntime():
+    """HardSwish and HardSigmoid (the squeeze-excitation gate), searched and cached, then
+    served from the cache by a run that profiles nothing."""
+    proto = _models.mobilenet_v3_block()
+    cache = InMemoryCache()
+    model = load(proto, fastrun.session(cache=cache, strategy="fast-run", **FAST))
+    operators = {step.operator for step in model.steps}
+    assert {"hard_swish", "hard_sigmoid"} <= operators
+    assert_matches_onnxruntime(proto, model, model.random_inputs(seed=3))
+    served = fastrun.session(cache=cache, strategy="heuristic", progress=False)
+    again = load(proto, served)
+    assert_matches_onnxruntime(proto, again, again.random_inputs(seed=4))
+    assert served.chooser.stats.profiled == 0
+
+
 # -- errors ------------------------------------------------------------------------------------
 def test_unsupported_ops_are_all_named_before_any_work():
     w = _models.GraphWriter()

@@ -1,8 +1,9 @@
 """Activation operators (``relu``, ``leaky_relu``, ``clip``, ``sigmoid``, ``tanh``,
-``softmax``, ``batch_norm``) with ONNX semantics, and their CPU algorithms.
+``hard_sigmoid``, ``hard_swish``, ``softmax``, ``batch_norm``) with ONNX semantics, and their
+CPU algorithms.
 
 ``register(registry)`` adds every operator with its ``numpy`` algorithm, and ``parallel``
-(numba) for relu, leaky_relu, clip and sigmoid, the ones where it wins on large tensors; and
+(numba) for all the unary ones but tanh, where it can win on large tensors; and
 where pyopencl is installed the OpenCL ones (``cl_unary``, ``cl_softmax``, ``cl_batch_norm``).
 """
 
@@ -25,6 +26,8 @@ from fastrun_algorithms.activation.operator import (
     ActivationOperator,
     BatchNormOperator,
     ClipOperator,
+    HardSigmoidOperator,
+    HardSwishOperator,
     LeakyReluOperator,
     ReluOperator,
     SigmoidOperator,
@@ -41,6 +44,8 @@ __all__ = [
     "ActivationOperator",
     "BatchNormOperator",
     "ClipOperator",
+    "HardSigmoidOperator",
+    "HardSwishOperator",
     "LeakyReluOperator",
     "NumpyBatchNorm",
     "NumpySoftmax",

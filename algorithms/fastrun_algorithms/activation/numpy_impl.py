@@ -14,7 +14,7 @@ from fastrun.algorithm import Algorithm, RunContext
 from fastrun.attribute import AlgoAttribute
 from fastrun.operator import Problem
 from fastrun_algorithms._common import NumpyRanked
-from fastrun_algorithms.activation.operator import ClipOperator
+from fastrun_algorithms.activation.operator import ClipOperator, HardSigmoidOperator
 
 
 def ufunc_buffer_bytes(dtype: str) -> int:
@@ -73,12 +73,32 @@ def _tanh(problem: Problem, x: np.ndarray) -> np.ndarray:
     return np.tanh(x, out=_empty_like(x))
 
 
+def _hard_sigmoid(problem: Problem, x: np.ndarray) -> np.ndarray:
+    alpha, beta = HardSigmoidOperator.coefficients(problem)
+    out = np.multiply(x, alpha, out=_empty_like(x))
+    out += beta
+    # both bounds, as in _relu: numpy's SIMD loop
+    return np.clip(out, x.dtype.type(0), x.dtype.type(1), out=out)
+
+
+def _hard_swish(problem: Problem, x: np.ndarray) -> np.ndarray:
+    # the gate x / 6 + 1/2 as a multiply by the dtype's 1/6, then x times the clipped gate
+    zero, sixth, half, one = (x.dtype.type(v) for v in (0, 1 / 6, 0.5, 1))
+    gate = np.multiply(x, sixth, out=_empty_like(x))
+    gate += half
+    np.clip(gate, zero, one, out=gate)
+    with np.errstate(invalid="ignore"):  # -inf * 0 is NaN, as ONNX's reference gives
+        return np.multiply(x, gate, out=gate)
+
+
 UNARY_FUNCTIONS = {
     "relu": _relu,
     "leaky_relu": _leaky_relu,
     "clip": _clip,
     "sigmoid": _sigmoid,
     "tanh": _tanh,
+    "hard_sigmoid": _hard_sigmoid,
+    "hard_swish": _hard_swish,
 }
 
 

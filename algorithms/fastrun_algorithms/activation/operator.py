@@ -1,8 +1,9 @@
 """The activation operators: ONNX semantics, one canonical parameter form per call.
 
 The ONNX runtime lowers nodes onto these operators by name, so the names and parameters are a
-contract: ``relu``, ``sigmoid``, ``tanh`` (no parameters), ``leaky_relu`` (alpha), ``clip``
-(min, max), ``softmax`` (axis, opset-13 semantics) and ``batch_norm`` (inference, epsilon).
+contract: ``relu``, ``sigmoid``, ``tanh``, ``hard_swish`` (no parameters), ``leaky_relu``
+(alpha), ``hard_sigmoid`` (alpha, beta), ``clip`` (min, max), ``softmax`` (axis, opset-13
+semantics) and ``batch_norm`` (inference, epsilon).
 
 Why canonical parameters: the problem key is the cache key, so a call that spells a default out
 and one that leaves it implicit, or a negative and a positive axis, must give one key.  Scalars
@@ -247,6 +248,55 @@ class ClipOperator(UnaryActivation):
                              endpoint=True).astype(dtype)]
 
 
+class HardSigmoidOperator(UnaryActivation):
+    """``max(0, min(1, alpha * x + beta))`` (ONNX HardSigmoid; alpha defaults to 0.2, beta to
+    0.5).  alpha and beta are rounded to the input dtype in the key: the algorithms compute
+    in that dtype."""
+
+    name = "hard_sigmoid"
+    known = ("alpha", "beta")
+    #: ONNX's defaults, in parameter order
+    defaults = (("alpha", 0.2), ("beta", 0.5))
+
+    def _params(self, dtype, params):
+        result = {}
+        for param, default in self.defaults:
+            value = params.get(param)
+            value = default if value is None else _real(self.name, param, value)
+            if not math.isfinite(value):
+                raise ValueError(f"{self.name} {param} must be finite, got {value}")
+            result[param] = float(dtype.type(value))
+        return result
+
+    @staticmethod
+    def coefficients(problem: Problem) -> tuple[Any, Any]:
+        """(alpha, beta) as scalars of the input dtype."""
+        dtype = np.dtype(problem.dtypes[0]).type
+        return dtype(problem.param("alpha")), dtype(problem.param("beta"))
+
+    def reference(self, problem, inputs):
+        x = np.asarray(inputs[0], np.float64)
+        alpha, beta = (float(c) for c in self.coefficients(problem))
+        # np.maximum and np.minimum keep a NaN a NaN, as the specification's max and min do
+        # (alpha 0 times an infinity is one)
+        with np.errstate(invalid="ignore"):
+            gate = alpha * x + beta
+        return np.minimum(np.maximum(gate, 0.0), 1.0).astype(problem.dtypes[0])
+
+
+class HardSwishOperator(UnaryActivation):
+    """``x * max(0, min(1, x / 6 + 0.5))`` (ONNX HardSwish, MobileNetV3's activation): NaN
+    stays NaN, and -inf gives NaN (-inf times a zero gate), as in ONNX's own reference."""
+
+    name = "hard_swish"
+
+    def reference(self, problem, inputs):
+        x = np.asarray(inputs[0], np.float64)
+        with np.errstate(invalid="ignore"):
+            gate = np.minimum(np.maximum(x / 6 + 0.5, 0.0), 1.0)
+            return (x * gate).astype(problem.dtypes[0])
+
+
 # -- softmax and batch_norm ----------------------------------------------------------------------
 
 def _axis(name: str, value: Any, rank: int) -> int:
@@ -341,4 +391,5 @@ class BatchNormOperator(ActivationOperator):
         return float(256 * np.finfo(self.output_dtype(problem)).eps)
 
 
-UNARY_OPERATORS = (ReluOperator, LeakyReluOperator, ClipOperator, SigmoidOperator, TanhOperator)
+UNARY_OPERATORS = (ReluOperator, LeakyReluOperator, ClipOperator, SigmoidOperator, TanhOperator,
+                   HardSigmoidOperator, HardSwishOperator)

@@ -1,8 +1,10 @@
-"""The ``parallel`` algorithm of relu, leaky_relu, clip and sigmoid: a numba ``prange`` over the
-flat contiguous tensor, which numba's scheduler splits into one contiguous run per thread.
+"""The ``parallel`` algorithm of relu, leaky_relu, clip, hard_sigmoid, hard_swish and sigmoid: a
+numba ``prange`` over the flat contiguous tensor, which numba's scheduler splits into one
+contiguous run per thread.
 
-relu, leaky_relu and clip: their loops are a compare and a select, which LLVM vectorises, so the
-work is memory bound and more threads add bandwidth.  On (8, 64, 112, 112) float32 (24.5 MiB)
+relu, leaky_relu, clip, hard_sigmoid and hard_swish: their loops are multiply-adds, compares
+and selects, which LLVM vectorises, so the work is memory bound and more threads add
+bandwidth.  On (8, 64, 112, 112) float32 (24.5 MiB)
 ``parallel`` took 0.05-0.11x numpy's time on a 16-core host; on the 2-core development VM
 leaky_relu took 0.45x (numpy needs two passes for it) and relu and clip about the same as
 numpy's single SIMD pass (see ``operator.PARALLEL_MIN_BYTES`` for the sizes in between).
@@ -31,7 +33,7 @@ from fastrun.algorithm import Algorithm, RunContext
 from fastrun.attribute import AlgoAttribute
 from fastrun.operator import Problem
 from fastrun_algorithms._common import CACHE, ParallelRanked
-from fastrun_algorithms.activation.operator import ClipOperator
+from fastrun_algorithms.activation.operator import ClipOperator, HardSigmoidOperator
 
 
 @numba.njit(parallel=True, cache=CACHE)
@@ -66,6 +68,24 @@ def sigmoid_kernel(x, out, one):
         out[i] = one / (one + np.exp(-x[i]))
 
 
+@numba.njit(parallel=True, cache=CACHE)
+def hard_sigmoid_kernel(x, out, alpha, beta, zero, one):
+    # the selects of clip_kernel: a NaN fails both compares and stays NaN
+    for i in prange(x.size):
+        v = alpha * x[i] + beta
+        v = zero if v < zero else v
+        out[i] = one if v > one else v
+
+
+@numba.njit(parallel=True, cache=CACHE)
+def hard_swish_kernel(x, out, sixth, half, zero, one):
+    for i in prange(x.size):
+        v = x[i]
+        gate = v * sixth + half
+        gate = zero if gate < zero else gate
+        out[i] = v * (one if gate > one else gate)
+
+
 def _relu_args(problem: Problem) -> tuple:
     return ()
 
@@ -82,6 +102,16 @@ def _sigmoid_args(problem: Problem) -> tuple:
     return (np.dtype(problem.dtypes[0]).type(1),)
 
 
+def _hard_sigmoid_args(problem: Problem) -> tuple:
+    dtype = np.dtype(problem.dtypes[0]).type
+    return (*HardSigmoidOperator.coefficients(problem), dtype(0), dtype(1))
+
+
+def _hard_swish_args(problem: Problem) -> tuple:
+    dtype = np.dtype(problem.dtypes[0]).type
+    return dtype(1 / 6), dtype(0.5), dtype(0), dtype(1)
+
+
 #: Problems whose scalar arguments are kept per algorithm; when full the table is cleared
 #: (rebuilding an entry costs a microsecond).
 MAX_PROBLEMS = 4096
@@ -92,6 +122,8 @@ KERNELS: dict[str, tuple[Callable, Callable[[Problem], tuple]]] = {
     "leaky_relu": (leaky_relu_kernel, _leaky_relu_args),
     "clip": (clip_kernel, _clip_args),
     "sigmoid": (sigmoid_kernel, _sigmoid_args),
+    "hard_sigmoid": (hard_sigmoid_kernel, _hard_sigmoid_args),
+    "hard_swish": (hard_swish_kernel, _hard_swish_args),
 }
 
 

@@ -15,7 +15,7 @@ run on one device and driver.
 from __future__ import annotations
 
 #: The unary activations in kernel-code order.
-UNARY_CODES = ("relu", "leaky_relu", "clip", "sigmoid", "tanh")
+UNARY_CODES = ("relu", "leaky_relu", "clip", "sigmoid", "tanh", "hard_sigmoid", "hard_swish")
 
 PRELUDE = r"""
 #if FP64
@@ -26,8 +26,9 @@ typedef REAL real;
 
 UNARY = PRELUDE + r"""
 /* One element per work-item.  p0, p1: leaky_relu's alpha; clip's min and max (the dtype's
-   extremes where a bound is absent).  The comparisons are the operators' references:
-   relu and clip keep a NaN a NaN (it fails every comparison), leaky_relu gives alpha * NaN. */
+   extremes where a bound is absent); hard_sigmoid's alpha and beta.  The comparisons are the
+   operators' references: relu, clip and the hard ones keep a NaN a NaN (it fails every
+   comparison), leaky_relu gives alpha * NaN. */
 __kernel void unary(const long total, __global const real* x, const long x_off,
                     __global real* out, const long o_off, const real p0, const real p1) {
     const long i = get_global_id(0);
@@ -43,8 +44,17 @@ __kernel void unary(const long total, __global const real* x, const long x_off,
 #elif OP == 3
     /* exp(-v) overflows to inf far below zero, and 1 / (1 + inf) is the right limit, 0 */
     const real r = (real)1 / ((real)1 + exp(-v));
-#else
+#elif OP == 4
     const real r = tanh(v);
+#elif OP == 5
+    /* fmin/fmax would drop a NaN: compares keep it, as the reference does */
+    const real g = p0 * v + p1;
+    const real low = g < (real)0 ? (real)0 : g;
+    const real r = low > (real)1 ? (real)1 : low;
+#else
+    const real g = v * (real)(1.0 / 6.0) + (real)0.5;
+    const real low = g < (real)0 ? (real)0 : g;
+    const real r = v * (low > (real)1 ? (real)1 : low);
 #endif
     out[o_off + i] = r;
 }

@@ -1,5 +1,5 @@
-"""OpenCL activation algorithms: ``cl_unary`` (relu, leaky_relu, clip, sigmoid, tanh),
-``cl_softmax`` and ``cl_batch_norm``.
+"""OpenCL activation algorithms: ``cl_unary`` (relu, leaky_relu, clip, sigmoid, tanh,
+hard_sigmoid, hard_swish), ``cl_softmax`` and ``cl_batch_norm``.
 
 They run on an OpenCL device (``device_kind = "opencl"``): inputs are ``pyopencl.array.Array``
 values on ``ctx.device`` (C-contiguous; views with an offset are fine) and the output is one
@@ -20,7 +20,7 @@ from fastrun.attribute import AlgoAttribute
 from fastrun.operator import Problem
 from fastrun_algorithms import _opencl_common as common
 from fastrun_algorithms.activation.opencl import _kernels
-from fastrun_algorithms.activation.operator import ClipOperator
+from fastrun_algorithms.activation.operator import ClipOperator, HardSigmoidOperator
 
 #: Work-items per softmax row: 1 (a work-item per row) or a work-group of that many per row.
 SOFTMAX_PER_ROW = (1, 32, 256)
@@ -42,7 +42,8 @@ class _OpenCLActivation(Algorithm):
 
 
 class OpenCLUnary(_OpenCLActivation):
-    """relu, leaky_relu, clip, sigmoid or tanh, one element per work-item; the activation is a
+    """relu, leaky_relu, clip, sigmoid, tanh, hard_sigmoid or hard_swish, one element per
+    work-item; the activation is a
     ``-D OP`` switch of one source.  clip takes every integer dtype the operator does."""
 
     name = "cl_unary"
@@ -60,6 +61,8 @@ class OpenCLUnary(_OpenCLActivation):
             return dtype.type(problem.param("alpha")), dtype.type(0)
         if self.operator == "clip":
             return ClipOperator.bounds(problem)
+        if self.operator == "hard_sigmoid":
+            return HardSigmoidOperator.coefficients(problem)
         return dtype.type(0), dtype.type(0)
 
     def run(self, problem: Problem, inputs: Sequence[Any], ctx: RunContext,
