@@ -11,16 +11,18 @@ class ModelError(ValueError):
 class UnsupportedOperatorError(ModelError):
     """The model uses ONNX operators (or operator forms) the runtime cannot execute."""
 
-    def __init__(self, problems: list[tuple[str, str, str]]):
+    def __init__(self, problems: list[tuple[str, str, str]], supported: list[str] | None = None):
         #: (op_type, node name, why) for every unsupported node
         self.problems = list(problems)
         lines = [f"{op_type} (node {name!r}): {why}" for op_type, name, why in problems[:20]]
         if len(problems) > 20:
             lines.append(f"... and {len(problems) - 20} more")
         kinds = sorted({op for op, _, _ in problems})
+        # the list of what is supported once, not per node: a transformer has hundreds
+        footer = f"\nfastrun lowers these op types: {', '.join(supported)}" if supported else ""
         super().__init__(
             f"the model uses {len(problems)} node(s) fastrun cannot run "
-            f"(op types: {', '.join(kinds)}):\n  " + "\n  ".join(lines))
+            f"(op types: {', '.join(kinds)}):\n  " + "\n  ".join(lines) + footer)
 
 
 class DeviceUnsupportedError(ModelError):

@@ -31,6 +31,8 @@ class Node:
     inputs: list[str]
     outputs: list[str]
     attrs: dict[str, Any] = field(default_factory=dict)
+    #: the ONNX NodeProto it was read from (what :func:`evaluate_constant_node` runs)
+    proto: Any = field(default=None, repr=False, compare=False)
 
     def attr(self, name: str, default: Any = None) -> Any:
         return self.attrs.get(name, default)
@@ -181,7 +183,7 @@ def from_onnx(model: Any, check: bool = True) -> Graph:
         attrs = {a.name: _attribute_value(a) for a in node.attribute}
         domain = node.domain if node.domain not in ("ai.onnx",) else ""
         op_type = node.op_type if domain == "" else f"{domain}.{node.op_type}"
-        nodes.append(Node(name, op_type, list(node.input), list(node.output), attrs))
+        nodes.append(Node(name, op_type, list(node.input), list(node.output), attrs, node))
     result = Graph(graph.name or "model", nodes, initializers, inputs,
                    [o.name for o in graph.output], opset)
     check_wiring(result)
@@ -204,3 +206,39 @@ def check_wiring(graph: Graph) -> None:
     missing = [name for name in graph.outputs if name not in defined]
     if missing:
         raise ModelError(f"graph output(s) {', '.join(map(repr, missing))} are never produced")
+
+
+def evaluate_constant_node(node: Node, inputs: list[np.ndarray | None],
+                           opset: int) -> list[np.ndarray]:
+    """The outputs of ``node`` on constant ``inputs`` (None for an omitted optional input),
+    computed by ONNX's reference implementation of its op.
+
+    Why: an exported transformer computes shapes, masks and position tables from constants
+    (Shape of a static input, Range, Equal, Where, Expand, Mod...).  With static input shapes
+    those are constants, computed once when the model is loaded, so ops that never touch a
+    tensor at run time need no lowering.  Raises ValueError (naming ONNX's reason) when the
+    reference cannot compute it."""
+    from onnx import helper
+    from onnx.reference import ReferenceEvaluator
+
+    if node.proto is None:
+        raise ValueError("the node was not read from an ONNX model")
+    feeds, infos = {}, []
+    for name, array in zip(node.inputs, inputs, strict=False):
+        if not name or array is None:
+            continue
+        array = np.asarray(array)
+        feeds[name] = array
+        infos.append(helper.make_tensor_value_info(
+            name, helper.np_dtype_to_tensor_dtype(array.dtype), array.shape))
+    outputs = [helper.make_empty_tensor_value_info(name) for name in node.outputs if name]
+    domain = node.proto.domain or ""
+    model = helper.make_model(
+        helper.make_graph([node.proto], "constant", infos, outputs),
+        opset_imports=[helper.make_opsetid(domain, opset)])
+    try:
+        results = ReferenceEvaluator(model).run(None, feeds)
+    except Exception as error:  # the reference's own errors: unknown op, bad attributes...
+        raise ValueError(f"{type(error).__name__}: {error}") from None
+    return [np.asarray(value) for value in results]
+

@@ -27,7 +27,7 @@ from fastrun.core import limits
 from fastrun.operator import Problem
 from fastrun.registry import Registry, RegistryError
 from fastrun.runtime.errors import ModelError, UnsupportedOperatorError
-from fastrun.runtime.graph import Graph, Node
+from fastrun.runtime.graph import Graph, Node, evaluate_constant_node
 
 
 class NonConstantInputError(UnsupportedOperatorError):
@@ -619,33 +619,74 @@ def _pad(b: Builder, node: Node, ins: list[Value | None]) -> list[Value | None]:
 
 
 # -- the whole graph --------------------------------------------------------------------------
-def check_supported(graph: Graph) -> None:
-    """Fail before any work when op types are missing, listing every such node."""
-    problems = [(node.op_type, node.name, "no lowering for this op type (supported: "
-                 + ", ".join(supported_op_types()) + ")")
-                for node in graph.nodes if node.op_type not in LOWERINGS]
-    if problems:
-        raise UnsupportedOperatorError(problems)
+#: Why a node of an op type with no lowering cannot run.
+NO_LOWERING = "no lowering for this op type"
 
 
 def lower(graph: Graph, input_values: dict[str, Value], registry: Registry,
           evaluate: Evaluator) -> tuple[list[Step], dict[str, Value]]:
-    """Lower every node in order; returns the steps and the value of every ONNX name."""
-    check_supported(graph)
+    """Lower every node in order; returns the steps and the value of every ONNX name.
+
+    A node of an op type with no lowering is computed now when every input is a constant
+    (:func:`fastrun.runtime.graph.evaluate_constant_node`: shape arithmetic and masks of
+    exported transformers).  Otherwise it is collected, with every node that cannot be
+    lowered, and all of them are named in one :class:`UnsupportedOperatorError` at the end,
+    before any search: what depends on an unrunnable value is skipped, not reported."""
     builder = Builder(registry, evaluate, graph.opset)
     values: dict[str, Value] = dict(input_values)
     for name, array in graph.initializers.items():
         values[name] = builder.const(array, name)
+    problems: list[tuple[str, str, str]] = []
+    unknown: set[str] = set()  # names downstream of a node that cannot run
     for node in graph.nodes:
         builder.node = node
+        if any(name in unknown for name in node.inputs if name):
+            if node.op_type not in LOWERINGS:
+                problems.append((node.op_type, node.name, NO_LOWERING))
+            unknown.update(name for name in node.outputs if name)
+            continue
         ins = [values[name] if name else None for name in node.inputs]
-        if any(v is None for v in ins[:1]):
-            raise ModelError(f"{node}: its first input is missing")
-        outputs = LOWERINGS[node.op_type](builder, node, ins)
+        try:
+            if node.op_type in LOWERINGS:
+                if any(v is None for v in ins[:1]):
+                    raise ModelError(f"{node}: its first input is missing")
+                outputs = LOWERINGS[node.op_type](builder, node, ins)
+            else:
+                outputs = _constant_node(builder, node, ins)
+        except NonConstantInputError:
+            raise  # its caller may bind the value as a constant and lower again
+        except UnsupportedOperatorError as error:
+            problems.extend(error.problems)
+            unknown.update(name for name in node.outputs if name)
+            continue
         for name, value in zip(node.outputs, outputs, strict=False):
             if name and value is not None:
                 values[name] = value
         missing = [name for name in node.outputs[len(outputs):] if name]
         if missing:
-            raise builder.unsupported(f"output(s) {missing} are not supported")
+            problems.append((node.op_type, node.name,
+                             f"output(s) {missing} are not supported"))
+            unknown.update(missing)
+    if problems:
+        raise UnsupportedOperatorError(problems, supported_op_types())
     return builder.steps, values
+
+
+def _constant_node(b: Builder, node: Node, ins: list[Value | None]) -> list[Value | None]:
+    """A node with no lowering, computed now if all its inputs are constants."""
+    if not all(v is None or v.is_const for v in ins):
+        raise b.unsupported(NO_LOWERING)
+    try:
+        results = evaluate_constant_node(node, [v.const if v is not None else None
+                                                for v in ins], b.opset)
+    except ValueError as error:
+        raise b.unsupported(f"{NO_LOWERING}, and computing it from its constant inputs "
+                            f"failed ({error})") from None
+    computed = iter(results)  # the reference returns the named outputs, in order
+    outputs: list[Value | None] = []
+    for name in node.outputs:
+        array = next(computed) if name else None
+        if array is not None:
+            b.check_size(array.shape, array.dtype)
+        outputs.append(b.const(array, name) if array is not None else None)
+    return outputs

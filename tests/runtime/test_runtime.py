@@ -198,6 +198,43 @@ def test_unsupported_ops_are_all_named_before_any_work():
     assert len(caught.value.problems) == 2
 
 
+def test_ops_with_no_lowering_are_computed_when_their_inputs_are_constants():
+    """Shape arithmetic as exporters write it: a mask built from the input's static shape
+    with Range, Mod, Equal and Where, and a Sqrt of a constant; none of them is lowered, all
+    are computed at load, and the model runs only the Mul and the Add."""
+    w = _models.GraphWriter()
+    w.node("Shape", ["x"], "shape")
+    width = w.node("Gather", ["shape", w.const("two", np.array(2, np.int64))], "width", axis=0)
+    w.node("Range", [w.const("start", np.array(0, np.int64)), width,
+                     w.const("step", np.array(1, np.int64))], "columns")
+    w.node("Mod", ["columns", w.const("three", np.array(3, np.int64))], "phase")
+    w.node("Equal", ["phase", w.const("zero", np.array(0, np.int64))], "mask")
+    w.node("Where", ["mask", w.const("one", np.array(1.0, np.float32)),
+                     w.const("half", np.array(0.5, np.float32))], "scale")
+    w.node("Sqrt", [w.const("four", np.array([4.0], np.float32))], "root")
+    w.node("Mul", ["x", "scale"], "scaled")
+    w.node("Add", ["scaled", "root"], "y")
+    proto = w.model((2, 4, 7), "y", opset=17, output_rank=3)
+    model = load(proto, heuristic_session())
+    assert [step.operator for step in model.steps] == ["mul", "add"]
+    assert_matches_onnxruntime(proto, model, model.random_inputs())
+
+
+def test_an_unsupported_op_on_a_computed_tensor_is_named_and_the_list_said_once():
+    w = _models.GraphWriter()
+    w.node("Relu", ["x"], "r")
+    w.node("Erf", ["r"], "e", name="the_erf")
+    w.node("Relu", ["e"], "after")  # downstream of the Erf: skipped, not reported
+    w.node("Erf", ["after"], "y", name="second_erf")
+    proto = w.model((2, 3), "y", output_rank=2)
+    with pytest.raises(UnsupportedOperatorError) as caught:
+        load(proto, heuristic_session())
+    text = str(caught.value)
+    assert [name for _, name, _ in caught.value.problems] == ["the_erf", "second_erf"]
+    assert text.count("fastrun lowers these op types:") == 1 and text.count("Conv") == 1
+    assert "Erf (node 'the_erf'): no lowering for this op type\n" in text
+
+
 @pytest.mark.parametrize("spec, message", [
     (b"not a model", "cannot parse"),
     ("/nonexistent/model.onnx", "does not exist"),
