@@ -19,6 +19,7 @@ def register(registry) -> None:
         layout,
         matmul,
         pooling,
+        reduce,
         tensor,
     )
 
@@ -27,5 +28,6 @@ def register(registry) -> None:
     elementwise.register(registry)
     activation.register(registry)
     pooling.register(registry)
+    reduce.register(registry)
     tensor.register(registry)
     layout.register(registry)

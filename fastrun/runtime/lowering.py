@@ -441,6 +441,26 @@ def _clip(b: Builder, node: Node, ins: list[Value | None]) -> list[Value | None]
     return [b.op("clip", [ins[0]], **params)]
 
 
+# -- reductions -------------------------------------------------------------------------------
+_REDUCE = {"ReduceSum": "sum", "ReduceMean": "mean", "ReduceMax": "max", "ReduceMin": "min",
+           "ReduceProd": "prod", "ReduceL1": "l1", "ReduceL2": "l2",
+           "ReduceSumSquare": "sum_square"}
+
+
+@lowers(*_REDUCE)
+def _reduce(b: Builder, node: Node, ins: list[Value | None]) -> list[Value | None]:
+    # axes became an input in opset 13 for ReduceSum and in opset 18 for the others
+    if b.opset >= (13 if node.op_type == "ReduceSum" else 18):
+        axes = b.constant_input(ins[1] if len(ins) > 1 else None, "axes")
+    else:
+        axes = node.attr("axes")
+    axes = () if axes is None else tuple(_ints(axes))
+    if not axes and node.attr("noop_with_empty_axes", 0):
+        return [ins[0]]  # no axes and told not to reduce: the input itself
+    return [b.op("reduce", [ins[0]], mode=_REDUCE[node.op_type], axes=axes or None,
+                 keepdims=bool(node.attr("keepdims", 1)))]
+
+
 @lowers("Softmax")
 def _softmax(b: Builder, node: Node, ins: list[Value | None]) -> list[Value | None]:
     x = ins[0]

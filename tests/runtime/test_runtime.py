@@ -198,6 +198,22 @@ def test_unsupported_ops_are_all_named_before_any_work():
     assert len(caught.value.problems) == 2
 
 
+@pytest.mark.parametrize("opset", [13, 18])
+def test_a_spatial_mean_as_mnasnet_and_shufflenet_export_it_matches_onnxruntime(opset):
+    """x.mean([2, 3]) before the classifier: ReduceMean with axes as an attribute (opset 13)
+    or as an input (opset 18), searched."""
+    w = _models.GraphWriter()
+    c = w.node("Conv", ["x", w.weight("w", (24, 3, 3, 3))], "c", pads=[1, 1, 1, 1])
+    axes = {"axes": [2, 3]} if opset < 18 else {}
+    inputs = [c] if opset < 18 else [c, w.const("axes", np.array([2, 3], np.int64))]
+    m = w.node("ReduceMean", inputs, "m", keepdims=0, **axes)
+    w.node("Gemm", [m, w.weight("fc", (5, 24)), w.weight("fcb", (5,))], "y", transB=1)
+    proto = w.model((1, 3, 12, 12), "y", opset=opset, output_rank=2)
+    model = load(proto, fastrun.session(cache=InMemoryCache(), strategy="fast-run", **FAST))
+    assert "reduce" in {step.operator for step in model.steps}
+    assert_matches_onnxruntime(proto, model, model.random_inputs())
+
+
 def test_ops_with_no_lowering_are_computed_when_their_inputs_are_constants():
     """Shape arithmetic as exporters write it: a mask built from the input's static shape
     with Range, Mod, Equal and Where, and a Sqrt of a constant; none of them is lowered, all

@@ -1,0 +1,20 @@
+"""The ``reduce`` operator (ONNX's Reduce{Sum,Mean,Max,Min,Prod,L1,L2,SumSquare}) and its CPU
+algorithms: ``numpy`` for any axes and dtype, ``parallel`` (numba) for adjacent reduced axes
+of float inputs, first in the rule of thumb from
+:data:`~fastrun_algorithms.reduce.operator.PARALLEL_MIN_BYTES` of input; Fast Run measures
+which wins."""
+
+from __future__ import annotations
+
+from fastrun.registry import Registry
+from fastrun_algorithms.reduce.algorithms import NumpyReduce, ParallelReduce
+from fastrun_algorithms.reduce.operator import MODES, ReduceOperator, blocks
+
+__all__ = ["MODES", "NumpyReduce", "ParallelReduce", "ReduceOperator", "blocks", "register"]
+
+
+def register(registry: Registry) -> None:
+    """Add the reduce operator and its algorithms to ``registry``."""
+    operator = registry.register_operator(ReduceOperator())
+    registry.register_algorithm(NumpyReduce())
+    registry.register_algorithm(ParallelReduce(operator.parallel_pays))
