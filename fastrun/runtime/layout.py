@@ -50,7 +50,8 @@ LANES = 16
 
 #: Operators computed value by value, whatever the order of the channels.
 TRANSPARENT = frozenset({"relu", "clip", "sigmoid", "tanh", "leaky_relu", "hard_sigmoid",
-                         "hard_swish", "add", "add_relu", "sub", "mul"})
+                         "hard_swish", "sqrt", "exp", "log", "neg", "abs", "reciprocal", "erf",
+                         "add", "add_relu", "sub", "mul"})
 
 
 #: The share of the changed convs' NCHW time a layout change must gain to be kept.

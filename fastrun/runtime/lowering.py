@@ -407,7 +407,9 @@ def _sum(b: Builder, node: Node, ins: list[Value | None]) -> list[Value | None]:
 
 
 # -- activations ------------------------------------------------------------------------------
-_UNARY = {"Relu": "relu", "Sigmoid": "sigmoid", "Tanh": "tanh", "HardSwish": "hard_swish"}
+_UNARY = {"Relu": "relu", "Sigmoid": "sigmoid", "Tanh": "tanh", "HardSwish": "hard_swish",
+          "Sqrt": "sqrt", "Exp": "exp", "Log": "log", "Neg": "neg", "Abs": "abs",
+          "Reciprocal": "reciprocal", "Erf": "erf"}
 
 
 @lowers(*_UNARY)

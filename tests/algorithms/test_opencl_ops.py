@@ -170,14 +170,15 @@ def _activation_input(shape, dtype, rng):
     ("relu", {}), ("leaky_relu", {"alpha": 0.2}), ("leaky_relu", {"alpha": -1.5}),
     ("clip", {"min": -1.0, "max": 2.0}), ("clip", {"max": 0.5}), ("clip", {"min": 1, "max": -1}),
     ("sigmoid", {}), ("tanh", {}), ("hard_sigmoid", {}),
-    ("hard_sigmoid", {"alpha": -0.5, "beta": 1.25}), ("hard_swish", {})])
+    ("hard_sigmoid", {"alpha": -0.5, "beta": 1.25}), ("hard_swish", {}), ("sqrt", {}),
+    ("exp", {}), ("log", {}), ("neg", {}), ("abs", {}), ("reciprocal", {}), ("erf", {})])
 def test_unary(device, op, params):
     operator = REGISTRY.operator(op)
     rng = np.random.default_rng(1)
     for shape in [(3, 5, 7), (1,), (), (0, 4)]:
         x = _activation_input(shape, "float32", rng)
         problem = operator.problem_for([x], **params)
-        check(device, problem, [x], exact=op in ("relu", "leaky_relu", "clip"))
+        check(device, problem, [x], exact=op in ("relu", "leaky_relu", "clip", "neg", "abs"))
 
 
 def test_unary_other_dtypes(device):

@@ -114,12 +114,12 @@ def test_zero_iterations_are_refused(cnn, capsys):
 
 def test_unsupported_model_fails_with_op_and_node(tmp_path, capsys):
     w = _models.GraphWriter()
-    w.node("Erf", ["x"], "y", name="strange_node")
-    path = tmp_path / "erf.onnx"
+    w.node("Hardmax", ["x"], "y", name="strange_node")
+    path = tmp_path / "unsupported.onnx"
     onnx.save(w.model((1, 4), "y", output_rank=2), path)
     assert main([str(path), "--no-progress"]) == 2
     err = capsys.readouterr().err
-    assert "Erf (node 'strange_node')" in err
+    assert "Hardmax (node 'strange_node')" in err
 
 
 def test_missing_and_corrupt_model_files(tmp_path, capsys):

@@ -189,12 +189,12 @@ def test_unsupported_ops_are_all_named_before_any_work():
     w = _models.GraphWriter()
     w.node("Relu", ["x"], "r")
     w.node("Einsum", ["r", "r"], "e", name="my_einsum", equation="ij,ij->ij")
-    w.node("Erf", ["e"], "y", name="the_erf")
+    w.node("Hardmax", ["e"], "y", name="the_hardmax")
     proto = w.model((2, 3), "y", output_rank=2)
     with pytest.raises(UnsupportedOperatorError) as caught:
         load(proto, heuristic_session())
     text = str(caught.value)
-    assert "Einsum (node 'my_einsum')" in text and "Erf (node 'the_erf')" in text
+    assert "Einsum (node 'my_einsum')" in text and "Hardmax (node 'the_hardmax')" in text
     assert len(caught.value.problems) == 2
 
 
@@ -239,16 +239,16 @@ def test_ops_with_no_lowering_are_computed_when_their_inputs_are_constants():
 def test_an_unsupported_op_on_a_computed_tensor_is_named_and_the_list_said_once():
     w = _models.GraphWriter()
     w.node("Relu", ["x"], "r")
-    w.node("Erf", ["r"], "e", name="the_erf")
-    w.node("Relu", ["e"], "after")  # downstream of the Erf: skipped, not reported
-    w.node("Erf", ["after"], "y", name="second_erf")
+    w.node("Hardmax", ["r"], "e", name="the_hardmax")
+    w.node("Relu", ["e"], "after")  # downstream of the Hardmax: skipped, not reported
+    w.node("Hardmax", ["after"], "y", name="second_hardmax")
     proto = w.model((2, 3), "y", output_rank=2)
     with pytest.raises(UnsupportedOperatorError) as caught:
         load(proto, heuristic_session())
     text = str(caught.value)
-    assert [name for _, name, _ in caught.value.problems] == ["the_erf", "second_erf"]
+    assert [name for _, name, _ in caught.value.problems] == ["the_hardmax", "second_hardmax"]
     assert text.count("fastrun lowers these op types:") == 1 and text.count("Conv") == 1
-    assert "Erf (node 'the_erf'): no lowering for this op type\n" in text
+    assert "Hardmax (node 'the_hardmax'): no lowering for this op type\n" in text
 
 
 @pytest.mark.parametrize("spec, message", [

@@ -1,9 +1,10 @@
 """Activation operators (``relu``, ``leaky_relu``, ``clip``, ``sigmoid``, ``tanh``,
-``hard_sigmoid``, ``hard_swish``, ``softmax``, ``batch_norm``) with ONNX semantics, and their
-CPU algorithms.
+``hard_sigmoid``, ``hard_swish``, the math functions ``sqrt``, ``exp``, ``log``, ``neg``,
+``abs``, ``reciprocal``, ``erf``, and ``softmax``, ``batch_norm``) with ONNX semantics, and
+their CPU algorithms.
 
-``register(registry)`` adds every operator with its ``numpy`` algorithm, and ``parallel``
-(numba) for all the unary ones but tanh, where it can win on large tensors; and
+``register(registry)`` adds every operator with its ``numpy`` algorithm (erf has none), and
+``parallel`` (numba) for all the unary ones but tanh, where it can win on large tensors; and
 where pyopencl is installed the OpenCL ones (``cl_unary``, ``cl_softmax``, ``cl_batch_norm``).
 """
 
@@ -13,6 +14,7 @@ import importlib.util
 
 from fastrun.registry import Registry
 from fastrun_algorithms.activation.numpy_impl import (
+    UNARY_FUNCTIONS,
     NumpyBatchNorm,
     NumpySoftmax,
     NumpyUnary,
@@ -63,7 +65,8 @@ def register(registry: Registry) -> None:
     """Add the activation operators and their algorithms to ``registry``."""
     for operator_class in UNARY_OPERATORS:
         operator = registry.register_operator(operator_class())
-        registry.register_algorithm(NumpyUnary(operator.name))
+        if operator.name in UNARY_FUNCTIONS:  # not erf: numpy has none
+            registry.register_algorithm(NumpyUnary(operator.name))
         if operator.name in KERNELS:
             registry.register_algorithm(ParallelUnary(operator.name, operator.parallel_pays))
     registry.register_operator(SoftmaxOperator())

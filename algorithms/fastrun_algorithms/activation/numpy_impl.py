@@ -75,7 +75,8 @@ def _tanh(problem: Problem, x: np.ndarray) -> np.ndarray:
 
 def _hard_sigmoid(problem: Problem, x: np.ndarray) -> np.ndarray:
     alpha, beta = HardSigmoidOperator.coefficients(problem)
-    out = np.multiply(x, alpha, out=_empty_like(x))
+    with np.errstate(invalid="ignore"):  # alpha 0 times an infinity: NaN, as the reference
+        out = np.multiply(x, alpha, out=_empty_like(x))
     out += beta
     # both bounds, as in _relu: numpy's SIMD loop
     return np.clip(out, x.dtype.type(0), x.dtype.type(1), out=out)
@@ -91,6 +92,14 @@ def _hard_swish(problem: Problem, x: np.ndarray) -> np.ndarray:
         return np.multiply(x, gate, out=gate)
 
 
+def _math(ufunc):
+    """A numpy ufunc into a fresh C-contiguous output, with numpy's values at the edges."""
+    def apply(problem: Problem, x: np.ndarray) -> np.ndarray:
+        with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
+            return ufunc(x, out=_empty_like(x))
+    return apply
+
+
 UNARY_FUNCTIONS = {
     "relu": _relu,
     "leaky_relu": _leaky_relu,
@@ -99,6 +108,13 @@ UNARY_FUNCTIONS = {
     "tanh": _tanh,
     "hard_sigmoid": _hard_sigmoid,
     "hard_swish": _hard_swish,
+    "sqrt": _math(np.sqrt),
+    "exp": _math(np.exp),
+    "log": _math(np.log),
+    "neg": _math(np.negative),
+    "abs": _math(np.abs),
+    "reciprocal": _math(np.reciprocal),
+    # erf: numpy has none; its algorithms are numba loops (activation.parallel)
 }
 
 

@@ -1,7 +1,8 @@
 """The activation operators: ONNX semantics, one canonical parameter form per call.
 
 The ONNX runtime lowers nodes onto these operators by name, so the names and parameters are a
-contract: ``relu``, ``sigmoid``, ``tanh``, ``hard_swish`` (no parameters), ``leaky_relu``
+contract: ``relu``, ``sigmoid``, ``tanh``, ``hard_swish`` and the math functions ``sqrt``,
+``exp``, ``log``, ``neg``, ``abs``, ``reciprocal``, ``erf`` (no parameters), ``leaky_relu``
 (alpha), ``hard_sigmoid`` (alpha, beta), ``clip`` (min, max), ``softmax`` (axis, opset-13
 semantics) and ``batch_norm`` (inference, epsilon).
 
@@ -297,6 +298,62 @@ class HardSwishOperator(UnaryActivation):
             return (x * gate).astype(problem.dtypes[0])
 
 
+class _MathUnary(UnaryActivation):
+    """A unary math function of ONNX (Sqrt, Exp, Log, Neg, Abs, Reciprocal, Erf), with numpy's
+    values at the edges: sqrt of a negative and log of a negative are NaN, log(0) is -inf,
+    1/0 is inf."""
+
+    #: the float64 function the reference applies
+    function: Any = None
+
+    def reference(self, problem, inputs):
+        x = np.asarray(inputs[0], np.float64)
+        with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
+            return np.asarray(type(self).function(x)).astype(problem.dtypes[0])
+
+
+class SqrtOperator(_MathUnary):
+    name = "sqrt"
+    function = np.sqrt
+
+
+class ExpOperator(_MathUnary):
+    name = "exp"
+    function = np.exp
+    parallel_min_threads = COMPUTE_BOUND_MIN_THREADS
+
+
+class LogOperator(_MathUnary):
+    name = "log"
+    function = np.log
+    parallel_min_threads = COMPUTE_BOUND_MIN_THREADS
+
+
+class NegOperator(_MathUnary):
+    name = "neg"
+    function = np.negative
+
+
+class AbsOperator(_MathUnary):
+    name = "abs"
+    function = np.abs
+
+
+class ReciprocalOperator(_MathUnary):
+    name = "reciprocal"
+    function = np.reciprocal
+
+
+class ErfOperator(_MathUnary):
+    """The error function (GELU's exact form is ``x / 2 * (1 + erf(x / sqrt(2)))``).  numpy
+    has no erf: the reference applies Python's ``math.erf`` element by element, and the
+    algorithms are numba loops."""
+
+    name = "erf"
+    function = np.vectorize(math.erf, otypes=[np.float64])
+    parallel_min_threads = COMPUTE_BOUND_MIN_THREADS
+
+
 # -- softmax and batch_norm ----------------------------------------------------------------------
 
 def _axis(name: str, value: Any, rank: int) -> int:
@@ -392,4 +449,5 @@ class BatchNormOperator(ActivationOperator):
 
 
 UNARY_OPERATORS = (ReluOperator, LeakyReluOperator, ClipOperator, SigmoidOperator, TanhOperator,
-                   HardSigmoidOperator, HardSwishOperator)
+                   HardSigmoidOperator, HardSwishOperator, SqrtOperator, ExpOperator,
+                   LogOperator, NegOperator, AbsOperator, ReciprocalOperator, ErfOperator)

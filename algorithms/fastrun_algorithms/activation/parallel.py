@@ -1,6 +1,9 @@
-"""The ``parallel`` algorithm of relu, leaky_relu, clip, hard_sigmoid, hard_swish and sigmoid: a
-numba ``prange`` over the flat contiguous tensor, which numba's scheduler splits into one
-contiguous run per thread.
+"""The ``parallel`` algorithm of the unary activations but tanh: a numba ``prange`` over the
+flat contiguous tensor, which numba's scheduler splits into one contiguous run per thread.
+
+erf has no numpy function, so this is its only algorithm; exp, log and erf call the scalar
+libm functions per element, like sigmoid (below), and rank first only from
+:data:`~fastrun_algorithms.activation.operator.COMPUTE_BOUND_MIN_THREADS` threads on.
 
 relu, leaky_relu, clip, hard_sigmoid and hard_swish: their loops are multiply-adds, compares
 and selects, which LLVM vectorises, so the work is memory bound and more threads add
@@ -22,6 +25,7 @@ new dtype (and once more for read-only inputs) and caches the machine code on di
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -86,7 +90,49 @@ def hard_swish_kernel(x, out, sixth, half, zero, one):
         out[i] = v * (one if gate > one else gate)
 
 
-def _relu_args(problem: Problem) -> tuple:
+@numba.njit(parallel=True, cache=CACHE)
+def sqrt_kernel(x, out):
+    for i in prange(x.size):
+        out[i] = np.sqrt(x[i])
+
+
+@numba.njit(parallel=True, cache=CACHE)
+def exp_kernel(x, out):
+    for i in prange(x.size):
+        out[i] = np.exp(x[i])
+
+
+@numba.njit(parallel=True, cache=CACHE)
+def log_kernel(x, out):
+    for i in prange(x.size):
+        out[i] = np.log(x[i])
+
+
+@numba.njit(parallel=True, cache=CACHE)
+def neg_kernel(x, out):
+    for i in prange(x.size):
+        out[i] = -x[i]
+
+
+@numba.njit(parallel=True, cache=CACHE)
+def abs_kernel(x, out):
+    for i in prange(x.size):
+        out[i] = abs(x[i])
+
+
+@numba.njit(parallel=True, cache=CACHE)
+def reciprocal_kernel(x, out, one):
+    for i in prange(x.size):
+        out[i] = one / x[i]
+
+
+@numba.njit(parallel=True, cache=CACHE)
+def erf_kernel(x, out):
+    for i in prange(x.size):
+        out[i] = math.erf(x[i])
+
+
+def _no_args(problem: Problem) -> tuple:
     return ()
 
 
@@ -98,7 +144,8 @@ def _clip_args(problem: Problem) -> tuple:
     return ClipOperator.bounds(problem)
 
 
-def _sigmoid_args(problem: Problem) -> tuple:
+def _one_args(problem: Problem) -> tuple:
+    """``one`` in the input dtype (sigmoid, reciprocal): float32 arithmetic stays float32."""
     return (np.dtype(problem.dtypes[0]).type(1),)
 
 
@@ -118,12 +165,19 @@ MAX_PROBLEMS = 4096
 
 #: operation -> (kernel, its scalar arguments for a problem, in the input dtype)
 KERNELS: dict[str, tuple[Callable, Callable[[Problem], tuple]]] = {
-    "relu": (relu_kernel, _relu_args),
+    "relu": (relu_kernel, _no_args),
     "leaky_relu": (leaky_relu_kernel, _leaky_relu_args),
     "clip": (clip_kernel, _clip_args),
-    "sigmoid": (sigmoid_kernel, _sigmoid_args),
+    "sigmoid": (sigmoid_kernel, _one_args),
     "hard_sigmoid": (hard_sigmoid_kernel, _hard_sigmoid_args),
     "hard_swish": (hard_swish_kernel, _hard_swish_args),
+    "sqrt": (sqrt_kernel, _no_args),
+    "exp": (exp_kernel, _no_args),
+    "log": (log_kernel, _no_args),
+    "neg": (neg_kernel, _no_args),
+    "abs": (abs_kernel, _no_args),
+    "reciprocal": (reciprocal_kernel, _one_args),
+    "erf": (erf_kernel, _no_args),
 }
 
 

@@ -22,7 +22,11 @@ from typing import Any
 import numpy as np
 
 from fastrun.operator import Problem, Shape
-from fastrun_algorithms._common import CanonicalOperator, parallel_pays
+from fastrun_algorithms._common import (
+    CanonicalOperator,
+    error_with_special_values,
+    parallel_pays,
+)
 
 #: the reductions, in kernel-code order
 MODES = ("sum", "mean", "max", "min", "prod", "l1", "l2", "sum_square")
@@ -112,6 +116,11 @@ class ReduceOperator(CanonicalOperator):
         else:
             y = (np.sum if mode == "sum" else np.prod)(x, axis=axes, keepdims=keep)
         return np.asarray(y).astype(dtype)
+
+    def error(self, problem: Problem, output: Any, reference: np.ndarray) -> float:
+        """Over the finite elements; an overflow to inf (a prod of many values) must match by
+        position and sign (:func:`error_with_special_values`)."""
+        return error_with_special_values(problem, output, reference, super().error)
 
     def tolerance(self, problem: Problem) -> float:
         dtype = self.output_dtype(problem)

@@ -15,7 +15,8 @@ run on one device and driver.
 from __future__ import annotations
 
 #: The unary activations in kernel-code order.
-UNARY_CODES = ("relu", "leaky_relu", "clip", "sigmoid", "tanh", "hard_sigmoid", "hard_swish")
+UNARY_CODES = ("relu", "leaky_relu", "clip", "sigmoid", "tanh", "hard_sigmoid", "hard_swish",
+               "sqrt", "exp", "log", "neg", "abs", "reciprocal", "erf")
 
 PRELUDE = r"""
 #if FP64
@@ -51,10 +52,24 @@ __kernel void unary(const long total, __global const real* x, const long x_off,
     const real g = p0 * v + p1;
     const real low = g < (real)0 ? (real)0 : g;
     const real r = low > (real)1 ? (real)1 : low;
-#else
+#elif OP == 6
     const real g = v * (real)(1.0 / 6.0) + (real)0.5;
     const real low = g < (real)0 ? (real)0 : g;
     const real r = v * (low > (real)1 ? (real)1 : low);
+#elif OP == 7
+    const real r = sqrt(v);
+#elif OP == 8
+    const real r = exp(v);
+#elif OP == 9
+    const real r = log(v);
+#elif OP == 10
+    const real r = -v;
+#elif OP == 11
+    const real r = fabs(v);
+#elif OP == 12
+    const real r = (real)1 / v;
+#else
+    const real r = erf(v);
 #endif
     out[o_off + i] = r;
 }

@@ -1,5 +1,5 @@
-"""OpenCL activation algorithms: ``cl_unary`` (relu, leaky_relu, clip, sigmoid, tanh,
-hard_sigmoid, hard_swish), ``cl_softmax`` and ``cl_batch_norm``.
+"""OpenCL activation algorithms: ``cl_unary`` (every unary activation and math function),
+``cl_softmax`` and ``cl_batch_norm``.
 
 They run on an OpenCL device (``device_kind = "opencl"``): inputs are ``pyopencl.array.Array``
 values on ``ctx.device`` (C-contiguous; views with an offset are fine) and the output is one
@@ -42,7 +42,7 @@ class _OpenCLActivation(Algorithm):
 
 
 class OpenCLUnary(_OpenCLActivation):
-    """relu, leaky_relu, clip, sigmoid, tanh, hard_sigmoid or hard_swish, one element per
+    """A unary activation or math function (``_kernels.UNARY_CODES``), one element per
     work-item; the activation is a
     ``-D OP`` switch of one source.  clip takes every integer dtype the operator does."""
 
