@@ -443,6 +443,38 @@ def _clip(b: Builder, node: Node, ins: list[Value | None]) -> list[Value | None]
     return [b.op("clip", [ins[0]], **params)]
 
 
+@lowers("LayerNormalization")
+def _layer_norm(b: Builder, node: Node, ins: list[Value | None]) -> list[Value | None]:
+    x = ins[0]
+    rank = len(x.shape)
+    axis = _axis(int(node.attr("axis", -1)), rank, b)
+    normalized = x.shape[axis:]
+    epsilon = float(node.attr("epsilon", 1e-5))
+
+    def full(value: Value | None, fill: float) -> Value:
+        """Scale or bias of X's normalised shape: a constant broadcast (zeros for an absent
+        bias), a computed one as it is (the operator checks its shape)."""
+        if value is None:
+            return b.const(np.full(normalized, fill, x.dtype))
+        if value.is_const:
+            return b.const(np.ascontiguousarray(np.broadcast_to(
+                np.asarray(value.const, x.dtype), normalized)))
+        return value
+
+    y = b.op("layer_norm", [x, full(ins[1], 1.0), full(ins[2] if len(ins) > 2 else None, 0.0)],
+             axis=axis, epsilon=epsilon)
+    if not any(node.outputs[1:]):
+        return [y]
+    # Mean and InvStdDev, asked for: built from other operators (the layer_norm step keeps its
+    # one output)
+    axes = tuple(range(axis, rank))
+    mean = b.op("reduce", [x], mode="mean", axes=axes, keepdims=True)
+    diff = b.op("sub", [x, mean])
+    var = b.op("reduce", [b.op("mul", [diff, diff])], mode="mean", axes=axes, keepdims=True)
+    spread = b.op("sqrt", [b.op("add", [var, _scalar(b, epsilon, x.dtype)])])
+    return [y, mean, b.op("reciprocal", [spread])]
+
+
 # -- reductions -------------------------------------------------------------------------------
 _REDUCE = {"ReduceSum": "sum", "ReduceMean": "mean", "ReduceMax": "max", "ReduceMin": "min",
            "ReduceProd": "prod", "ReduceL1": "l1", "ReduceL2": "l2",
@@ -678,9 +710,13 @@ def lower(graph: Graph, input_values: dict[str, Value], registry: Registry,
         except NonConstantInputError:
             raise  # its caller may bind the value as a constant and lower again
         except UnsupportedOperatorError as error:
-            problems.extend(error.problems)
-            unknown.update(name for name in node.outputs if name)
-            continue
+            # a form the operators refuse (Neg of int64 shape values) is still computed when
+            # every input is a constant
+            outputs = _constant_fallback(builder, node, ins)
+            if outputs is None:
+                problems.extend(error.problems)
+                unknown.update(name for name in node.outputs if name)
+                continue
         for name, value in zip(node.outputs, outputs, strict=False):
             if name and value is not None:
                 values[name] = value
@@ -692,6 +728,18 @@ def lower(graph: Graph, input_values: dict[str, Value], registry: Registry,
     if problems:
         raise UnsupportedOperatorError(problems, supported_op_types())
     return builder.steps, values
+
+
+def _constant_fallback(b: Builder, node: Node, ins: list[Value | None]
+                       ) -> list[Value | None] | None:
+    """A lowered op type's node that its lowering refused, computed by ONNX's reference when
+    all its inputs are constants; None when it cannot be."""
+    if node.op_type not in LOWERINGS or not all(v is None or v.is_const for v in ins):
+        return None
+    try:
+        return _constant_node(b, node, ins)
+    except UnsupportedOperatorError:
+        return None
 
 
 def _constant_node(b: Builder, node: Node, ins: list[Value | None]) -> list[Value | None]:

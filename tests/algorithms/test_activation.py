@@ -39,7 +39,7 @@ from tests.onnx_cases import node_attributes, node_cases
 REGISTRY = cpu_registry(activation)
 MATH_OPS = ["sqrt", "exp", "log", "neg", "abs", "reciprocal", "erf"]
 OP_NAMES = ["relu", "leaky_relu", "clip", "sigmoid", "tanh", "hard_sigmoid", "hard_swish",
-            *MATH_OPS, "softmax", "batch_norm"]
+            *MATH_OPS, "softmax", "batch_norm", "layer_norm"]
 CASES = [(name, algorithm) for name in OP_NAMES for algorithm in REGISTRY.algorithms(name)]
 CASE_IDS = [f"{name}-{algorithm.desc.name}" for name, algorithm in CASES]
 PARALLEL_OPS = ("relu", "leaky_relu", "clip", "sigmoid", "hard_sigmoid", "hard_swish", *MATH_OPS)
@@ -188,7 +188,16 @@ def draw_problem(op: str, algorithm: Algorithm, data: st.DataObject
     elif op == "softmax":
         shape = shape or (3,)
         params["axis"] = data.draw(st.integers(-len(shape), len(shape) - 1))
-    if op == "batch_norm":
+    if op == "layer_norm":
+        shape = shape or (3,)
+        axis = data.draw(st.integers(-len(shape), len(shape) - 1))
+        normalized = shape[axis % len(shape):]
+        params["axis"] = axis
+        params["epsilon"] = data.draw(st.sampled_from([None, 1e-5, 1e-3]))
+        inputs = [random_tensor(shape, dtype, rng, False) + 2,
+                  random_tensor(normalized, dtype, rng, False),
+                  random_tensor(normalized, dtype, rng, False)]
+    elif op == "batch_norm":
         shape = (data.draw(st.integers(1, 3)), data.draw(st.integers(1, 4)),
                  *data.draw(st.lists(st.integers(1, 5), max_size=2)))
         params["epsilon"] = data.draw(st.sampled_from([None, 1e-5, 1e-3]))
@@ -216,7 +225,8 @@ def test_matches_reference(op: str, algorithm: Algorithm, data: st.DataObject) -
 
 
 EXACT_OPS = ("relu", "leaky_relu", "clip")
-ELEMENTWISE_CASES = [(op, a) for op, a in CASES if op not in ("softmax", "batch_norm")]
+ELEMENTWISE_CASES = [(op, a) for op, a in CASES
+                     if op not in ("softmax", "batch_norm", "layer_norm")]
 
 
 @pytest.mark.parametrize(("op", "algorithm"), ELEMENTWISE_CASES,
@@ -267,6 +277,8 @@ def test_declared_workspace_covers_what_runs_allocate(op: str, algorithm: Algori
     shapes = [(4, 16, 24, 24)] + ([(16,)] * 4 if op == "batch_norm" else [])
     dtypes = ["float32"] + (["float32", "float64", "float32", "float64"]
                             if op == "batch_norm" else [])
+    if op == "layer_norm":
+        shapes, dtypes = [(4, 16, 24, 24), (24,), (24,)], ["float32"] * 3
     params = {"leaky_relu": {"alpha": 1.5}, "clip": {"min": -0.5}, "softmax": {"axis": 1}}
     problem = operator.problem(shapes, dtypes, **params.get(op, {}))
     inputs = operator.random_inputs(problem, np.random.default_rng(0))
@@ -419,7 +431,7 @@ def test_registered_operators_and_algorithms() -> None:
     assert REGISTRY.operators() == sorted(OP_NAMES)
     for op in OP_NAMES:
         names = [a.desc.text for a in REGISTRY.algorithms(op)]
-        expected = ["numpy", "parallel"] if op in PARALLEL_OPS else ["numpy"]
+        expected = ["numpy", "parallel"] if op in (*PARALLEL_OPS, "layer_norm") else ["numpy"]
         assert names == (["parallel"] if op == "erf" else expected)  # numpy has no erf
         for algorithm in REGISTRY.algorithms(op):
             assert algorithm.attributes == AlgoAttribute.REPRODUCIBLE

@@ -214,6 +214,26 @@ def test_a_spatial_mean_as_mnasnet_and_shufflenet_export_it_matches_onnxruntime(
     assert_matches_onnxruntime(proto, model, model.random_inputs())
 
 
+def test_a_transformer_feed_forward_with_layer_norm_and_erf_gelu_matches_onnxruntime():
+    """LayerNormalization (opset 17) and GELU in its exact Erf form, as exporters write a
+    ViT or BERT feed-forward block, searched."""
+    w = _models.GraphWriter()
+    n = w.node("LayerNormalization", ["x", w.weight("g", (32,)), w.weight("b", (32,))], "ln",
+               axis=-1, epsilon=1e-6)
+    h = w.node("MatMul", [n, w.weight("w1", (32, 64), 0.2)], "h")
+    scaled = w.node("Div", [h, w.const("root2", np.array(np.sqrt(2), np.float32))], "scaled")
+    e = w.node("Erf", [scaled], "erf")
+    gate = w.node("Add", [e, w.const("one", np.array(1.0, np.float32))], "gate")
+    g = w.node("Mul", [w.node("Mul", [h, gate], "hg"), w.const("half", np.array(0.5, np.float32))],
+               "gelu")
+    o = w.node("MatMul", [g, w.weight("w2", (64, 32), 0.2)], "o")
+    w.node("Add", [o, "x"], "y")
+    proto = w.model((1, 10, 32), "y", opset=17, output_rank=3)
+    model = load(proto, fastrun.session(cache=InMemoryCache(), strategy="fast-run", **FAST))
+    assert {"layer_norm", "erf"} <= {step.operator for step in model.steps}
+    assert_matches_onnxruntime(proto, model, model.random_inputs())
+
+
 def test_ops_with_no_lowering_are_computed_when_their_inputs_are_constants():
     """Shape arithmetic as exporters write it: a mask built from the input's static shape
     with Range, Mod, Equal and Where, and a Sqrt of a constant; none of them is lowered, all

@@ -1,7 +1,7 @@
 """Activation operators (``relu``, ``leaky_relu``, ``clip``, ``sigmoid``, ``tanh``,
 ``hard_sigmoid``, ``hard_swish``, the math functions ``sqrt``, ``exp``, ``log``, ``neg``,
-``abs``, ``reciprocal``, ``erf``, and ``softmax``, ``batch_norm``) with ONNX semantics, and
-their CPU algorithms.
+``abs``, ``reciprocal``, ``erf``, and ``softmax``, ``batch_norm``, ``layer_norm``) with ONNX
+semantics, and their CPU algorithms.
 
 ``register(registry)`` adds every operator with its ``numpy`` algorithm (erf has none), and
 ``parallel`` (numba) for all the unary ones but tanh, where it can win on large tensors; and
@@ -13,6 +13,7 @@ from __future__ import annotations
 import importlib.util
 
 from fastrun.registry import Registry
+from fastrun_algorithms.activation.layer_norm import NumpyLayerNorm, ParallelLayerNorm
 from fastrun_algorithms.activation.numpy_impl import (
     UNARY_FUNCTIONS,
     NumpyBatchNorm,
@@ -30,6 +31,7 @@ from fastrun_algorithms.activation.operator import (
     ClipOperator,
     HardSigmoidOperator,
     HardSwishOperator,
+    LayerNormOperator,
     LeakyReluOperator,
     ReluOperator,
     SigmoidOperator,
@@ -48,10 +50,13 @@ __all__ = [
     "ClipOperator",
     "HardSigmoidOperator",
     "HardSwishOperator",
+    "LayerNormOperator",
     "LeakyReluOperator",
     "NumpyBatchNorm",
+    "NumpyLayerNorm",
     "NumpySoftmax",
     "NumpyUnary",
+    "ParallelLayerNorm",
     "ParallelUnary",
     "ReluOperator",
     "SigmoidOperator",
@@ -73,6 +78,9 @@ def register(registry: Registry) -> None:
     registry.register_algorithm(NumpySoftmax())
     registry.register_operator(BatchNormOperator())
     registry.register_algorithm(NumpyBatchNorm())
+    layer_norm = registry.register_operator(LayerNormOperator())
+    registry.register_algorithm(NumpyLayerNorm())
+    registry.register_algorithm(ParallelLayerNorm(layer_norm.parallel_pays))
     # Found without importing pyopencl (slow, and it may fail without an OpenCL platform); the
     # OpenCL algorithms are candidates only on an OpenCL device, so CPU searches are unchanged.
     if importlib.util.find_spec("pyopencl") is not None:

@@ -74,19 +74,24 @@ def _tanh(problem: Problem, x: np.ndarray) -> np.ndarray:
 
 
 def _hard_sigmoid(problem: Problem, x: np.ndarray) -> np.ndarray:
-    alpha, beta = HardSigmoidOperator.coefficients(problem)
+    # alpha * x + beta in float64 (one temporary): near the lower knee the two terms cancel,
+    # and a float32 product would leave only its rounding error in a small result
+    alpha, beta = (float(c) for c in HardSigmoidOperator.coefficients(problem))
+    # an array even for a 0-d x (so that it works in place), in C order whatever x's strides
+    gate = np.array(x, dtype=np.float64, order="C")
     with np.errstate(invalid="ignore"):  # alpha 0 times an infinity: NaN, as the reference
-        out = np.multiply(x, alpha, out=_empty_like(x))
-    out += beta
-    # both bounds, as in _relu: numpy's SIMD loop
-    return np.clip(out, x.dtype.type(0), x.dtype.type(1), out=out)
+        gate *= alpha
+    gate += beta
+    np.clip(gate, 0.0, 1.0, out=gate)  # both bounds, as in _relu: numpy's SIMD loop
+    return gate.astype(x.dtype, order="C")
 
 
 def _hard_swish(problem: Problem, x: np.ndarray) -> np.ndarray:
-    # the gate x / 6 + 1/2 as a multiply by the dtype's 1/6, then x times the clipped gate
-    zero, sixth, half, one = (x.dtype.type(v) for v in (0, 1 / 6, 0.5, 1))
-    gate = np.multiply(x, sixth, out=_empty_like(x))
-    gate += half
+    # the gate as (x + 3) / 6: x + 3 is exact near the knee at -3, where x / 6 + 1/2 would
+    # cancel to its rounding error; then x times the clipped gate
+    zero, three, sixth, one = (x.dtype.type(v) for v in (0, 3, 1 / 6, 1))
+    gate = np.add(x, three, out=_empty_like(x))
+    gate *= sixth
     np.clip(gate, zero, one, out=gate)
     with np.errstate(invalid="ignore"):  # -inf * 0 is NaN, as ONNX's reference gives
         return np.multiply(x, gate, out=gate)
@@ -133,9 +138,12 @@ class NumpyUnary(NumpyRanked, Algorithm):
         self.function = UNARY_FUNCTIONS[operator]
 
     def workspace_bytes(self, problem: Problem) -> int:
-        """leaky_relu with alpha outside (0, 1] selects through a boolean mask."""
+        """leaky_relu with alpha outside (0, 1] selects through a boolean mask; hard_sigmoid
+        computes its gate in float64."""
         if self.operator == "leaky_relu" and not 0 < problem.param("alpha") <= 1:
             return math.prod(problem.shapes[0])
+        if self.operator == "hard_sigmoid":  # its float64 gate
+            return math.prod(problem.shapes[0]) * 8
         return 0
 
     def run(self, problem: Problem, inputs: Sequence[Any], ctx: RunContext,

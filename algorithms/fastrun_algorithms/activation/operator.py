@@ -356,6 +356,16 @@ class ErfOperator(_MathUnary):
 
 # -- softmax and batch_norm ----------------------------------------------------------------------
 
+def _epsilon(name: str, params: Mapping[str, Any], dtype: str) -> float:
+    """A norm's epsilon (default 1e-5), finite and >= 0, rounded to X's dtype, in which it is
+    added."""
+    epsilon = params.get("epsilon")
+    epsilon = 1e-5 if epsilon is None else _real(name, "epsilon", epsilon)
+    if not 0 <= epsilon < math.inf:
+        raise ValueError(f"{name} epsilon must be finite and >= 0, got {epsilon}")
+    return float(np.dtype(dtype).type(epsilon))
+
+
 def _axis(name: str, value: Any, rank: int) -> int:
     try:
         axis = int(value)
@@ -422,11 +432,7 @@ class BatchNormOperator(ActivationOperator):
             if dtypes[index] not in FLOAT_DTYPES:
                 raise ValueError(f"{self.name} {label} must be float32 or float64, got "
                                  f"{dtypes[index]}")
-        epsilon = params.get("epsilon")
-        epsilon = 1e-5 if epsilon is None else _real(self.name, "epsilon", epsilon)
-        if not 0 <= epsilon < math.inf:
-            raise ValueError(f"{self.name} epsilon must be finite and >= 0, got {epsilon}")
-        return {"epsilon": float(np.dtype(dtypes[0]).type(epsilon))}
+        return {"epsilon": _epsilon(self.name, params, dtypes[0])}
 
     def reference(self, problem, inputs):
         x, scale, bias, mean, var = (np.asarray(a, np.float64) for a in inputs)
@@ -451,3 +457,49 @@ class BatchNormOperator(ActivationOperator):
 UNARY_OPERATORS = (ReluOperator, LeakyReluOperator, ClipOperator, SigmoidOperator, TanhOperator,
                    HardSigmoidOperator, HardSwishOperator, SqrtOperator, ExpOperator,
                    LogOperator, NegOperator, AbsOperator, ReciprocalOperator, ErfOperator)
+
+
+class LayerNormOperator(ActivationOperator):
+    """LayerNormalization (ONNX, opset 17): each row of X over axes ``axis``.. normalised to
+    zero mean and unit variance, then ``* scale + bias``.  Inputs X, scale and bias, the two
+    last of X's normalised shape (the runtime broadcasts constant ones and makes an absent
+    bias zeros); epsilon defaults to 1e-5 and is rounded to X's dtype.  Only Y: ONNX's
+    optional Mean and InvStdDev outputs are built by the runtime from other operators."""
+
+    name = "layer_norm"
+    arity = 3
+
+    def canonical_params(self, shapes, dtypes, params):
+        self._check_inputs(shapes, dtypes)
+        _check_known(self.name, params, ("axis", "epsilon"))
+        x_shape = shapes[0]
+        if not x_shape:
+            raise ValueError(f"{self.name} needs an input of rank >= 1, got a 0-d input")
+        axis = params.get("axis")
+        axis = _axis(self.name, -1 if axis is None else axis, len(x_shape))
+        normalized = tuple(x_shape[axis:])
+        for index, label in ((1, "scale"), (2, "bias")):
+            if tuple(shapes[index]) != normalized:
+                raise ValueError(f"{self.name} {label} must have X's normalised shape "
+                                 f"{normalized}, got {tuple(shapes[index])}")
+            if dtypes[index] != dtypes[0]:
+                raise ValueError(f"{self.name} {label} must be {dtypes[0]} like X, got "
+                                 f"{dtypes[index]}")
+        return {"axis": axis, "epsilon": _epsilon(self.name, params, dtypes[0])}
+
+    def reference(self, problem, inputs):
+        x, scale, bias = (np.asarray(a, np.float64) for a in inputs)
+        if x.size == 0:
+            return x.astype(problem.dtypes[0])
+        axes = tuple(range(problem.param("axis"), x.ndim))
+        with np.errstate(divide="ignore", invalid="ignore"):
+            mean = np.mean(x, axis=axes, keepdims=True)
+            diff = x - mean
+            var = np.mean(diff * diff, axis=axes, keepdims=True)
+            y = diff / np.sqrt(var + problem.param("epsilon")) * scale + bias
+        return y.astype(problem.dtypes[0])
+
+    def tolerance(self, problem):
+        """As batch_norm's: the normalisation and ``+ bias`` can partly cancel."""
+        return float(256 * np.finfo(self.output_dtype(problem)).eps)
+

@@ -73,19 +73,21 @@ def sigmoid_kernel(x, out, one):
 
 
 @numba.njit(parallel=True, cache=CACHE)
-def hard_sigmoid_kernel(x, out, alpha, beta, zero, one):
-    # the selects of clip_kernel: a NaN fails both compares and stays NaN
+def hard_sigmoid_kernel(x, out, alpha, beta):
+    # in float64 (alpha, beta are): near the lower knee the two terms cancel; the selects of
+    # clip_kernel, so a NaN fails both compares and stays NaN
     for i in prange(x.size):
-        v = alpha * x[i] + beta
-        v = zero if v < zero else v
-        out[i] = one if v > one else v
+        v = alpha * np.float64(x[i]) + beta
+        v = 0.0 if v < 0.0 else v
+        out[i] = 1.0 if v > 1.0 else v
 
 
 @numba.njit(parallel=True, cache=CACHE)
-def hard_swish_kernel(x, out, sixth, half, zero, one):
+def hard_swish_kernel(x, out, three, sixth, zero, one):
+    # the gate as (x + 3) / 6: exact near the knee at -3 (see numpy_impl._hard_swish)
     for i in prange(x.size):
         v = x[i]
-        gate = v * sixth + half
+        gate = (v + three) * sixth
         gate = zero if gate < zero else gate
         out[i] = v * (one if gate > one else gate)
 
@@ -150,13 +152,12 @@ def _one_args(problem: Problem) -> tuple:
 
 
 def _hard_sigmoid_args(problem: Problem) -> tuple:
-    dtype = np.dtype(problem.dtypes[0]).type
-    return (*HardSigmoidOperator.coefficients(problem), dtype(0), dtype(1))
+    return tuple(float(c) for c in HardSigmoidOperator.coefficients(problem))
 
 
 def _hard_swish_args(problem: Problem) -> tuple:
     dtype = np.dtype(problem.dtypes[0]).type
-    return dtype(1 / 6), dtype(0.5), dtype(0), dtype(1)
+    return dtype(3), dtype(1 / 6), dtype(0), dtype(1)
 
 
 #: Problems whose scalar arguments are kept per algorithm; when full the table is cleared

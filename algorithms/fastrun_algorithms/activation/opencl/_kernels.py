@@ -53,7 +53,8 @@ __kernel void unary(const long total, __global const real* x, const long x_off,
     const real low = g < (real)0 ? (real)0 : g;
     const real r = low > (real)1 ? (real)1 : low;
 #elif OP == 6
-    const real g = v * (real)(1.0 / 6.0) + (real)0.5;
+    /* (x + 3) / 6: exact near the knee at -3, where x / 6 + 1/2 would cancel */
+    const real g = (v + (real)3) * (real)(1.0 / 6.0);
     const real low = g < (real)0 ? (real)0 : g;
     const real r = v * (low > (real)1 ? (real)1 : low);
 #elif OP == 7
