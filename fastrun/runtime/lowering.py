@@ -443,6 +443,27 @@ def _clip(b: Builder, node: Node, ins: list[Value | None]) -> list[Value | None]
     return [b.op("clip", [ins[0]], **params)]
 
 
+@lowers("Gelu")
+def _gelu(b: Builder, node: Node, ins: list[Value | None]) -> list[Value | None]:
+    """GELU (opset 20) as the steps its two forms are made of: ``x / 2 * (1 + erf(x /
+    sqrt(2)))``, or with ``approximate="tanh"``, ``x / 2 * (1 + tanh(sqrt(2 / pi) * (x +
+    0.044715 x^3)))``; older exports spell these out themselves."""
+    x = ins[0]
+    approximate = node.attr("approximate", "none")
+    if isinstance(approximate, bytes):
+        approximate = approximate.decode()
+    if approximate == "tanh":
+        cube = b.op("mul", [b.op("mul", [x, x]), x])
+        inner = b.op("add", [x, b.op("mul", [cube, _scalar(b, 0.044715, x.dtype)])])
+        gate = b.op("tanh", [b.op("mul", [inner, _scalar(b, math.sqrt(2 / math.pi), x.dtype)])])
+    elif approximate == "none":
+        gate = b.op("erf", [b.op("mul", [x, _scalar(b, 1 / math.sqrt(2), x.dtype)])])
+    else:
+        raise b.unsupported(f"approximate={approximate!r}: ONNX defines 'none' and 'tanh'")
+    half = b.op("mul", [x, _scalar(b, 0.5, x.dtype)])
+    return [b.op("mul", [half, b.op("add", [gate, _scalar(b, 1.0, x.dtype)])])]
+
+
 @lowers("LayerNormalization")
 def _layer_norm(b: Builder, node: Node, ins: list[Value | None]) -> list[Value | None]:
     x = ins[0]

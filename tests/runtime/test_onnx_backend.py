@@ -49,7 +49,7 @@ NODE_CASE_MODULES = {
     "ConstantOfShape": "constantofshape", "Conv": "conv", "Div": "div", "Dropout": "dropout",
     "Flatten": "flatten", "Gather": "gather", "Gemm": "gemm",
     "GlobalAveragePool": "globalaveragepool", "GlobalMaxPool": "globalmaxpool",
-    "LayerNormalization": "layernormalization",
+    "LayerNormalization": "layernormalization", "Gelu": "gelu",
     "HardSigmoid": "hardsigmoid", "HardSwish": "hardswish", "Sqrt": "sqrt", "Exp": "exp",
     "Log": "log", "Neg": "neg", "Abs": "abs", "Reciprocal": "reciprocal", "Erf": "erf",
     "Identity": "identity", "LRN": "lrn", "LeakyRelu": "leakyrelu", "MatMul": "matmul",
