@@ -496,6 +496,22 @@ def _layer_norm(b: Builder, node: Node, ins: list[Value | None]) -> list[Value |
     return [y, mean, b.op("reciprocal", [spread])]
 
 
+_COMPARISONS = {"Equal": "equal", "Less": "less", "Greater": "greater",
+                "LessOrEqual": "less_equal", "GreaterOrEqual": "greater_equal"}
+
+
+@lowers(*_COMPARISONS)
+def _comparison(b: Builder, node: Node, ins: list[Value | None]) -> list[Value | None]:
+    """A bool tensor; narrow integer operands compare in int64, exactly (bool operands, which
+    Equal allows, are not lowered)."""
+    a, c = ins[0], ins[1]
+    if a.dtype != c.dtype:
+        raise ModelError(f"{node}: operands have different types {a.dtype} and {c.dtype}")
+    if a.dtype in _WIDENED_INTEGERS:
+        a, c = b.view(a, dtype=np.int64), b.view(c, dtype=np.int64)
+    return [b.op(_COMPARISONS[node.op_type], [a, c])]
+
+
 # -- reductions -------------------------------------------------------------------------------
 _REDUCE = {"ReduceSum": "sum", "ReduceMean": "mean", "ReduceMax": "max", "ReduceMin": "min",
            "ReduceProd": "prod", "ReduceL1": "l1", "ReduceL2": "l2",

@@ -1,4 +1,5 @@
-"""The elementwise operators (add, sub, mul, div, greater_equal, max, min) and their algorithms.
+"""The elementwise operators (add, sub, mul, div, the comparisons, max, min, add_relu) and their
+algorithms.
 
 Every operation x algorithm is checked against numpy on random broadcastable shapes (0 to 3
 dimensions, size-1 and empty dimensions, 0-d operands) and values that include the awkward
@@ -33,7 +34,8 @@ from fastrun_algorithms.elementwise.operator import OPS, PARALLEL_MIN_BYTES, SUP
 from tests.algorithms._helpers import cpu_registry, numba_threads
 
 REGISTRY = cpu_registry(elementwise)
-OP_NAMES = ["add", "sub", "mul", "div", "greater_equal", "max", "min", "add_relu"]
+OP_NAMES = ["add", "sub", "mul", "div", "greater_equal", "max", "min", "add_relu", "equal",
+            "less", "greater", "less_equal"]
 CASES = [(name, algorithm) for name in OP_NAMES for algorithm in REGISTRY.algorithms(name)]
 CASE_IDS = [f"{name}-{algorithm.desc.name}" for name, algorithm in CASES]
 
@@ -49,6 +51,10 @@ MIXED_PAIRS: dict[str, list[tuple[str, str]]] = {
     "max": [("float32", "int32")],
     "min": [("int32", "float64")],
     "add_relu": [("int32", "float32"), ("float64", "int64")],
+    "equal": [("int32", "float64")],
+    "less": [("float32", "int64")],
+    "greater": [("int64", "int32")],
+    "less_equal": [("float64", "float32")],
 }
 ALL_PAIRS = [(a, b) for a in SUPPORTED_DTYPES for b in SUPPORTED_DTYPES]
 

@@ -99,7 +99,10 @@ DTYPES = {"add": [("float32", "float32"), ("int32", "int32")],
           "greater_equal": [("float32", "float32"), ("int32", "int64")],
           "max": [("float32", "float32"), ("float64", "float64")],
           "min": [("float32", "float32"), ("int32", "int32")],
-          "add_relu": [("float32", "float32"), ("int32", "float64")]}
+          "add_relu": [("float32", "float32"), ("int32", "float64")],
+          "equal": [("float32", "float32"), ("int32", "int64")],
+          "less": [("float32", "float32")], "greater": [("int32", "int32")],
+          "less_equal": [("float64", "float32")]}
 
 
 @pytest.mark.parametrize("op", list(DTYPES))

@@ -1,5 +1,6 @@
-"""Binary elementwise operators (``add``, ``sub``, ``mul``, ``div``, ``greater_equal``, ``max``,
-``min``) with numpy broadcasting, and their CPU algorithms.
+"""Binary elementwise operators (``add``, ``sub``, ``mul``, ``div``, the comparisons ``equal``,
+``less``, ``greater``, ``less_equal``, ``greater_equal``, and ``max``, ``min``, ``add_relu``)
+with numpy broadcasting, and their CPU algorithms.
 
 ``register(registry)`` adds one operator per operation, each with the algorithms ``numpy``
 (the ufunc), ``serial`` and ``parallel`` (numba), and ``cl_elementwise`` (OpenCL) where

@@ -60,6 +60,26 @@ def _greater_equal(x, y):
 
 
 @register_jitable
+def _equal(x, y):
+    return x == y
+
+
+@register_jitable
+def _less(x, y):
+    return x < y
+
+
+@register_jitable
+def _greater(x, y):
+    return x > y
+
+
+@register_jitable
+def _less_equal(x, y):
+    return x <= y
+
+
+@register_jitable
 def _max(x, y):
     # numpy's rule, including which of two equal values (0.0 and -0.0) comes back: x when it is
     # larger or NaN, else y (so a NaN in y comes back too).
@@ -100,6 +120,10 @@ SCALAR_FUNCTIONS: dict[str, Callable] = {
     "mul": _mul,
     "div": _div,
     "greater_equal": _greater_equal,
+    "equal": _equal,
+    "less": _less,
+    "greater": _greater,
+    "less_equal": _less_equal,
     "max": _max,
     "min": _min,
 }

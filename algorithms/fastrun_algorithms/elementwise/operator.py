@@ -1,8 +1,9 @@
 """Binary elementwise operators with numpy's broadcasting and type promotion.
 
 One :class:`ElementwiseOperator` is registered per operation (``add``, ``sub``, ``mul``,
-``div``, ``greater_equal``, ``max``, ``min``, and ``add_relu``, which the ONNX runtime fuses a
-residual connection's ``Add -> Relu`` into) rather than one ``elementwise`` operator with an
+``div``, the comparisons ``equal``, ``less``, ``greater``, ``less_equal``, ``greater_equal``,
+``max``, ``min``, and ``add_relu``, which the ONNX runtime fuses a residual connection's
+``Add -> Relu`` into) rather than one ``elementwise`` operator with an
 ``op`` parameter, because:
 
 * ``fastrun.call("add", a, b)`` names the operation the way numpy and ONNX do;
@@ -89,6 +90,10 @@ OPS: dict[str, BinaryOp] = {op.name: op for op in (
     BinaryOp("min", np.minimum, "arithmetic", "np.minimum(a, b): NaN if either is NaN"),
     BinaryOp("add_relu", add_relu, "arithmetic",
              "np.maximum(a + b, 0): a residual Add and the Relu after it, in one pass"),
+    BinaryOp("equal", np.equal, "comparison", "a == b, a bool array"),
+    BinaryOp("less", np.less, "comparison", "a < b, a bool array"),
+    BinaryOp("greater", np.greater, "comparison", "a > b, a bool array"),
+    BinaryOp("less_equal", np.less_equal, "comparison", "a <= b, a bool array"),
 )}
 
 
@@ -96,8 +101,8 @@ class ElementwiseOperator(Operator):
     """``out = op(a, b)`` elementwise, with numpy's broadcasting and result dtype.
 
     Operands: two arrays (0-d included) of float32, float64, int32 or int64, in any
-    combination; the result has numpy's ``result_type`` of the two (bool for
-    ``greater_equal``, float64 for ``div`` of integers).  Integer overflow wraps around as in
+    combination; the result has numpy's ``result_type`` of the two (bool for the comparisons,
+    float64 for ``div`` of integers).  Integer overflow wraps around as in
     numpy.  Integer division by zero gives inf (or nan for 0/0), exactly like numpy's true
     division, which converts both operands to float64 first.
     """

@@ -19,7 +19,8 @@ GPUs), which the two kernels ``binary32`` and ``binary64`` provide.
 from __future__ import annotations
 
 #: The operations in kernel-code order.
-OP_CODES = ("add", "sub", "mul", "div", "greater_equal", "max", "min", "add_relu")
+OP_CODES = ("add", "sub", "mul", "div", "greater_equal", "max", "min", "add_relu", "equal",
+            "less", "greater", "less_equal")
 
 #: Dimensions the kernel decomposes an index into (merged dimensions, see ``_layout``).
 MAX_RANK = 6
@@ -66,7 +67,7 @@ inline to apply(const tc x, const tc y) {
     return (to)((x > y || IS_NAN(x)) ? x : y);
 #elif OP == 6
     return (to)((x < y || IS_NAN(x)) ? x : y);
-#else
+#elif OP == 7
     /* add_relu: np.maximum(x + y, 0): the sum when larger or NaN, else 0 (so -0.0 gives 0) */
 #if TC_INT
     const tc v = AS_TC((UTC)x + (UTC)y);
@@ -74,6 +75,14 @@ inline to apply(const tc x, const tc y) {
     const tc v = x + y;
 #endif
     return (to)((v > (tc)0 || IS_NAN(v)) ? v : (tc)0);
+#elif OP == 8
+    return (to)(x == y ? 1 : 0);
+#elif OP == 9
+    return (to)(x < y ? 1 : 0);
+#elif OP == 10
+    return (to)(x > y ? 1 : 0);
+#else
+    return (to)(x <= y ? 1 : 0);
 #endif
 }
 
