@@ -224,6 +224,9 @@ class Model:
         if cached is None and not self.session.chooser.options.strategy.profiles:
             plan.end_to_end = "not checked (no decision in the cache, nothing may be timed)"
             return
+        if cached is not None and cached[0] == layout_check.BLOCKED:
+            plan.end_to_end = f"{cached[0]} kept, from the cache ({cached[1] * 1e3:.3f} ms)"
+            return  # the NCHW program is not needed
         blocked = (self.steps, self.outputs, self.reports, self._program_state())
         self.steps, self.outputs = nchw_steps, nchw_outputs
         nchw_reports, nchw_calls = self._decide_steps(in_context=False)
@@ -246,8 +249,9 @@ class Model:
                                                for name, state in programs.items()})
             layout_check.store(self.session, key, medians)
             choice = layout_check.decide(medians)
-            plan.end_to_end = (f"{choice} kept: blocked plan {_ms(medians['nchw16c'])}, "
-                               f"NCHW {_ms(medians['nchw'])} (median of "
+            plan.end_to_end = (f"{choice} kept: blocked plan "
+                               f"{_ms(medians[layout_check.BLOCKED])}, NCHW "
+                               f"{_ms(medians[layout_check.NCHW])} (median of "
                                f"{layout_check.ROUNDS} alternating rounds)")
         log.info("layouts: %s", plan.end_to_end)
         plan.kept = choice == layout_check.BLOCKED

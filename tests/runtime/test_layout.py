@@ -258,6 +258,19 @@ def test_a_blocked_plan_faster_end_to_end_is_kept(monkeypatch, tmp_path):
     assert entries and min(entries, key=lambda e: e.time_s).algorithm == "nchw16c"
 
 
+def test_a_cached_blocked_decision_is_repeated_without_binding_nchw(monkeypatch, tmp_path):
+    _all_blocked_choice(monkeypatch)
+    timed = _timed_plans(monkeypatch, blocked_ms=1.0, nchw_ms=2.0)
+    path = tmp_path / "cache.bin"
+    _search(path)
+    session, replayed = _search(path, strategy="heuristic")
+    assert len(timed) == 1 and session.chooser.stats.profiled == 0
+    assert replayed.layout_plan.kept and "from the cache" in replayed.layout_plan.end_to_end
+    assert "nchw16c" in _layouts(replayed).values()
+    assert_matches_onnxruntime(_models.layout_mix(size=12), replayed,
+                               replayed.random_inputs())
+
+
 def _nchw_steps_of(model):
     """The NCHW steps of ``model``'s graph, as a model without the blocked layout lowers them."""
     plain = load(_models.layout_mix(size=12), heuristic_session(), weight_preprocess=True,
