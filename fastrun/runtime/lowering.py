@@ -496,6 +496,30 @@ def _layer_norm(b: Builder, node: Node, ins: list[Value | None]) -> list[Value |
     return [y, mean, b.op("reciprocal", [spread])]
 
 
+@lowers("Pow")
+def _pow(b: Builder, node: Node, ins: list[Value | None]) -> list[Value | None]:
+    """A constant scalar exponent of the forms models use, as the steps it amounts to: 1, 2
+    and 3 as products (a LayerNorm spelled out squares, GELU's tanh form cubes), 0.5 and -0.5
+    as sqrt and its reciprocal, -1 as reciprocal.  Other exponents are refused, named."""
+    x, exponent = ins[0], ins[1]
+    if x.dtype.kind != "f":
+        raise b.unsupported(f"Pow of {x.dtype}: fastrun lowers float bases only")
+    if not exponent.is_const or np.asarray(exponent.const).size != 1:
+        raise b.unsupported("Pow needs a constant scalar exponent")
+    power = float(np.asarray(exponent.const).reshape(-1)[0])
+    if power == 1:
+        return [x]
+    if power in (2, 3):
+        square = b.op("mul", [x, x])
+        return [square if power == 2 else b.op("mul", [square, x])]
+    if power in (0.5, -0.5):
+        root = b.op("sqrt", [x])
+        return [root if power > 0 else b.op("reciprocal", [root])]
+    if power == -1:
+        return [b.op("reciprocal", [x])]
+    raise b.unsupported(f"exponent {power:g}: fastrun lowers 1, 2, 3, 0.5, -0.5 and -1")
+
+
 _COMPARISONS = {"Equal": "equal", "Less": "less", "Greater": "greater",
                 "LessOrEqual": "less_equal", "GreaterOrEqual": "greater_equal"}
 

@@ -234,6 +234,23 @@ def test_a_transformer_feed_forward_with_layer_norm_and_erf_gelu_matches_onnxrun
     assert_matches_onnxruntime(proto, model, model.random_inputs())
 
 
+@pytest.mark.parametrize("power", [1.0, 2.0, 3.0, 0.5, -0.5, -1.0])
+def test_pow_of_a_constant_exponent_matches_onnxruntime(power):
+    w = _models.GraphWriter()
+    w.node("Abs", ["x"], "positive")
+    w.node("Pow", ["positive", w.const("p", np.array(power, np.float32))], "y")
+    proto = w.model((2, 5), "y", opset=17, output_rank=2)
+    model = load(proto, heuristic_session())
+    assert_matches_onnxruntime(proto, model, model.random_inputs())
+
+
+def test_pow_with_another_exponent_is_refused_by_name():
+    w = _models.GraphWriter()
+    w.node("Pow", ["x", w.const("p", np.array(1.7, np.float32))], "y", name="odd_pow")
+    with pytest.raises(UnsupportedOperatorError, match=r"odd_pow.*exponent 1\.7"):
+        load(w.model((2, 5), "y", opset=17, output_rank=2), heuristic_session())
+
+
 def test_ops_with_no_lowering_are_computed_when_their_inputs_are_constants():
     """Shape arithmetic as exporters write it: a mask built from the input's static shape
     with Range, Mod, Equal and Where, and a Sqrt of a constant; none of them is lowered, all
