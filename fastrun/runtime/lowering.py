@@ -520,6 +520,11 @@ def _pow(b: Builder, node: Node, ins: list[Value | None]) -> list[Value | None]:
     raise b.unsupported(f"exponent {power:g}: fastrun lowers 1, 2, 3, 0.5, -0.5 and -1")
 
 
+@lowers("Where")
+def _where(b: Builder, node: Node, ins: list[Value | None]) -> list[Value | None]:
+    return [b.op("where", [ins[0], ins[1], ins[2]])]
+
+
 _COMPARISONS = {"Equal": "equal", "Less": "less", "Greater": "greater",
                 "LessOrEqual": "less_equal", "GreaterOrEqual": "greater_equal"}
 

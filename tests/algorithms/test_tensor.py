@@ -395,8 +395,8 @@ def test_pad_crops_before_it_reflects() -> None:
 # -- registration and the framework ------------------------------------------------------------
 
 def test_registered_operators_and_algorithms() -> None:
-    assert REGISTRY.operators() == sorted(OP_NAMES)
-    for op in OP_NAMES:
+    assert REGISTRY.operators() == sorted([*OP_NAMES, "where"])
+    for op in [*OP_NAMES, "where"]:
         expected = ["numpy", "parallel"] if op == "concat" else ["numpy"]
         assert [a.desc.text for a in REGISTRY.algorithms(op)] == expected
         for algorithm in REGISTRY.algorithms(op):
@@ -462,3 +462,33 @@ def test_parallel_concat_copies_large_rows_in_chunks_on_every_axis():
         inputs = [rng.standard_normal(shape).astype(np.float32) for shape in shapes]
         np.testing.assert_array_equal(parallel.run(problem, inputs, None),
                                       np.concatenate(inputs, axis=axis))
+
+
+# -- where ---------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("shapes", [((2, 3), (2, 3), (2, 3)), ((1, 3), (2, 1), ()),
+                                    ((4, 1, 5), (3, 1), (1, 5)), ((0, 3), (3,), (1,))])
+@pytest.mark.parametrize("dtype", ["float32", "int64", "bool", "uint8"])
+def test_where_broadcasts_and_is_exact(shapes, dtype) -> None:
+    operator = REGISTRY.operator("where")
+    rng = np.random.default_rng(3)
+    condition = rng.random(shapes[0]) < 0.5
+    x, y = (np.asarray(rng.integers(0, 50, size=s)).astype(dtype) for s in shapes[1:])
+    problem = operator.problem_for([condition, x, y])
+    (algorithm,) = REGISTRY.algorithms("where")
+    out = algorithm.run(problem, [condition, x, y], None)
+    assert out.flags.c_contiguous and out.dtype == np.dtype(dtype)
+    np.testing.assert_array_equal(out, np.where(condition, x, y))
+    assert operator.error(problem, out, operator.reference(problem, [condition, x, y])) == 0
+
+
+@pytest.mark.parametrize("shapes, dtypes, message", [
+    ([(2,), (2,), (2,)], ["int32", "float32", "float32"], "condition must be bool"),
+    ([(2,), (2,), (2,)], ["bool", "float32", "float64"], "one supported dtype"),
+    ([(2,), (3,), (2,)], ["bool", "float32", "float32"], "do not broadcast"),
+    ([(2,), (2,)], ["bool", "float32"], "exactly 3 inputs"),
+])
+def test_where_refuses_bad_problems(shapes, dtypes, message) -> None:
+    with pytest.raises(ValueError, match=message):
+        REGISTRY.operator("where").problem(shapes, dtypes)
+

@@ -1,5 +1,5 @@
 """Tensor (data movement) operators with ONNX semantics: ``transpose``, ``concat``,
-``slice``, ``pad`` and ``gather``, and their CPU algorithms.
+``slice``, ``pad``, ``gather`` and ``where``, and their CPU algorithms.
 
 ``register(registry)`` adds every operator with its ``numpy`` algorithm, and the OpenCL ones
 (``tensor/opencl``) where pyopencl is installed.  Outputs are new
@@ -17,6 +17,7 @@ from fastrun_algorithms.tensor.numpy_impl import (
     NumpyPad,
     NumpySlice,
     NumpyTranspose,
+    NumpyWhere,
 )
 from fastrun_algorithms.tensor.operator import (
     INDEX_DTYPES,
@@ -28,6 +29,7 @@ from fastrun_algorithms.tensor.operator import (
     SliceOperator,
     TensorOperator,
     TransposeOperator,
+    WhereOperator,
     clamp_slice,
 )
 
@@ -42,10 +44,12 @@ __all__ = [
     "NumpyPad",
     "NumpySlice",
     "NumpyTranspose",
+    "NumpyWhere",
     "PadOperator",
     "SliceOperator",
     "TensorOperator",
     "TransposeOperator",
+    "WhereOperator",
     "clamp_slice",
     "register",
 ]
@@ -58,7 +62,8 @@ def register(registry: Registry) -> None:
                                 (concat, NumpyConcat()),
                                 (SliceOperator(), NumpySlice()),
                                 (PadOperator(), NumpyPad()),
-                                (GatherOperator(), NumpyGather())):
+                                (GatherOperator(), NumpyGather()),
+                                (WhereOperator(), NumpyWhere())):
         registry.register_operator(operator)
         registry.register_algorithm(algorithm)
     from fastrun_algorithms.tensor import parallel

@@ -121,3 +121,18 @@ class NumpyGather(_Numpy):
             check_indices(indices, data.shape, axis)
             raise
         return out if type(out) is np.ndarray else np.asarray(out)
+
+
+class NumpyWhere(_Numpy):
+    """``np.where`` into a C-contiguous output of x's dtype."""
+
+    operator = "where"
+
+    def run(self, problem: Problem, inputs: Sequence[Any], ctx: RunContext,
+            prepared: Any = None) -> np.ndarray:
+        condition, x, y = (np.asarray(a) for a in inputs)
+        out = np.empty(np.broadcast_shapes(condition.shape, x.shape, y.shape), x.dtype)
+        np.copyto(out, y)
+        np.copyto(out, x, where=condition)
+        return out
+

@@ -507,4 +507,46 @@ def check_indices(indices: np.ndarray, shape: Shape, axis: int) -> None:
                          f"{n} (data shape {tuple(shape)}); indices must be in [{-n}, {n - 1}]")
 
 
-OPERATORS = (TransposeOperator, ConcatOperator, SliceOperator, PadOperator, GatherOperator)
+class WhereOperator(TensorOperator):
+    """ONNX Where: ``x`` where ``condition`` holds, else ``y``, the three broadcast together
+    as numpy does.  Inputs condition (bool), x and y (one dtype, any of the supported ones).
+    No parameters.  A selection, not arithmetic: the output is exact."""
+
+    name = "where"
+
+    def problem(self, shapes: Sequence[Sequence[int]], dtypes: Sequence[Any],
+                **params: Any) -> Problem:
+        # the base class checks the first input's dtype; here that is the condition
+        shapes = [tuple(int(d) for d in shape) for shape in shapes]
+        dtypes = [np.dtype(d).name for d in dtypes]
+        return CanonicalOperator.problem(self, shapes, dtypes, **params)
+
+    def canonical_params(self, shapes, dtypes, params):
+        _check_known(self.name, params, ())
+        if len(shapes) != 3:
+            raise ValueError(f"{self.name} takes exactly 3 inputs (condition, x, y), got "
+                             f"{len(shapes)}")
+        if dtypes[0] != "bool":
+            raise ValueError(f"{self.name} condition must be bool, got {dtypes[0]}")
+        if dtypes[1] != dtypes[2] or dtypes[1] not in SUPPORTED_DTYPES:
+            raise ValueError(f"{self.name} x and y must have one supported dtype, got "
+                             f"{dtypes[1]} and {dtypes[2]}")
+        try:
+            np.broadcast_shapes(*shapes)
+        except ValueError:
+            raise ValueError(f"{self.name} shapes {list(shapes)} do not broadcast") from None
+        return {}
+
+    def output_shape(self, problem):
+        return tuple(np.broadcast_shapes(*problem.shapes))
+
+    def output_dtype(self, problem):
+        return np.dtype(problem.dtypes[1])
+
+    def reference(self, problem, inputs):
+        condition, x, y = (np.asarray(a) for a in inputs)
+        return np.array(np.where(condition, x, y), dtype=problem.dtypes[1], order="C")
+
+
+OPERATORS = (TransposeOperator, ConcatOperator, SliceOperator, PadOperator, GatherOperator,
+             WhereOperator)
