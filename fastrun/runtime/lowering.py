@@ -520,6 +520,12 @@ def _pow(b: Builder, node: Node, ins: list[Value | None]) -> list[Value | None]:
     raise b.unsupported(f"exponent {power:g}: fastrun lowers 1, 2, 3, 0.5, -0.5 and -1")
 
 
+@lowers("Expand")
+def _expand(b: Builder, node: Node, ins: list[Value | None]) -> list[Value | None]:
+    shape = b.constant_input(ins[1], "shape")
+    return [b.op("expand", [ins[0]], shape=tuple(_ints(shape)))]
+
+
 @lowers("Where")
 def _where(b: Builder, node: Node, ins: list[Value | None]) -> list[Value | None]:
     return [b.op("where", [ins[0], ins[1], ins[2]])]

@@ -395,8 +395,8 @@ def test_pad_crops_before_it_reflects() -> None:
 # -- registration and the framework ------------------------------------------------------------
 
 def test_registered_operators_and_algorithms() -> None:
-    assert REGISTRY.operators() == sorted([*OP_NAMES, "where"])
-    for op in [*OP_NAMES, "where"]:
+    assert REGISTRY.operators() == sorted([*OP_NAMES, "where", "expand"])
+    for op in [*OP_NAMES, "where", "expand"]:
         expected = ["numpy", "parallel"] if op == "concat" else ["numpy"]
         assert [a.desc.text for a in REGISTRY.algorithms(op)] == expected
         for algorithm in REGISTRY.algorithms(op):
@@ -491,4 +491,29 @@ def test_where_broadcasts_and_is_exact(shapes, dtype) -> None:
 def test_where_refuses_bad_problems(shapes, dtypes, message) -> None:
     with pytest.raises(ValueError, match=message):
         REGISTRY.operator("where").problem(shapes, dtypes)
+
+
+# -- expand --------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("shape, wanted, out", [
+    ((3, 1), (2, 1, 6), (2, 3, 6)), ((1,), (4, 5), (4, 5)), ((2, 3), (1, 1), (2, 3)),
+    ((), (0, 2), (0, 2)),
+])
+def test_expand_broadcasts_both_ways_and_copies(shape, wanted, out) -> None:
+    operator = REGISTRY.operator("expand")
+    x = np.arange(int(np.prod(shape)), dtype=np.int32).reshape(shape)
+    problem = operator.problem_for([x], shape=wanted)
+    assert operator.output_shape(problem) == out
+    assert problem.key == operator.problem_for([x], shape=out).key  # one key per result
+    (algorithm,) = REGISTRY.algorithms("expand")
+    result = algorithm.run(problem, [x], None)
+    assert result.flags.c_contiguous and not np.shares_memory(result, x)
+    np.testing.assert_array_equal(result, np.broadcast_to(x, out))
+
+
+def test_expand_refuses_shapes_that_do_not_broadcast() -> None:
+    with pytest.raises(ValueError, match="does not broadcast"):
+        REGISTRY.operator("expand").problem([(3, 2)], ["float32"], shape=(4, 5))
+    with pytest.raises(ValueError, match="negative size"):
+        REGISTRY.operator("expand").problem([(3,)], ["float32"], shape=(-1,))
 

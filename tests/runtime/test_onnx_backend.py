@@ -51,7 +51,7 @@ NODE_CASE_MODULES = {
     "GlobalAveragePool": "globalaveragepool", "GlobalMaxPool": "globalmaxpool",
     "LayerNormalization": "layernormalization", "Gelu": "gelu", "Equal": "equal",
     "Less": "less", "Greater": "greater", "LessOrEqual": "less",
-    "GreaterOrEqual": "greater", "Where": "where",
+    "GreaterOrEqual": "greater", "Where": "where", "Expand": "expand",
     "HardSigmoid": "hardsigmoid", "HardSwish": "hardswish", "Sqrt": "sqrt", "Exp": "exp",
     "Log": "log", "Neg": "neg", "Abs": "abs", "Reciprocal": "reciprocal", "Erf": "erf",
     "Identity": "identity", "LRN": "lrn", "LeakyRelu": "leakyrelu", "MatMul": "matmul",

@@ -1,5 +1,5 @@
 """Tensor (data movement) operators with ONNX semantics: ``transpose``, ``concat``,
-``slice``, ``pad``, ``gather`` and ``where``, and their CPU algorithms.
+``slice``, ``pad``, ``gather``, ``where`` and ``expand``, and their CPU algorithms.
 
 ``register(registry)`` adds every operator with its ``numpy`` algorithm, and the OpenCL ones
 (``tensor/opencl``) where pyopencl is installed.  Outputs are new
@@ -13,6 +13,7 @@ import importlib.util
 from fastrun.registry import Registry
 from fastrun_algorithms.tensor.numpy_impl import (
     NumpyConcat,
+    NumpyExpand,
     NumpyGather,
     NumpyPad,
     NumpySlice,
@@ -24,6 +25,7 @@ from fastrun_algorithms.tensor.operator import (
     PAD_MODES,
     SUPPORTED_DTYPES,
     ConcatOperator,
+    ExpandOperator,
     GatherOperator,
     PadOperator,
     SliceOperator,
@@ -38,8 +40,10 @@ __all__ = [
     "PAD_MODES",
     "SUPPORTED_DTYPES",
     "ConcatOperator",
+    "ExpandOperator",
     "GatherOperator",
     "NumpyConcat",
+    "NumpyExpand",
     "NumpyGather",
     "NumpyPad",
     "NumpySlice",
@@ -63,7 +67,8 @@ def register(registry: Registry) -> None:
                                 (SliceOperator(), NumpySlice()),
                                 (PadOperator(), NumpyPad()),
                                 (GatherOperator(), NumpyGather()),
-                                (WhereOperator(), NumpyWhere())):
+                                (WhereOperator(), NumpyWhere()),
+                                (ExpandOperator(), NumpyExpand())):
         registry.register_operator(operator)
         registry.register_algorithm(algorithm)
     from fastrun_algorithms.tensor import parallel

@@ -548,5 +548,36 @@ class WhereOperator(TensorOperator):
         return np.array(np.where(condition, x, y), dtype=problem.dtypes[1], order="C")
 
 
+class ExpandOperator(TensorOperator):
+    """ONNX Expand: X broadcast with ``shape`` (numpy's rule in both directions: a 1 in
+    ``shape`` keeps X's size, and X's shape may be shorter).  One input; parameter ``shape``
+    (a tuple of non-negative ints), kept as the broadcast output shape in canonical form."""
+
+    name = "expand"
+
+    def canonical_params(self, shapes, dtypes, params):
+        _check_known(self.name, params, ("shape",))
+        self._one_input(shapes)
+        wanted = params.get("shape")
+        if wanted is None:
+            raise ValueError(f"{self.name} needs a shape")
+        wanted = tuple(_int(self.name, "shape", d) for d in wanted)
+        if any(d < 0 for d in wanted):
+            raise ValueError(f"{self.name} shape {wanted} has a negative size")
+        try:
+            out = tuple(np.broadcast_shapes(shapes[0], wanted))
+        except ValueError:
+            raise ValueError(f"{self.name}: X of shape {shapes[0]} does not broadcast with "
+                             f"{wanted}") from None
+        return {"shape": out}
+
+    def output_shape(self, problem):
+        return problem.param("shape")
+
+    def reference(self, problem, inputs):
+        return np.array(np.broadcast_to(np.asarray(inputs[0]), problem.param("shape")),
+                        order="C")
+
+
 OPERATORS = (TransposeOperator, ConcatOperator, SliceOperator, PadOperator, GatherOperator,
-             WhereOperator)
+             WhereOperator, ExpandOperator)
