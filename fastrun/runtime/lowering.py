@@ -382,14 +382,22 @@ _WIDENED_INTEGERS = frozenset(np.dtype(t) for t in (np.int8, np.int16, np.uint8,
                                                     np.uint32, np.uint64))
 
 
-@lowers(*_BINARY)
-def _binary(b: Builder, node: Node, ins: list[Value | None]) -> list[Value | None]:
+def _same_type_operands(b: Builder, node: Node, ins: list[Value | None]
+                        ) -> tuple[Value, Value]:
+    """The two operands of an arithmetic or comparison node, which ONNX gives one type;
+    integer types the elementwise operators do not take as int64 views."""
     a, c = ins[0], ins[1]
     if a.dtype != c.dtype:
         raise ModelError(f"{node}: operands have different types {a.dtype} and {c.dtype}")
-    dtype = a.dtype
-    if dtype in _WIDENED_INTEGERS:
+    if a.dtype in _WIDENED_INTEGERS:
         a, c = b.view(a, dtype=np.int64), b.view(c, dtype=np.int64)
+    return a, c
+
+
+@lowers(*_BINARY)
+def _binary(b: Builder, node: Node, ins: list[Value | None]) -> list[Value | None]:
+    dtype = ins[0].dtype
+    a, c = _same_type_operands(b, node, ins)
     result = b.op(_BINARY[node.op_type], [a, c])
     if node.op_type == "Div" and dtype.kind in "iu":
         # ONNX integer division truncates toward zero; the div operator is true division in
@@ -539,12 +547,7 @@ _COMPARISONS = {"Equal": "equal", "Less": "less", "Greater": "greater",
 def _comparison(b: Builder, node: Node, ins: list[Value | None]) -> list[Value | None]:
     """A bool tensor; narrow integer operands compare in int64, exactly (bool operands, which
     Equal allows, are not lowered)."""
-    a, c = ins[0], ins[1]
-    if a.dtype != c.dtype:
-        raise ModelError(f"{node}: operands have different types {a.dtype} and {c.dtype}")
-    if a.dtype in _WIDENED_INTEGERS:
-        a, c = b.view(a, dtype=np.int64), b.view(c, dtype=np.int64)
-    return [b.op(_COMPARISONS[node.op_type], [a, c])]
+    return [b.op(_COMPARISONS[node.op_type], list(_same_type_operands(b, node, ins)))]
 
 
 # -- reductions -------------------------------------------------------------------------------

@@ -224,9 +224,10 @@ class Model:
         if cached is None and not self.session.chooser.options.strategy.profiles:
             plan.end_to_end = "not checked (no decision in the cache, nothing may be timed)"
             return
-        if cached is not None and cached[0] == layout_check.BLOCKED:
+        if cached is not None:
             plan.end_to_end = f"{cached[0]} kept, from the cache ({cached[1] * 1e3:.3f} ms)"
-            return  # the NCHW program is not needed
+            if cached[0] == layout_check.BLOCKED:
+                return  # the NCHW program is not needed
         blocked = (self.steps, self.outputs, self.reports, self._program_state())
         self.steps, self.outputs = nchw_steps, nchw_outputs
         nchw_reports, nchw_calls = self._decide_steps(in_context=False)
@@ -235,8 +236,7 @@ class Model:
         nchw = (self.steps, self.outputs, self.reports, self._program_state())
         programs = {layout_check.BLOCKED: blocked, layout_check.NCHW: nchw}
         if cached is not None:
-            choice, seconds = cached
-            plan.end_to_end = f"{choice} kept, from the cache ({seconds * 1e3:.3f} ms)"
+            choice = cached[0]
         else:
             feeds = self.random_inputs(seed=0)
 

@@ -25,7 +25,13 @@ from fastrun.algorithm import Algorithm, RunContext
 from fastrun.attribute import AlgoAttribute
 from fastrun.operator import Problem
 from fastrun_algorithms._common import CACHE, NumpyRanked, ParallelRanked
-from fastrun_algorithms.reduce.operator import MODES, blocks, empty_value
+from fastrun_algorithms.reduce.operator import (
+    MODES,
+    blocks,
+    empty_value,
+    kept_shape,
+    output_shape,
+)
 
 _NUMPY_REDUCTIONS = {"sum": np.add, "max": np.maximum, "min": np.minimum, "prod": np.multiply}
 
@@ -42,7 +48,7 @@ class NumpyReduce(NumpyRanked, Algorithm):
         the float64 |x| or x * x of the whole input."""
         if np.dtype(problem.dtypes[0]).kind != "f":
             return 0
-        out = math.prod(_kept_shape(problem)) * 8
+        out = math.prod(kept_shape(problem)) * 8
         if problem.param("mode") in ("l1", "l2", "sum_square"):
             out += math.prod(problem.shapes[0]) * 8
         return out
@@ -57,7 +63,7 @@ class NumpyReduce(NumpyRanked, Algorithm):
         if mode in ("l1", "l2", "sum_square"):
             x = np.abs(x, dtype=np.float64) if mode == "l1" else np.square(x, dtype=np.float64)
         ufunc = _NUMPY_REDUCTIONS.get(mode, np.add)
-        kept = _kept_shape(problem)
+        kept = kept_shape(problem)
         if floating:
             acc = np.empty(kept, np.float64)
             ufunc.reduce(x, axis=axes, keepdims=True, out=acc, dtype=np.float64)
@@ -73,25 +79,13 @@ class NumpyReduce(NumpyRanked, Algorithm):
         else:
             out = np.empty(kept, problem.dtypes[0])
             ufunc.reduce(x, axis=axes, keepdims=True, out=out)
-        return out.reshape(_output_shape(problem))
+        return out.reshape(output_shape(problem))
 
     def _run_empty(self, problem: Problem) -> np.ndarray:
         """max or min of nothing: the reduction's identity everywhere (numpy refuses)."""
-        return np.full(_output_shape(problem), empty_value(problem.param("mode"),
+        return np.full(output_shape(problem), empty_value(problem.param("mode"),
                                                            problem.dtypes[0]),
                        problem.dtypes[0])
-
-
-def _kept_shape(problem: Problem) -> tuple[int, ...]:
-    axes = problem.param("axes")
-    return tuple(1 if i in axes else d for i, d in enumerate(problem.shapes[0]))
-
-
-def _output_shape(problem: Problem) -> tuple[int, ...]:
-    if problem.param("keepdims"):
-        return _kept_shape(problem)
-    axes = problem.param("axes")
-    return tuple(d for i, d in enumerate(problem.shapes[0]) if i not in axes)
 
 
 @numba.njit(inline="always")
@@ -194,4 +188,4 @@ class ParallelReduce(ParallelRanked, Algorithm):
                 acc = np.empty((numba.get_num_threads(), inner), np.float64)
                 _reduce_columns(x.reshape(outer, count, inner), out.reshape(outer, inner),
                                 acc, code)
-        return out.reshape(_output_shape(problem))
+        return out.reshape(output_shape(problem))

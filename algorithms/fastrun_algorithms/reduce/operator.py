@@ -80,10 +80,7 @@ class ReduceOperator(CanonicalOperator):
                 "keepdims": bool(params.get("keepdims", True))}
 
     def output_shape(self, problem: Problem) -> Shape:
-        shape, axes = problem.shapes[0], problem.param("axes")
-        if problem.param("keepdims"):
-            return tuple(1 if i in axes else d for i, d in enumerate(shape))
-        return tuple(d for i, d in enumerate(shape) if i not in axes)
+        return output_shape(problem)
 
     def output_dtype(self, problem: Problem) -> np.dtype:
         return np.dtype(problem.dtypes[0])
@@ -150,4 +147,18 @@ def empty_value(mode: str, dtype: np.dtype) -> Any:
         return -np.inf if mode == "max" else np.inf
     info = np.iinfo(dtype)
     return info.min if mode == "max" else info.max
+
+
+def kept_shape(problem: Problem) -> tuple[int, ...]:
+    """X's shape with the reduced axes as 1s: the output's shape under keepdims."""
+    axes = problem.param("axes")
+    return tuple(1 if i in axes else d for i, d in enumerate(problem.shapes[0]))
+
+
+def output_shape(problem: Problem) -> tuple[int, ...]:
+    """The output's shape: :func:`kept_shape`, or without the reduced axes."""
+    if problem.param("keepdims"):
+        return kept_shape(problem)
+    axes = problem.param("axes")
+    return tuple(d for i, d in enumerate(problem.shapes[0]) if i not in axes)
 
