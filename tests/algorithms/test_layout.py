@@ -125,7 +125,8 @@ def test_nchw_algorithms_refuse_blocked_problems():
 # -- the algorithms ------------------------------------------------------------------------------
 
 @st.composite
-def cases(draw: st.DrawFn, depthwise: bool) -> tuple[Problem, list[np.ndarray]]:
+def cases(draw: st.DrawFn, depthwise: bool, three_by_three: bool = False
+          ) -> tuple[Problem, list[np.ndarray]]:
     n = draw(st.integers(1, 2))
     if depthwise:
         c = k = group = draw(st.integers(1, 40))
@@ -133,14 +134,15 @@ def cases(draw: st.DrawFn, depthwise: bool) -> tuple[Problem, list[np.ndarray]]:
         group = draw(st.sampled_from([1, 1, 1, 2]))
         c = group * (LANES * draw(st.integers(1, 2)) if group > 1 else draw(st.integers(1, 40)))
         k = group * (LANES if group > 1 else draw(st.integers(1, 40)))
-    kernel = [draw(st.integers(1, 5 if depthwise else 3)) for _ in range(2)]
+    kernel = [3, 3] if three_by_three else [draw(st.integers(1, 5 if depthwise else 3))
+                                            for _ in range(2)]
     spatial = [draw(st.integers(kk, 13)) for kk in kernel]
     params: dict[str, Any] = {"group": group, "layout": "nchw16c"}
     if draw(st.booleans()):
         params["strides"] = [draw(st.integers(1, 3)) for _ in kernel]
     if draw(st.booleans()):
         params["pads"] = [draw(st.integers(0, 2)) for _ in range(4)]
-    if draw(st.booleans()):
+    if draw(st.booleans()) and not three_by_three:
         params["dilations"] = [1 if size < 2 * kk - 1 else draw(st.integers(1, 2))
                                for kk, size in zip(kernel, spatial, strict=True)]
     activation = draw(st.sampled_from(["none", "relu", "clip"]))
@@ -190,6 +192,16 @@ def test_blocked_direct_in_nchw16c_matches_the_reference(case, threads):
 @settings(max_examples=50, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(case=cases(depthwise=True), threads=st.sampled_from([1, 2, 3]))
 def test_blocked_depthwise_matches_the_reference(case, threads):
+    problem, inputs = case
+    first = _check(DEPTHWISE, problem, inputs, threads)
+    assert np.array_equal(first, _check(DEPTHWISE, problem, inputs, 1))
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(case=cases(depthwise=True, three_by_three=True), threads=st.sampled_from([1, 2, 3]))
+def test_blocked_depthwise_3x3_matches_the_reference(case, threads):
+    """The 3x3 kernel of its own (zero rows above and below the input, border columns
+    tested) at every stride and padding."""
     problem, inputs = case
     first = _check(DEPTHWISE, problem, inputs, threads)
     assert np.array_equal(first, _check(DEPTHWISE, problem, inputs, 1))

@@ -14,6 +14,13 @@ vector accumulators in registers; the border pixels go one at a time over their 
 no padded copy is made.  The epilogue (bias, residual, activation) is applied at the store, and
 lanes past C are stored as zeros.
 
+A 3x3 kernel without dilation, nearly every depthwise layer of MobileNets, has a kernel of its
+own (:func:`_compute3x3_kernel`): kernel rows above and below the input read a zero row instead
+of being tested, so an interior pixel is nine taps unrolled with no loop and no branch, and
+the lane loop is one vector operation per tap: the general loop's variable tap ranges and
+border tests cost it about half its speed on these layers (measured by the search's timings in
+``benchmarks.bench_scaling``, docs/performance.md).
+
 Float32 only, channel multiplier 1 (K == C == group), any kernel, stride, dilation and padding.
 REPRODUCIBLE: each output sums its taps in row-major order in one task.
 """
@@ -146,9 +153,86 @@ def _compute_kernel(x: np.ndarray, packed: np.ndarray, bias: np.ndarray, offsets
                 ow += 1
 
 
+@numba.njit(inline="always")
+def _put(out, plane, at, value, z, code, low, high, zero):
+    """One output value through the epilogue, plus the residual unless ``z`` is None (a test
+    decided when the kernel compiles: None is a type of its own)."""
+    if z is None:
+        out[plane, U(at)] = epilogue_value(value, zero, code, low, high)
+    else:
+        out[plane, U(at)] = epilogue_residual(value, zero, z[plane, U(at)], code, low, high)
+
+
+@numba.njit(inline="always")
+def _kernel_row(acc, src, at, packed, b, tap, t):
+    """``acc`` plus one kernel row's three taps on lane ``t``: the input pixels at ``at``,
+    ``at + 16`` and ``at + 32`` times taps ``tap`` to ``tap + 2`` of block ``b``."""
+    return ((acc + src[U(at + t)] * packed[b, U(tap * LANES + t)])
+            + src[U(at + LANES + t)] * packed[b, U((tap + 1) * LANES + t)]) \
+        + src[U(at + 2 * LANES + t)] * packed[b, U((tap + 2) * LANES + t)]
+
+
+def _compute3x3_kernel(x: np.ndarray, packed: np.ndarray, bias: np.ndarray, zeros: np.ndarray,
+                       width: int, sh: int, sw: int, pt: int, pl: int, ow_total: int,
+                       code: int, low: float, high: float, z: np.ndarray | None,
+                       out: np.ndarray) -> None:
+    """The 3x3 kernel (no dilation, any stride and padding): operands as
+    :func:`_compute_kernel`'s, ``zeros`` a zero row at least one input row long.
+
+    A task is one output row.  Its three kernel rows read the input, or ``zeros`` where they
+    fall above or below it, so the interior pixels (every column inside) take all nine taps
+    with no test: per pixel 9 vector loads of X, 9 of W and 9 multiply-adds, the lane loop
+    one vector operation.  The few border pixels test their columns."""
+    planes, nb = x.shape[0], packed.shape[0]
+    height = x.shape[1] // (width * LANES)
+    oh_total = out.shape[1] // (ow_total * LANES)
+    low_v, high_v = out.dtype.type(low), out.dtype.type(high)
+    zero = out.dtype.type(0)
+    row = width * LANES
+    # interior columns: ow * sw - pl >= 0 and ow * sw - pl + 2 <= width - 1
+    first = min((pl + sw - 1) // sw, ow_total)
+    last = max(first, min((width - 3 + pl) // sw + 1, ow_total))
+    for task in prange(planes * oh_total):
+        plane = task // oh_total
+        oh = task - plane * oh_total
+        b = plane % nb
+        top = oh * sh - pt
+        s0 = x[plane] if 0 <= top < height else zeros
+        s1 = x[plane] if 0 <= top + 1 < height else zeros
+        s2 = x[plane] if 0 <= top + 2 < height else zeros
+        a0 = top * row if 0 <= top < height else 0
+        a1 = (top + 1) * row if 0 <= top + 1 < height else 0
+        a2 = (top + 2) * row if 0 <= top + 2 < height else 0
+        start = oh * ow_total * LANES
+        for ow in range(first, last):
+            c = (ow * sw - pl) * LANES
+            at = start + ow * LANES
+            for t in range(LANES):
+                acc = bias[U(b * LANES + t)]
+                acc = _kernel_row(acc, s0, a0 + c, packed, b, 0, t)
+                acc = _kernel_row(acc, s1, a1 + c, packed, b, 3, t)
+                acc = _kernel_row(acc, s2, a2 + c, packed, b, 6, t)
+                _put(out, plane, at + t, acc, z, code, low_v, high_v, zero)
+        for ow in range(ow_total):
+            if first <= ow < last:
+                continue
+            left = ow * sw - pl
+            at = start + ow * LANES
+            for t in range(LANES):
+                acc = bias[U(b * LANES + t)]
+                for s in range(3):
+                    if 0 <= left + s < width:
+                        c = (left + s) * LANES + t
+                        acc = ((acc + s0[U(a0 + c)] * packed[b, U(s * LANES + t)])
+                               + s1[U(a1 + c)] * packed[b, U((3 + s) * LANES + t)]) \
+                            + s2[U(a2 + c)] * packed[b, U((6 + s) * LANES + t)]
+                _put(out, plane, at + t, acc, z, code, low_v, high_v, zero)
+
+
 @functools.cache
-def _compiled() -> tuple[Callable[..., None], Callable[..., None]]:
-    """(pack, compute) for float32, compiled (or loaded from numba's cache) on first use."""
+def _compiled() -> tuple[Callable[..., None], ...]:
+    """(pack, compute, compute3x3) for float32, compiled (or loaded from numba's cache) on
+    first use."""
     f32 = np.dtype(np.float32)
     intp = types.intp
     c_in = functools.partial(types.Array, item_type(f32), layout="C", readonly=True)
@@ -159,7 +243,25 @@ def _compiled() -> tuple[Callable[..., None], Callable[..., None]]:
                    types.Array(types.int64, 1, "C", readonly=True), *[intp] * 10, intp,
                    types.float64, types.float64, c_in(ndim=2), types.boolean, buffer(f32, 2)),
         parallel=True, cache=CACHE, fastmath=FASTMATH)(_compute_kernel)
-    return pack, compute
+    head = (c_in(ndim=2), c_in(ndim=2), c_in(ndim=1), c_in(ndim=1), *[intp] * 6, intp,
+            types.float64, types.float64)
+    compute3x3 = numba.njit(
+        [types.void(*head, residual, buffer(f32, 2)) for residual in (types.none, c_in(ndim=2))],
+        parallel=True, cache=CACHE, fastmath=FASTMATH)(_compute3x3_kernel)
+    return pack, compute, compute3x3
+
+
+def _three_by_three(geo: ConvGeometry) -> bool:
+    """Whether :func:`_compute3x3_kernel` serves the problem: a 3x3 kernel, no dilation."""
+    return (geo.r, geo.s, geo.dil_h, geo.dil_w) == (3, 3, 1, 1)
+
+
+@functools.lru_cache(maxsize=64)
+def _zero_row(length: int) -> np.ndarray:
+    """A read-only zero row that the 3x3 kernel reads for kernel rows outside the input."""
+    row = np.zeros(length, dtype=np.float32)
+    row.flags.writeable = False
+    return row
 
 
 @functools.lru_cache(maxsize=1024)
@@ -217,11 +319,17 @@ class BlockedDepthwiseConv(ConvAlgorithm):
         out = np.empty(geo.out_shape, dtype=np.float32)
         z = residual_operand(geo, inputs)
         z = z.reshape(planes, -1) if geo.has_residual else z.reshape(1, 1)
-        _compiled()[1](x, packed.reshape(blocks(geo.c), -1), packed_bias, _offsets(problem),
-                       geo.w, geo.stride_h,
-                       geo.stride_w, geo.dil_h, geo.dil_w, geo.pad_top, geo.pad_left, geo.s,
-                       geo.c, geo.ow, activation_code(geo), float(geo.clip_min),
-                       float(geo.clip_max), z, geo.has_residual, out.reshape(planes, -1))
+        epilogue = (activation_code(geo), float(geo.clip_min), float(geo.clip_max))
+        if _three_by_three(geo):
+            _compiled()[2](x, packed.reshape(blocks(geo.c), -1), packed_bias,
+                           _zero_row(geo.w * LANES), geo.w, geo.stride_h, geo.stride_w,
+                           geo.pad_top, geo.pad_left, geo.ow, *epilogue,
+                           z if geo.has_residual else None, out.reshape(planes, -1))
+        else:
+            _compiled()[1](x, packed.reshape(blocks(geo.c), -1), packed_bias,
+                           _offsets(problem), geo.w, geo.stride_h, geo.stride_w, geo.dil_h,
+                           geo.dil_w, geo.pad_top, geo.pad_left, geo.s, geo.c, geo.ow,
+                           *epilogue, z, geo.has_residual, out.reshape(planes, -1))
         if geo.c % LANES:  # zeroed here: a store loop in the kernel made LLVM spill
             out[:, -1, ..., geo.c % LANES:] = 0
         return out
