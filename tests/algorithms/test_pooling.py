@@ -215,6 +215,21 @@ def test_max_propagates_nan(algorithm: Algorithm) -> None:
     assert np.isnan(out).any()
 
 
+@pytest.mark.parametrize("algorithm", [a for a in WINDOWED if a.operator == "maxpool"], **ids)
+def test_3x3_max_propagates_nan_at_every_tap(algorithm: Algorithm) -> None:
+    """ResNet's stem pooling (3x3, stride 2, padded), which the direct kernel computes in one
+    pass per row: a NaN at any of the nine taps of a window wins."""
+    problem = op("maxpool").problem([(1, 1, 7, 7)], ["float32"], kernel_shape=[3, 3],
+                                    strides=[2, 2], pads=[1] * 4)
+    for row in range(7):
+        for col in range(7):
+            x = np.arange(49, dtype=np.float32).reshape(1, 1, 7, 7)
+            x[0, 0, row, col] = np.nan
+            out = algorithm.run(problem, [x], ctx=None)
+            np.testing.assert_array_equal(np.isnan(out), np.isnan(op("maxpool").reference(
+                problem, [x])))
+
+
 # -- canonical keys and semantics ------------------------------------------------------------
 
 @pytest.mark.parametrize("spelling", [
@@ -390,8 +405,9 @@ def test_workspace_figures():
     direct_max = next(a for a in REGISTRY.algorithms("maxpool") if a.name == "direct")
     # the padded copy (30 + 1 + 1 = 32 per axis) and one 15x15 output-sized buffer
     assert numpy_max.workspace_bytes(padded) == 2 * 8 * (32 * 32 + 15 * 15) * 4
-    # per numba worker, the 30 input rows staged in 2 column phases of 15 outputs + 1 tap
-    assert direct_max.workspace_bytes(padded) == numba.get_num_threads() * 30 * 2 * 16 * 4
+    # per numba worker, the 30 input rows and one row of the pad value, staged in 2 column
+    # phases of 15 outputs + 1 tap
+    assert direct_max.workspace_bytes(padded) == numba.get_num_threads() * 31 * 2 * 16 * 4
     in_place = op("maxpool").problem([(1, 4, 32, 32)], ["float32"], kernel_shape=[2, 2],
                                      strides=[2, 2])
     assert numpy_max.workspace_bytes(in_place) == 4 * 16 * 16 * 4  # X is read in place

@@ -10,7 +10,11 @@ vectorised loop; a per-output window loop is bound by the latency of its one acc
 reading a stride-2 tap straight from the row was 1.7 times slower on ResNet's stem maxpool:
 0.72 against 0.42 ms on two cores; 0.35 ms with contiguous inputs compiled apart).  Rows in
 the top and bottom padding are skipped, and avgpool's divisors count only the taps they
-should.
+should.  A 3x3 maxpool (ResNet's stem, GoogLeNet's and SqueezeNet's pools) takes each output
+row in one pass instead: the nine taps' runs are combined in registers and the row is written
+once (rows outside the input read a staged row that holds only -inf), where the general path
+reads and writes the output row back for every tap, several times the memory traffic
+(``benchmarks.probe_layers_vs_ort`` shows the step against onnxruntime's).
 
 One kernel covers max and both averages, 1-D (as 2-D with a height of 1) and 2-D, any input
 layout, compiled once per dtype.  Each output is combined by one worker in kernel-row-major
@@ -72,6 +76,41 @@ def _combine_row(out, n, c, oh, count, staged, s0, is_max):
             out[n, c, oh, U(t)] += staged[U(s0) + U(t)]
 
 
+@numba.njit(cache=CACHE, inline="always")
+def _staged_row(ih, height, sw, wq, pad_row):
+    """Where input row ``ih`` starts in the staged plane: the pad value's row outside it."""
+    return ih * sw * wq if 0 <= ih < height else pad_row
+
+
+@numba.njit(cache=CACHE, inline="always")
+def _max_row3x3(out, n, c, oh, count, staged, rows, dw, sw, wq):
+    """Output row ``oh`` of a 3x3 maxpool in one pass: each output is the max of its nine
+    staged taps (rows outside the input read the pad value's row), combined in kernel
+    row-major order as the general path does, written once instead of read and written
+    back per tap."""
+    t0, t1, t2 = 0, dw, 2 * dw
+    o0 = (t0 % sw) * wq + t0 // sw
+    o1 = (t1 % sw) * wq + t1 // sw
+    o2 = (t2 % sw) * wq + t2 // sw
+    r0, r1, r2 = rows
+    for t in range(count):
+        a = staged[U(r0 + o0) + U(t)]
+        a = _max(a, staged[U(r0 + o1) + U(t)])
+        a = _max(a, staged[U(r0 + o2) + U(t)])
+        a = _max(a, staged[U(r1 + o0) + U(t)])
+        a = _max(a, staged[U(r1 + o1) + U(t)])
+        a = _max(a, staged[U(r1 + o2) + U(t)])
+        a = _max(a, staged[U(r2 + o0) + U(t)])
+        a = _max(a, staged[U(r2 + o1) + U(t)])
+        out[n, c, oh, U(t)] = _max(a, staged[U(r2 + o2) + U(t)])
+
+
+@numba.njit(cache=CACHE, inline="always")
+def _max(a, v):
+    """max(a, v) where a NaN wins and stays, as with np.maximum."""
+    return v if v > a or v != v else a
+
+
 @numba.njit(cache=CACHE)
 def _pool_plane(x, out, plane, staged, wq, kh, kw, sh, sw, dh, dw, pt, pl, pb, pr, mode):
     """Pool plane ``plane`` (image ``plane // C``, channel ``plane % C``) of ``x`` into
@@ -95,10 +134,18 @@ def _pool_plane(x, out, plane, staged, wq, kh, kw, sh, sw, dh, dw, pt, pl, pb, p
     last_start = width - 1 - (kw - 1) * dw + pl
     col_end = max(col_first, min(out_w, floor_div(last_start, sw) + 1 if last_start >= 0
                                  else 0))
+    three_by_three = is_max and kh == 3 and kw == 3
+    pad_row = height * sw * wq  # the staged row past the input: the pad value throughout
     for oh in range(out_h):
+        h0 = oh * sh - pt
+        if three_by_three:
+            rows = (_staged_row(h0, height, sw, wq, pad_row),
+                    _staged_row(h0 + dh, height, sw, wq, pad_row),
+                    _staged_row(h0 + 2 * dh, height, sw, wq, pad_row))
+            _max_row3x3(out, n, c, oh, out_w, staged, rows, dw, sw, wq)
+            continue
         for ow in range(out_w):
             out[n, c, oh, ow] = start
-        h0 = oh * sh - pt
         i0, i1 = _tap_range(h0, kh, dh, height)
         for i in range(i0, i1):
             row = (h0 + i * dh) * sw * wq
@@ -185,8 +232,10 @@ class DirectPool(Algorithm):
         return None
 
     def _staging_shape(self, geo: Any) -> tuple[int, int]:
+        """One plane's staged rows per numba thread, and one row more that holds only the pad
+        value (what 3x3 maxpools read above and below the input)."""
         (_, sw), (height, _) = _as_2d(geo)[1], _as_2d(geo)[5]
-        return numba.get_num_threads(), height * sw * _phase_length(geo)
+        return numba.get_num_threads(), (height + 1) * sw * _phase_length(geo)
 
     def workspace_bytes(self, problem: Problem) -> int:
         geo = pool_geometry(problem)
