@@ -20,6 +20,7 @@ def register(registry) -> None:
         matmul,
         pooling,
         reduce,
+        resize,
         tensor,
     )
 
@@ -29,5 +30,6 @@ def register(registry) -> None:
     activation.register(registry)
     pooling.register(registry)
     reduce.register(registry)
+    resize.register(registry)
     tensor.register(registry)
     layout.register(registry)

@@ -747,6 +747,92 @@ def _pad(b: Builder, node: Node, ins: list[Value | None]) -> list[Value | None]:
     return [b.op("pad", [ins[0]], **params)]
 
 
+# -- resizing ---------------------------------------------------------------------------------
+def _optional_constant(b: Builder, value: Value | None, what: str) -> np.ndarray | None:
+    """An optional constant input; an empty tensor counts as absent (exporters pass an empty
+    roi or scales where they mean none)."""
+    array = b.constant_input(value, what)
+    return None if array is None or np.asarray(array).size == 0 else np.asarray(array)
+
+
+def _resize_sizes(node: Node, shape: Sequence[int], scales: Any, sizes: Any,
+                  axes: Sequence[int] | None, policy: str
+                  ) -> tuple[tuple[int, ...], tuple[float, ...] | None]:
+    """ONNX Resize's output shape, and the scale of every axis when they are not
+    ``sizes / input``: scales given make floor(input * scale) and are kept as given; sizes given
+    are kept (``stretch``) or fitted inside (``not_larger``) or around (``not_smaller``) them
+    with one scale, rounded to the nearest size."""
+    rank = len(shape)
+    axes = list(range(rank)) if axes is None else [int(a) % rank for a in axes]
+    out, full = list(shape), [1.0] * rank
+    if sizes is not None:
+        sizes = _ints(sizes)
+        if len(sizes) != len(axes):
+            raise ModelError(f"{node}: sizes {sizes} do not give one size per axis {axes}")
+        if policy == "stretch":
+            for axis, size in zip(axes, sizes, strict=True):
+                out[axis] = size
+            return tuple(out), None
+        ratios = [size / shape[axis] for axis, size in zip(axes, sizes, strict=True)]
+        scale = min(ratios) if policy == "not_larger" else max(ratios)
+        for axis in axes:
+            out[axis], full[axis] = math.floor(scale * shape[axis] + 0.5), scale
+        return tuple(out), tuple(full)
+    if scales is None:
+        raise ModelError(f"{node}: needs scales or sizes")
+    scales = [float(v) for v in np.asarray(scales).reshape(-1)]
+    if len(scales) != len(axes):
+        raise ModelError(f"{node}: scales {scales} do not give one scale per axis {axes}")
+    for axis, scale in zip(axes, scales, strict=True):
+        out[axis], full[axis] = math.floor(shape[axis] * scale), scale
+    return tuple(out), tuple(full)
+
+
+@lowers("Resize", "Upsample")
+def _resize(b: Builder, node: Node, ins: list[Value | None]) -> list[Value | None]:
+    """Every mode, coordinate transform and option of opsets 10-19.  Upsample and opset 10's
+    Resize are the asymmetric transform, rounding nearest down (what they computed)."""
+    x = ins[0]
+    mode = node.attr("mode", "nearest")
+    mode = "linear" if mode == "bilinear" else mode  # Upsample-7's spelling
+    roi = sizes = axes = None
+    if node.op_type == "Upsample" or b.opset < 11:
+        scales = node.attr("scales") if node.op_type == "Upsample" and b.opset < 9 else \
+            _optional_constant(b, ins[1] if len(ins) > 1 else None, "scales")
+        params: dict[str, Any] = {"coordinate_transformation_mode": "asymmetric",
+                                  "nearest_mode": "floor"}
+    else:
+        roi = _optional_constant(b, ins[1] if len(ins) > 1 else None, "roi")
+        scales = _optional_constant(b, ins[2] if len(ins) > 2 else None, "scales")
+        sizes = _optional_constant(b, ins[3] if len(ins) > 3 else None, "sizes")
+        axes = node.attr("axes")
+        params = {"coordinate_transformation_mode": node.attr(
+                      "coordinate_transformation_mode", "half_pixel"),
+                  "nearest_mode": node.attr("nearest_mode", "round_prefer_floor"),
+                  "exclude_outside": bool(node.attr("exclude_outside", 0)),
+                  "antialias": bool(node.attr("antialias", 0))}
+        if mode == "cubic":
+            params["cubic_coeff_a"] = float(node.attr("cubic_coeff_a", -0.75))
+    out, full = _resize_sizes(node, x.shape, scales, sizes, axes,
+                              node.attr("keep_aspect_ratio_policy", "stretch"))
+    params.update(mode=mode, sizes=out)
+    if full is not None:
+        params["scales"] = full
+    if params["coordinate_transformation_mode"] == "tf_crop_and_resize":
+        rank = len(x.shape)
+        chosen = list(range(rank)) if axes is None else [int(a) % rank for a in axes]
+        box = [0.0] * rank + [1.0] * rank
+        given = [] if roi is None else [float(v) for v in roi.reshape(-1)]
+        if len(given) != 2 * len(chosen):
+            raise b.unsupported(f"tf_crop_and_resize needs a roi of {2 * len(chosen)} values, "
+                                f"got {len(given)}")
+        for i, axis in enumerate(chosen):
+            box[axis], box[axis + rank] = given[i], given[i + len(chosen)]
+        params.update(roi=tuple(box),
+                      extrapolation_value=float(node.attr("extrapolation_value", 0.0)))
+    return [b.op("resize", [x], **params)]
+
+
 # -- the whole graph --------------------------------------------------------------------------
 #: Why a node of an op type with no lowering cannot run.
 NO_LOWERING = "no lowering for this op type"

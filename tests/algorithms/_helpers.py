@@ -102,6 +102,17 @@ def assert_matches_reference(operator: Operator, algorithm: Algorithm, problem: 
     assert error <= operator.tolerance(problem), f"{algorithm.desc} on {problem}: {error:.3g}"
 
 
+def check_drawn_problem(operator: Operator, algorithm: Algorithm,
+                        drawn: tuple[Problem, np.ndarray]) -> None:
+    """A drawn (problem, X) of a one-input operator: the problem is canonical, and the
+    algorithm, where usable, matches the reference."""
+    problem, x = drawn
+    operator.validate(problem)
+    if algorithm.usable(problem):
+        assert_matches_reference(operator, algorithm, problem, [x],
+                                 algorithm.run(problem, [x], None))
+
+
 def conv_registry() -> Registry:
     """The conv operator and its algorithms, with the matmul algorithms its sub-problems use
     (CPU and, where pyopencl is installed, OpenCL ones), and nothing else."""

@@ -13,7 +13,11 @@ from hypothesis import strategies as st
 
 from fastrun_algorithms import reduce
 from fastrun_algorithms.reduce import MODES
-from tests.algorithms._helpers import assert_matches_reference, cpu_registry, numba_threads
+from tests.algorithms._helpers import (
+    check_drawn_problem,
+    cpu_registry,
+    numba_threads,
+)
 
 REGISTRY = cpu_registry(reduce)
 OPERATOR = REGISTRY.operator("reduce")
@@ -43,12 +47,7 @@ def problems(draw):
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(drawn=problems())
 def test_matches_reference(algorithm, drawn):
-    problem, x = drawn
-    OPERATOR.validate(problem)
-    if not algorithm.usable(problem):
-        return
-    assert_matches_reference(OPERATOR, algorithm, problem, [x], algorithm.run(problem, [x],
-                                                                              None))
+    check_drawn_problem(OPERATOR, algorithm, drawn)
 
 
 def test_keys_are_canonical():

@@ -251,6 +251,46 @@ def test_pow_with_another_exponent_is_refused_by_name():
         load(w.model((2, 5), "y", opset=17, output_rank=2), heuristic_session())
 
 
+def test_a_segmentation_head_with_resize_matches_onnxruntime():
+    """An FCN-style head as torchvision exports it: a conv, then a bilinear Resize to a fixed
+    size (sizes, half_pixel), and an FPN-style nearest x2 upsample by scales, searched."""
+    w = _models.GraphWriter()
+    w.node("Conv", ["x", w.weight("w", (6, 3, 3, 3)), w.weight("b", (6,))], "c", pads=[1] * 4)
+    w.node("Resize", ["c", w.const("roi", np.zeros(0, np.float32)), "",
+                      w.const("sizes", np.array([1, 6, 23, 29], np.int64))], "up",
+           mode="linear", coordinate_transformation_mode="pytorch_half_pixel")
+    w.node("Resize", ["up", "", w.const("scales", np.array([1, 1, 2, 2], np.float32))], "y",
+           mode="nearest", nearest_mode="floor", coordinate_transformation_mode="asymmetric")
+    proto = w.model((1, 3, 10, 12), "y", opset=17)
+    model = load(proto, fastrun.session(cache=InMemoryCache(), strategy="fast-run", **FAST))
+    assert [step.operator for step in model.steps] == ["conv", "resize", "resize"]
+    assert_matches_onnxruntime(proto, model, model.random_inputs())
+
+
+@pytest.mark.parametrize("opset", [9, 10, 13])
+def test_upsample_and_early_resize_match_onnxruntime(opset):
+    """Upsample (opset 9) and opset 10's Resize: scales as an input, asymmetric nearest."""
+    w = _models.GraphWriter()
+    op_type = "Upsample" if opset == 9 else "Resize"
+    inputs = ["x", w.const("scales", np.array([1, 1, 2, 3], np.float32))]
+    if opset >= 11:
+        inputs.insert(1, w.const("roi", np.zeros(0, np.float32)))
+    w.node(op_type, inputs, "y", mode="nearest")
+    proto = w.model((1, 2, 5, 4), "y", opset=opset)
+    model = load(proto, heuristic_session())
+    assert_matches_onnxruntime(proto, model, model.random_inputs())
+
+
+def test_resize_with_scales_computed_at_run_time_is_refused_by_name():
+    w = _models.GraphWriter()
+    w.node("Abs", [w.const("s", np.array([1, 1, 2, 2], np.float32))], "scales")
+    w.node("Mul", ["scales", "x"], "mixed")  # not constant: depends on x
+    w.node("ReduceMax", ["mixed"], "top", axes=[0, 2, 3], keepdims=0)
+    w.node("Resize", ["x", "", "top"], "y", name="odd_resize", mode="nearest")
+    with pytest.raises(UnsupportedOperatorError, match=r"odd_resize.*scales.*computed at run"):
+        load(w.model((1, 4, 4, 4), "y", opset=13), heuristic_session())
+
+
 def test_ops_with_no_lowering_are_computed_when_their_inputs_are_constants():
     """Shape arithmetic as exporters write it: a mask built from the input's static shape
     with Range, Mod, Equal and Where, and a Sqrt of a constant; none of them is lowered, all
