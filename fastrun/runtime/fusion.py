@@ -50,7 +50,9 @@ def fuse(steps: list[Step], outputs: Iterable[Value], registry: Registry,
                      if (operator := registry.operator(name)).epilogue is not None}
     for step in steps:
         if step.operator == "add" and len(step.inputs) == 2 and step.inputs[0].is_const:
-            step.inputs.reverse()  # c + f(x) is f(x) + c
+            step.inputs.reverse()  # c + f(x) is f(x) + c, the problem with them
+            step.problem = registry.operator("add").problem(
+                [v.shape for v in step.inputs], [v.dtype for v in step.inputs])
         if step.operator == "add":
             fused = _residual_into_producer(step, producer, uses, with_epilogue, registry,
                                             device_kind)

@@ -251,6 +251,20 @@ def test_pow_with_another_exponent_is_refused_by_name():
         load(w.model((2, 5), "y", opset=17, output_rank=2), heuristic_session())
 
 
+def test_a_constant_added_first_and_broadcast_matches_onnxruntime():
+    """Add(bias, MatMul(x, W)) as torch exports a Linear on 3-D input (ConvNeXt's blocks):
+    the runtime puts the constant second, and the step's problem must follow, or a kernel
+    reads the operands by the other's shape."""
+    w = _models.GraphWriter()
+    w.node("MatMul", ["x", w.weight("w", (8, 24))], "h")
+    w.node("Add", [w.weight("bias", (24,)), "h"], "y")
+    proto = w.model((1, 5, 7, 8), "y", opset=17)
+    model = load(proto, heuristic_session())
+    add = next(step for step in model.steps if step.operator == "add")
+    assert add.problem.shapes == tuple(v.shape for v in add.inputs) == ((1, 5, 7, 24), (24,))
+    assert_matches_onnxruntime(proto, model, model.random_inputs())
+
+
 def test_a_segmentation_head_with_resize_matches_onnxruntime():
     """An FCN-style head as torchvision exports it: a conv, then a bilinear Resize to a fixed
     size (sizes, half_pixel), and an FPN-style nearest x2 upsample by scales, searched."""
