@@ -83,19 +83,40 @@ def steady_loop(run: Callable[[], object], iters: int, warmup: int) -> dict:
             "faults_per_iter": faults / iters, "times_ms": times_ms}
 
 
-def ort_session(model_spec: str, threads: int):
-    """onnxruntime on a zoo model spec (``zoo:NAME``, ``zoo:NAME@PIXELS``): the CPU provider
-    with ``threads`` intra-op threads, sequential: the peer every model benchmark uses."""
-    import onnxruntime as ort
+def model_spec(name: str) -> str:
+    """What a benchmark's ``--models`` entry names: an ONNX file (a path ending in
+    ``.onnx``, e.g. a torchvision export) or a full spec (``zoo:resnet18@160``) as it is, else
+    a zoo model (``zoo:NAME``)."""
+    return name if ":" in name or name.endswith(".onnx") else f"zoo:{name}"
+
+
+def model_label(name: str) -> str:
+    """A ``--models`` entry as tables and cache files name it: a file's name without
+    ``.onnx``."""
+    return os.path.basename(name)[:-len(".onnx")] if name.endswith(".onnx") else name
+
+
+def model_proto(model_spec: str):
+    """The ModelProto of a zoo spec (``zoo:NAME``, ``zoo:NAME@PIXELS``) or an ONNX file."""
+    import onnx
 
     from fastrun.runtime import zoo
+
+    return zoo.resolve(model_spec) if model_spec.startswith(zoo.PREFIX) else \
+        onnx.load(model_spec)
+
+
+def ort_session(model_spec: str, threads: int):
+    """onnxruntime on a model spec (:func:`model_proto`): the CPU provider with ``threads``
+    intra-op threads, sequential: the peer every model benchmark uses."""
+    import onnxruntime as ort
 
     options = ort.SessionOptions()
     options.intra_op_num_threads = threads
     options.inter_op_num_threads = 1
     options.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
     options.log_severity_level = 3
-    return ort.InferenceSession(zoo.resolve(model_spec).SerializeToString(), options,
+    return ort.InferenceSession(model_proto(model_spec).SerializeToString(), options,
                                 providers=["CPUExecutionProvider"])
 
 
@@ -129,13 +150,11 @@ def openvino_steady_loop(model_spec: str, batch: int, threads: int, iters: int,
     import numpy as np
     import openvino as ov
 
-    from fastrun.runtime import zoo
-
     core = ov.Core()
     with tempfile.TemporaryDirectory() as scratch:
         path = os.path.join(scratch, "model.onnx")
         with open(path, "wb") as stream:
-            stream.write(zoo.resolve(model_spec).SerializeToString())
+            stream.write(model_proto(model_spec).SerializeToString())
         model = core.read_model(path)
     shape = [batch, *model.inputs[0].get_partial_shape()[1:].to_shape()]
     model.reshape({model.inputs[0].get_any_name(): shape})

@@ -29,7 +29,7 @@ import os
 import tempfile
 import time
 
-from benchmarks._common import header
+from benchmarks._common import header, model_spec
 
 ZOO = "resnet18,resnet50,mobilenet_v2,squeezenet,vgg16"
 DEVICE = "cpu:1"
@@ -118,8 +118,7 @@ def main() -> None:
 
     from fastrun.fleet.tune import collect, default_times_path, simulate_times
 
-    models = [m if ":" in m or m.endswith(".onnx") else f"zoo:{m}"
-              for m in args.models.split(",")]
+    models = [model_spec(m) for m in args.models.split(",")]
     print(header(f"fleet tuning at --device {DEVICE}: 1 worker, then {args.workers}, "
                  f"budget {args.budget} s per candidate"))
     jobs = collect(models, device=DEVICE)

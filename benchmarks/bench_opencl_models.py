@@ -33,7 +33,7 @@ import statistics
 import tempfile
 import time
 
-from benchmarks._common import header, run_worker, steady_loop
+from benchmarks._common import header, model_proto, model_spec, run_worker, steady_loop
 
 #: ratio targets of issue 18 by model (batch 1, larger batches)
 TARGETS = {"resnet18": (1.0, 1.1), "resnet50": (1.2, 1.2), "mobilenet_v2": (1.2, 1.2)}
@@ -152,10 +152,6 @@ def _torch_cuda():
 
 # -- the worker processes ------------------------------------------------------------------------
 
-def _spec(model: str) -> str:
-    return model if ":" in model or model.endswith(".onnx") else f"zoo:{model}"
-
-
 def worker_search(args: argparse.Namespace) -> dict:
     import fastrun
     from fastrun.runtime import load
@@ -163,7 +159,7 @@ def worker_search(args: argparse.Namespace) -> dict:
     started = time.perf_counter()
     session = fastrun.session(device=args.device, cache=args.cache, strategy="fast-run",
                               budget_s=args.budget, progress=False)
-    model = load(_spec(args.model), session, batch=args.batch, weight_preprocess=True)
+    model = load(model_spec(args.model), session, batch=args.batch, weight_preprocess=True)
     model.search()
     return {"search_s": time.perf_counter() - started, "profiled": session.stats.profiled}
 
@@ -174,7 +170,7 @@ def worker_fastrun(args: argparse.Namespace) -> dict:
 
     session = fastrun.session(device=args.device, cache=args.cache, strategy="heuristic",
                               progress=False)
-    model = load(_spec(args.model), session, batch=args.batch, weight_preprocess=True)
+    model = load(model_spec(args.model), session, batch=args.batch, weight_preprocess=True)
     feeds = model.random_inputs(seed=1)
     result = steady_loop(lambda: model.run(feeds), args.iters, args.warmup)
     host = [model.run_host_seconds(feeds)[1] for _ in range(args.iters)]
@@ -188,13 +184,11 @@ def worker_fastrun(args: argparse.Namespace) -> dict:
 def worker_torch(args: argparse.Namespace) -> dict:
     import numpy as np
 
-    from fastrun.runtime import zoo
-
     torch = _torch_cuda()
     torch.backends.cudnn.benchmark = True  # cuDNN's own algorithm search
     torch.backends.cudnn.allow_tf32 = False
     torch.backends.cuda.matmul.allow_tf32 = False
-    proto = zoo.resolve(_spec(args.model))
+    proto = model_proto(model_spec(args.model))
     graph = TorchGraph(proto, torch)
     dims = proto.graph.input[0].type.tensor_type.shape.dim
     shape = [args.batch, *(d.dim_value for d in dims[1:])]

@@ -17,6 +17,9 @@ every model, batch and thread count this script
 ``--load N`` (or ``half``, ``all``) keeps N other processes busy, one core each, while the
 timed rounds run (the searches run before, unloaded): a server shared with other work.
 
+A ``--models`` entry ending in ``.onnx`` is a model file (a torchvision export, say), named in
+the table and the cache files by its file name; the others are zoo models.
+
 Variants compare fastrun settings in the same alternation: ``--variant wide:`` and
 ``--variant narrow:FASTRUN_VECTOR_BITS=256`` run two fastrun setups, each with its own cache.
 Both engines get the same threads and no pinning.  Weight preprocessing is on, as a runtime
@@ -41,6 +44,8 @@ from benchmarks._common import (
     fastrun_search,
     fastrun_steady_loop,
     header,
+    model_label,
+    model_spec,
     openvino_available,
     openvino_steady_loop,
     ort_steady_loop,
@@ -72,22 +77,22 @@ class Variant:
 # -- the worker processes ------------------------------------------------------------------------
 
 def worker_search(args: argparse.Namespace) -> dict:
-    return fastrun_search(f"zoo:{args.model}", args.batch, args.threads, args.cache,
+    return fastrun_search(model_spec(args.model), args.batch, args.threads, args.cache,
                           budget_s=args.budget)
 
 
 def worker_fastrun(args: argparse.Namespace) -> dict:
-    return fastrun_steady_loop(f"zoo:{args.model}", args.batch, args.threads, args.cache,
+    return fastrun_steady_loop(model_spec(args.model), args.batch, args.threads, args.cache,
                                args.iters, args.warmup, budget_s=args.budget)
 
 
 def worker_ort(args: argparse.Namespace) -> dict:
-    return ort_steady_loop(f"zoo:{args.model}", args.batch, args.threads, args.iters,
+    return ort_steady_loop(model_spec(args.model), args.batch, args.threads, args.iters,
                            args.warmup)
 
 
 def worker_openvino(args: argparse.Namespace) -> dict:
-    return openvino_steady_loop(f"zoo:{args.model}", args.batch, args.threads, args.iters,
+    return openvino_steady_loop(model_spec(args.model), args.batch, args.threads, args.iters,
                                 args.warmup)
 
 
@@ -116,7 +121,7 @@ def _spread(values: list[float]) -> float:
 
 def measure(model: str, batch: int, threads: int, variants: list[Variant],
             args: argparse.Namespace, cache_dir: str) -> dict:
-    row: dict = {"model": model, "batch": batch, "threads": threads, "variants": {}}
+    row: dict = {"model": model_label(model), "batch": batch, "threads": threads, "variants": {}}
     caches = {}
     for index, variant in enumerate(variants):
         cache = None
@@ -124,7 +129,8 @@ def measure(model: str, batch: int, threads: int, variants: list[Variant],
         if not args.heuristic and args.shared_search and index > 0:
             cache = caches[variants[0].name]  # the first variant's search serves them all
         elif not args.heuristic:
-            cache = os.path.join(cache_dir, f"{model}-b{batch}-t{threads}-{variant.name}.bin")
+            cache = os.path.join(cache_dir,
+                                 f"{model_label(model)}-b{batch}-t{threads}-{variant.name}.bin")
             search = _spawn("search", model, batch, threads, args, cache, variant.env)
         caches[variant.name] = cache
         row["variants"][variant.name] = {"search": search, "shared": cache is not None and

@@ -15,7 +15,7 @@ import argparse
 import collections
 import statistics
 
-from benchmarks._common import header
+from benchmarks._common import header, model_spec
 
 
 def _table(plan, device, busy: bool, rounds: int) -> tuple[float, list[float]]:
@@ -48,7 +48,7 @@ def main() -> None:
 
     session = fastrun.session(device=args.device, cache=args.cache, strategy="fast-run",
                               progress=False)
-    spec = args.model if args.model.endswith(".onnx") else f"zoo:{args.model}"
+    spec = model_spec(args.model)
     model = load(spec, session, batch=args.batch, weight_preprocess=True)
     model.run(model.random_inputs(seed=1))
     plan = model.launch_plan()

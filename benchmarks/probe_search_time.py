@@ -20,7 +20,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from benchmarks._common import header
+from benchmarks._common import header, model_spec
 
 #: seconds and calls per part
 _SECONDS: collections.Counter[str] = collections.Counter()
@@ -94,7 +94,7 @@ def main() -> None:
                               progress=False)
     _instrument(session.device)
     _wrap_references(session.registry)
-    spec = args.model if args.model.endswith(".onnx") else f"zoo:{args.model}"
+    spec = model_spec(args.model)
     model = load(spec, session, batch=args.batch)
     print(header(f"fast-run search of {spec} at batch {args.batch} on {session.device}"))
     started = time.perf_counter()
