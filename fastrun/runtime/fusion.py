@@ -18,6 +18,9 @@ conv output's only reader.  This happens only where an algorithm of the session'
 takes a residual; otherwise the relu goes into the add, which becomes the elementwise
 ``add_relu`` operator, one pass instead of two.
 
+Activations fold the same way: Relu, Clip, HardSwish and Sigmoid after a conv, and SiLU
+(``x * sigmoid(x)``, a Sigmoid and a Mul reading the conv's output) into one epilogue.
+
 A step is only merged into the step that produces its input when that output has no other
 reader and is not a graph output: otherwise the unfused value is still needed.
 """
@@ -61,6 +64,8 @@ def fuse(steps: list[Step], outputs: Iterable[Value], registry: Registry,
                 kept.append(fused)  # the fused step now runs where the add ran
                 producer[id(step.output)] = fused
                 continue
+        if _silu_into_producer(step, producer, uses, with_epilogue, kept):
+            continue
         source = producer.get(id(step.inputs[0])) if step.inputs else None
         sole_reader = source is not None and uses[id(step.inputs[0])] == 1
         operator = with_epilogue.get(source.operator) if sole_reader else None
@@ -191,22 +196,64 @@ def _merge(target: Step, step: Step, operator) -> bool:
     params = target.params
     if step.problem is None or params.get("activation", "none") != "none":
         return False  # nothing folds through an activation
-    if params.get("residual") and step.operator not in ("relu", "clip"):
+    if params.get("residual") and step.operator not in ACTIVATIONS:
         return False  # after a residual only an activation fuses (not a fold into weights)
     if step.operator == "batch_norm":
         return _fold_batch_norm(target, step, operator)
     if step.operator == "add":
         return _fold_bias(target, step, operator)
-    if step.operator == "relu":
-        params["activation"] = "relu"
-    elif step.operator == "clip":
-        params["activation"] = "clip"
-        params["clip_min"] = float(step.problem.param("min", -np.inf))
-        params["clip_max"] = float(step.problem.param("max", np.inf))
-    else:
+    if step.operator not in ACTIVATIONS:
         return False
-    _rebuild(target, operator)
+    activation = {"activation": step.operator}
+    if step.operator == "clip":
+        activation["clip_min"] = float(step.problem.param("min", -np.inf))
+        activation["clip_max"] = float(step.problem.param("max", np.inf))
+    return _set_activation(target, activation, operator)
+
+
+#: The activation steps that fold into an epilogue, by their operator's name, which is also
+#: the epilogue's name for them (conv's ``activation``).
+ACTIVATIONS = ("relu", "clip", "hard_swish", "sigmoid")
+
+
+def _set_activation(target: Step, activation: dict, operator) -> bool:
+    """``target`` with the epilogue ``activation``, if its operator takes it (an operator
+    refuses what it does not know: nothing is changed then)."""
+    before = dict(target.params)
+    target.params.update(activation)
+    try:
+        _rebuild(target, operator)
+    except ValueError:
+        target.params.clear()
+        target.params.update(before)
+        return False
     return True
+
+
+def _silu_into_producer(mul: Step, producer: dict[int, Step], uses: Counter[int],
+                        with_epilogue: dict[str, Operator], kept: list[Step]) -> bool:
+    """``x * sigmoid(x)`` (SiLU, as torch exports it: a Sigmoid and a Mul reading the same
+    value) into the epilogue of the step that makes x, when x and the sigmoid have no other
+    reader; the sigmoid's step is dropped.  True if fused."""
+    if mul.operator != "mul" or len(mul.inputs) != 2:
+        return False
+    for x, gate in (mul.inputs, mul.inputs[::-1]):
+        sigmoid, target = producer.get(id(gate)), producer.get(id(x))
+        if (sigmoid is None or sigmoid.operator != "sigmoid" or sigmoid.inputs[0] is not x
+                or target is None or target.operator not in with_epilogue
+                or target.params.get("activation", "none") != "none"
+                or uses[id(x)] != 2 or uses[id(gate)] != 1):
+            continue
+        if not _set_activation(target, {"activation": "silu"},
+                               with_epilogue[target.operator]):
+            return False
+        kept.remove(sigmoid)
+        target.node += f"+{sigmoid.node}+{mul.node}"
+        target.op_type += "+Sigmoid+Mul"
+        target.output = mul.output
+        producer[id(mul.output)] = target
+        return True
+    return False
 
 
 def _rebuild(target: Step, operator) -> None:

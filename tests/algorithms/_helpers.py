@@ -15,6 +15,9 @@ from fastrun.algorithm import Algorithm
 from fastrun.operator import Operator, Problem
 from fastrun.registry import Registry
 
+#: Every epilogue activation of the conv operator, for the conv tests' random cases.
+CONV_ACTIVATIONS = ["none", "relu", "clip", "hard_swish", "sigmoid", "silu"]
+
 #: Python objects (views, wrappers, frames) a run allocates besides its arrays: a few hundred
 #: bytes each, far below any array the workspace tests allocate, so a missed buffer still fails.
 TRACEMALLOC_SLACK = 8 * 1024
@@ -161,7 +164,7 @@ def one_by_one_case(draw: Any, operator: Operator, dtypes: Sequence[str],
     spatial = [draw(st.integers(1, max_side * max_side // 2))] if draw(st.booleans()) else [
         draw(st.integers(1, max_side)), draw(st.integers(1, max_side))]
     params: dict[str, Any] = {}
-    activation = draw(st.sampled_from(["none", "relu", "clip"]))
+    activation = draw(st.sampled_from(CONV_ACTIVATIONS))
     if activation != "none":
         params["activation"] = activation
     if activation == "clip":

@@ -14,7 +14,12 @@ from hypothesis import strategies as st
 
 from fastrun_algorithms.conv import blocked_direct
 from fastrun_algorithms.conv.operator import ConvOperator
-from tests.algorithms._helpers import NoSubProblems, assert_matches_reference, numba_threads
+from tests.algorithms._helpers import (
+    CONV_ACTIVATIONS,
+    NoSubProblems,
+    assert_matches_reference,
+    numba_threads,
+)
 
 OPERATOR = ConvOperator()
 BLOCKED = blocked_direct.BlockedDirectConv()
@@ -38,7 +43,7 @@ def cases(draw: st.DrawFn) -> tuple[Any, list[np.ndarray]]:
     if draw(st.booleans()):
         params["dilations"] = [1 if size < 2 * k_ - 1 else draw(st.integers(1, 2))
                                for k_, size in zip(kernel, spatial, strict=True)]
-    activation = draw(st.sampled_from(["none", "relu", "clip"]))
+    activation = draw(st.sampled_from(CONV_ACTIVATIONS))
     if activation != "none":
         params["activation"] = activation
     if activation == "clip":

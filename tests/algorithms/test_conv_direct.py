@@ -24,6 +24,7 @@ from fastrun.operator import Problem
 from fastrun_algorithms.conv import depthwise, direct, implicit_gemm, naive
 from fastrun_algorithms.conv.operator import ConvOperator
 from tests.algorithms._helpers import (
+    CONV_ACTIVATIONS,
     assert_allocates_its_workspace,
     assert_matches_reference,
     assert_same_bits_across_threads_and_concurrent_calls,
@@ -87,7 +88,7 @@ def conv_cases(draw: st.DrawFn, depthwise_only: bool = False
                                        max_size=2 * spatial))
     else:
         params["auto_pad"] = auto_pad
-    activation = draw(st.sampled_from(["none", "relu", "clip"]))
+    activation = draw(st.sampled_from(CONV_ACTIVATIONS))
     if activation == "clip":
         # bounds on a coarse grid: a bound like 1e-300 would round to 0 in float32 and the
         # relative error against a 1e-300 reference would be meaningless

@@ -25,6 +25,7 @@ from fastrun.operator import Problem
 from fastrun_algorithms.conv import conv1x1, im2col, winograd
 from fastrun_algorithms.conv.operator import ConvOperator
 from tests.algorithms._helpers import (
+    CONV_ACTIVATIONS,
     TRACEMALLOC_SLACK,
     assert_matches_reference,
     numba_threads,
@@ -100,7 +101,7 @@ def conv_cases(draw: st.DrawFn, kind: str) -> tuple[Problem, list[np.ndarray]]:
         params["auto_pad"] = draw(st.sampled_from(["SAME_UPPER", "SAME_LOWER", "VALID"]))
     else:
         params["pads"] = [draw(st.integers(0, 2)) for _ in range(2 * spatial)]
-    activation = draw(st.sampled_from(["none", "relu", "clip"]))
+    activation = draw(st.sampled_from(CONV_ACTIVATIONS))
     if activation != "none":
         params["activation"] = activation
     if activation == "clip":

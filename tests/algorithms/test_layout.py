@@ -24,7 +24,12 @@ from fastrun_algorithms.conv.operator import ConvOperator
 from fastrun_algorithms.layout import algorithms as reorders
 from fastrun_algorithms.layout.blocking import LANES, blocks, to_blocked
 from fastrun_algorithms.layout.operator import ReorderOperator
-from tests.algorithms._helpers import NoSubProblems, assert_matches_reference, numba_threads
+from tests.algorithms._helpers import (
+    CONV_ACTIVATIONS,
+    NoSubProblems,
+    assert_matches_reference,
+    numba_threads,
+)
 
 CONV = ConvOperator()
 REORDER = ReorderOperator()
@@ -145,7 +150,7 @@ def cases(draw: st.DrawFn, depthwise: bool, three_by_three: bool = False
     if draw(st.booleans()) and not three_by_three:
         params["dilations"] = [1 if size < 2 * kk - 1 else draw(st.integers(1, 2))
                                for kk, size in zip(kernel, spatial, strict=True)]
-    activation = draw(st.sampled_from(["none", "relu", "clip"]))
+    activation = draw(st.sampled_from(CONV_ACTIVATIONS))
     if activation != "none":
         params["activation"] = activation
     if activation == "clip":

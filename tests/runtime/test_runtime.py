@@ -170,13 +170,14 @@ def test_weight_preprocessing_matches_onnxruntime():
 
 
 def test_a_mobilenet_v3_block_with_hard_activations_matches_onnxruntime():
-    """HardSwish and HardSigmoid (the squeeze-excitation gate), searched and cached, then
-    served from the cache by a run that profiles nothing."""
+    """HardSwish (in the conv's epilogue) and HardSigmoid (the squeeze-excitation gate, a step
+    of its own), searched and cached, then served from the cache by a run that profiles
+    nothing."""
     proto = _models.mobilenet_v3_block()
     cache = InMemoryCache()
     model = load(proto, fastrun.session(cache=cache, strategy="fast-run", **FAST))
-    operators = {step.operator for step in model.steps}
-    assert {"hard_swish", "hard_sigmoid"} <= operators
+    assert "hard_sigmoid" in {step.operator for step in model.steps}
+    assert "hard_swish" in {step.params.get("activation") for step in model.steps}
     assert_matches_onnxruntime(proto, model, model.random_inputs(seed=3))
     served = fastrun.session(cache=cache, strategy="heuristic", progress=False)
     again = load(proto, served)
@@ -249,6 +250,37 @@ def test_pow_with_another_exponent_is_refused_by_name():
     w.node("Pow", ["x", w.const("p", np.array(1.7, np.float32))], "y", name="odd_pow")
     with pytest.raises(UnsupportedOperatorError, match=r"odd_pow.*exponent 1\.7"):
         load(w.model((2, 5), "y", opset=17, output_rank=2), heuristic_session())
+
+
+def test_silu_hard_swish_and_sigmoid_fold_into_the_conv():
+    """EfficientNet's SiLU (a Sigmoid and a Mul reading the conv), MobileNetV3's HardSwish and
+    a squeeze-excitation gate's Sigmoid each run in the conv's epilogue: one step per conv."""
+    w = _models.GraphWriter()
+    w.node("Conv", ["x", w.weight("w1", (6, 3, 3, 3)), w.weight("b1", (6,))], "c1",
+           pads=[1] * 4)
+    w.node("Sigmoid", ["c1"], "s1")
+    w.node("Mul", ["c1", "s1"], "silu")
+    w.node("Conv", ["silu", w.weight("w2", (6, 6, 1, 1))], "c2")
+    w.node("HardSwish", ["c2"], "hs")
+    w.node("Conv", ["hs", w.weight("w3", (6, 6, 1, 1)), w.weight("b3", (6,))], "c3")
+    w.node("Sigmoid", ["c3"], "y")
+    proto = w.model((1, 3, 9, 9), "y", opset=17)
+    model = load(proto, fastrun.session(cache=InMemoryCache(), strategy="fast-run", **FAST))
+    assert [(step.operator, step.params.get("activation")) for step in model.steps] == [
+        ("conv", "silu"), ("conv", "hard_swish"), ("conv", "sigmoid")]
+    assert_matches_onnxruntime(proto, model, model.random_inputs())
+
+
+def test_a_silu_whose_conv_output_has_another_reader_stays_apart():
+    w = _models.GraphWriter()
+    w.node("Conv", ["x", w.weight("w1", (4, 3, 1, 1))], "c1")
+    w.node("Sigmoid", ["c1"], "s1")
+    w.node("Mul", ["c1", "s1"], "silu")
+    w.node("Add", ["silu", "c1"], "y")  # c1 read a third time
+    proto = w.model((1, 3, 5, 5), "y", opset=17)
+    model = load(proto, heuristic_session())
+    assert [step.operator for step in model.steps] == ["conv", "sigmoid", "mul", "add"]
+    assert_matches_onnxruntime(proto, model, model.random_inputs())
 
 
 def test_a_constant_added_first_and_broadcast_matches_onnxruntime():

@@ -18,7 +18,7 @@ from numba import prange, types
 
 from fastrun.operator import Problem
 from fastrun_algorithms._common import CACHE, FASTMATH, U
-from fastrun_algorithms.conv.epilogue import activation_code, epilogue_residual, epilogue_value
+from fastrun_algorithms.conv.epilogue import epilogue_args, epilogue_residual, epilogue_value
 from fastrun_algorithms.conv.geometry import ConvGeometry
 
 
@@ -118,6 +118,5 @@ def epilogue_in_place(out: np.ndarray, bias: np.ndarray | None, geo: ConvGeometr
         return
     kernel = _compiled_epilogue(out.dtype)
     kernel(out.reshape(out.shape[0], out.shape[1], -1),
-           no_bias(out.dtype) if bias is None else bias, bias is not None, activation_code(geo),
-           float(geo.clip_min), float(geo.clip_max),
+           no_bias(out.dtype) if bias is None else bias, bias is not None, *epilogue_args(geo),
            residual.reshape(residual.shape[0], residual.shape[1], -1), geo.has_residual)

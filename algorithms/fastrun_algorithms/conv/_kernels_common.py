@@ -65,7 +65,7 @@ from numba import types
 
 from fastrun_algorithms._common import CACHE, FASTMATH, U, floor_div, round_up
 from fastrun_algorithms.conv.epilogue import (
-    activation_code,
+    epilogue_args,
     epilogue_residual,
     epilogue_value,
     residual_operand,
@@ -95,8 +95,8 @@ def layout(x: np.ndarray, w: np.ndarray) -> str:
 def scalar_args(geo: ConvGeometry, inputs) -> tuple:
     """The kernels' arguments after ``out``, in the order of :func:`kernel_signature`."""
     return (geo.stride_h, geo.stride_w, geo.dil_h, geo.dil_w, geo.pad_top, geo.pad_left,
-            geo.group, geo.has_bias, activation_code(geo), float(geo.clip_min),
-            float(geo.clip_max), residual_operand(geo, inputs), geo.has_residual)
+            geo.group, geo.has_bias, *epilogue_args(geo), residual_operand(geo, inputs),
+            geo.has_residual)
 
 
 def kernel_signature(dtype: np.dtype, array_layout: str, *extra: types.Type) -> types.Signature:

@@ -42,7 +42,7 @@ from fastrun_algorithms._common import CACHE, FASTMATH, U, stack_buffer
 from fastrun_algorithms.conv._gemm_common import buffer, item_type, readonly
 from fastrun_algorithms.conv.base import ConvAlgorithm
 from fastrun_algorithms.conv.epilogue import (
-    activation_code,
+    epilogue_args,
     epilogue_residual,
     epilogue_value,
     residual_operand,
@@ -319,7 +319,7 @@ class BlockedDepthwiseConv(ConvAlgorithm):
         out = np.empty(geo.out_shape, dtype=np.float32)
         z = residual_operand(geo, inputs)
         z = z.reshape(planes, -1) if geo.has_residual else z.reshape(1, 1)
-        epilogue = (activation_code(geo), float(geo.clip_min), float(geo.clip_max))
+        epilogue = epilogue_args(geo)
         if _three_by_three(geo):
             _compiled()[2](x, packed.reshape(blocks(geo.c), -1), packed_bias,
                            _zero_row(geo.w * LANES), geo.w, geo.stride_h, geo.stride_w,

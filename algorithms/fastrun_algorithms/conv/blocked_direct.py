@@ -66,7 +66,7 @@ from fastrun_algorithms.conv import heuristic
 from fastrun_algorithms.conv._gemm_common import buffer, item_type, no_bias, operands, readonly
 from fastrun_algorithms.conv.base import ConvAlgorithm
 from fastrun_algorithms.conv.epilogue import (
-    activation_code,
+    epilogue_args,
     epilogue_residual,
     epilogue_value,
     residual_operand,
@@ -517,7 +517,7 @@ class BlockedDirectConv(ConvAlgorithm):
             xs = np.ascontiguousarray(x)
         z = residual_operand(geo, inputs)
         epilogue = (no_bias(np.dtype(np.float32)) if bias is None else bias, bias is not None,
-                    activation_code(geo), float(geo.clip_min), float(geo.clip_max))
+                    *epilogue_args(geo))
         if geo.blocked:
             out = np.empty(geo.out_shape, dtype=np.float32)
             if geo.has_residual:

@@ -18,24 +18,50 @@ import numpy as np
 
 from fastrun_algorithms.conv.geometry import ConvGeometry
 
-#: Activation codes the numba kernels take (strings cannot be compile-time constants cheaply).
-NONE, RELU, CLIP = 0, 1, 2
-_CODES = {"none": NONE, "relu": RELU, "clip": CLIP}
+#: Activation codes the numba kernels take (strings cannot be compile-time constants cheaply);
+#: the OpenCL kernels' ``conv_epilogue`` takes the same (``conv/opencl/_kernels.py``).
+NONE, RELU, CLIP, HARD_SWISH, SIGMOID, SILU = 0, 1, 2, 3, 4, 5
+_CODES = {"none": NONE, "relu": RELU, "clip": CLIP, "hard_swish": HARD_SWISH,
+          "sigmoid": SIGMOID, "silu": SILU}
 
 
 def activation_code(geo: ConvGeometry) -> int:
     return _CODES[geo.activation]
 
 
+def epilogue_args(geo: ConvGeometry) -> tuple[int, float, float]:
+    """(code, low, high): what every kernel passes to :func:`activate`.  ``low`` and ``high``
+    are clip's bounds, hard_swish's shift 3 and scale 1/6, or sigmoid's and silu's 1: the
+    kernels convert them to the output's type once, so that the activation computes in that
+    type (a literal would make numba promote a float32 value to float64)."""
+    code = activation_code(geo)
+    if code == CLIP:
+        return code, float(geo.clip_min), float(geo.clip_max)
+    if code == HARD_SWISH:
+        return code, 3.0, 1.0 / 6.0
+    return code, 1.0, 1.0
+
+
 @numba.njit(inline="always")
 def activate(value, code, low, high):
-    """The activation of one value.  ``value - value`` is the zero of value's own type (and NaN
-    for NaN): ``value * 0`` multiplied by an integer, which numba types as float64, so every
-    float32 epilogue ran in float64 with a conversion each way."""
+    """The activation of one value (``low`` and ``high`` as :func:`epilogue_args` gives
+    them).  ``value - value`` is the zero of value's own type (and NaN for NaN): ``value * 0``
+    multiplied by an integer, which numba types as float64, so every float32 epilogue ran in
+    float64 with a conversion each way; ``high / high`` is its one likewise.  hard_swish gates
+    with (x + 3) / 6 as the hard_swish operator does, exact near the knee at -3."""
     if code == RELU:
         return value if value > 0 else value - value
     if code == CLIP:
         return min(max(value, low), high)
+    if code == HARD_SWISH:
+        gate = (value + low) * high
+        zero, one = value - value, high / high
+        gate = zero if gate < zero else (one if gate > one else gate)
+        return value * gate
+    if code == SIGMOID:
+        return low / (low + np.exp(-value))
+    if code == SILU:
+        return value / (low + np.exp(-value))
     return value
 
 

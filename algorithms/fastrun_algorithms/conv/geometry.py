@@ -19,7 +19,7 @@ from fastrun.operator import Problem
 from fastrun_algorithms.layout.blocking import BLOCKED, LANES, LAYOUTS, NCHW, blocks
 
 AUTO_PADS = ("NOTSET", "SAME_UPPER", "SAME_LOWER", "VALID")
-ACTIVATIONS = ("none", "relu", "clip")
+ACTIVATIONS = ("none", "relu", "clip", "hard_swish", "sigmoid", "silu")
 SUPPORTED_DTYPES = ("float32", "float64")
 
 

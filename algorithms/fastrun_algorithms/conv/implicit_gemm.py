@@ -53,7 +53,7 @@ from fastrun_algorithms.conv._gemm_common import buffer, item_type, no_bias, ope
 from fastrun_algorithms.conv._kernels_common import stage_row
 from fastrun_algorithms.conv.base import ConvAlgorithm
 from fastrun_algorithms.conv.epilogue import (
-    activation_code,
+    epilogue_args,
     epilogue_residual,
     epilogue_value,
     residual_operand,
@@ -219,9 +219,8 @@ class ImplicitGemmConv(ConvAlgorithm):
         for n in range(geo.n):
             stage(x, n, staged, plan.rows, plan.wq, geo.pad_top, geo.pad_left, geo.stride_w)
             compute(weights, staged, plan.taps, no_bias(dtype) if bias is None else bias,
-                    bias is not None, activation_code(geo), float(geo.clip_min),
-                    float(geo.clip_max), out, n, geo.stride_h, geo.stride_w, plan.rows, plan.wq,
-                    z, geo.has_residual)
+                    bias is not None, *epilogue_args(geo), out, n, geo.stride_h,
+                    geo.stride_w, plan.rows, plan.wq, z, geo.has_residual)
         _SCRATCH.give(problem.key, scratch)
         return geo.output_view(out)
 

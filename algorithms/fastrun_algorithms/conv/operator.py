@@ -23,7 +23,8 @@ class ConvOperator(Operator):
     bias B (K,); with ``residual``, Z of the output's shape last (``Y = act(conv + B + Z)``).
     Parameters: ONNX's strides, dilations, pads (begins then ends), auto_pad (NOTSET,
     SAME_UPPER, SAME_LOWER, VALID), group, kernel_shape; and activation (none, relu, clip or
-    relu6, with clip_min/clip_max), residual and weight_preprocess.  Problems are built in one
+    relu6 with clip_min/clip_max, hard_swish, sigmoid, silu = x * sigmoid(x)), residual and
+    weight_preprocess.  Problems are built in one
     canonical form (explicit 2-D pads and strides), so equal convolutions share a cache key.
     """
 
@@ -128,6 +129,12 @@ class ConvOperator(Operator):
             out = np.maximum(out, 0)
         elif geo.activation == "clip":
             out = np.clip(out, geo.clip_min, geo.clip_max)
+        elif geo.activation == "hard_swish":
+            out = out * np.clip((out + 3) / 6, 0, 1)
+        elif geo.activation in ("sigmoid", "silu"):
+            with np.errstate(over="ignore"):  # exp(-x) overflows to inf: the gate is 0
+                gate = 1 / (1 + np.exp(-out))
+            out = gate if geo.activation == "sigmoid" else out * gate
         if geo.blocked:
             return to_blocked(out)
         return geo.output_view(out)

@@ -49,7 +49,7 @@ from fastrun_algorithms.conv._gemm_common import (
 from fastrun_algorithms.conv.base import ConvAlgorithm
 from fastrun_algorithms.conv.conv1x1 import reads_input_in_place
 from fastrun_algorithms.conv.epilogue import (
-    activation_code,
+    epilogue_args,
     epilogue_residual,
     epilogue_value,
     residual_operand,
@@ -176,9 +176,8 @@ class PointwiseConv(ConvAlgorithm):
         tasks = geo.n * -(-geo.k // kb) * -(-pixels // pb)
         _compiled(geo.dtype)(
             x3, w2, bias if bias is not None else no_bias(np.dtype(geo.dtype)),
-            out.reshape(geo.n, geo.k, pixels), bias is not None, activation_code(geo),
-            float(geo.clip_min), float(geo.clip_max), z3, geo.has_residual, kb, pb,
-            worker_count(tasks), np.zeros(1, dtype=np.int64))
+            out.reshape(geo.n, geo.k, pixels), bias is not None, *epilogue_args(geo), z3,
+            geo.has_residual, kb, pb, worker_count(tasks), np.zeros(1, dtype=np.int64))
         return geo.output_view(out)
 
 

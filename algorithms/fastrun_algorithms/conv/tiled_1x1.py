@@ -56,7 +56,7 @@ from fastrun_algorithms.conv import heuristic
 from fastrun_algorithms.conv._gemm_common import buffer, item_type, no_bias, operands, readonly
 from fastrun_algorithms.conv.base import ConvAlgorithm
 from fastrun_algorithms.conv.epilogue import (
-    activation_code,
+    epilogue_args,
     epilogue_residual,
     epilogue_value,
     residual_operand,
@@ -220,7 +220,7 @@ class Tiled1x1Conv(ConvAlgorithm):
         z = residual_operand(geo, inputs)
         out = np.empty((geo.n, geo.k, pixels), dtype=np.float32)
         _compiled()(x3, w2, no_bias(out.dtype) if bias is None else bias, bias is not None,
-                    activation_code(geo), float(geo.clip_min), float(geo.clip_max),
+                    *epilogue_args(geo),
                     z.reshape(z.shape[0], z.shape[1], -1), geo.has_residual, out)
         if gathered is not None:
             _SCRATCH.give(problem.key, gathered)

@@ -67,7 +67,7 @@ from fastrun_algorithms.conv._gemm_common import (
 from fastrun_algorithms.conv.base import ConvAlgorithm
 from fastrun_algorithms.conv.epilogue import (
     activate,
-    activation_code,
+    epilogue_args,
     epilogue_value,
     residual_operand,
 )
@@ -762,7 +762,7 @@ class _Winograd(ConvAlgorithm):
         del u, v  # only the product is needed from here on
         output_kernel(np.ascontiguousarray(product), self.m,
                       no_bias(dtype) if bias is None else bias, bias is not None,
-                      activation_code(geo), float(geo.clip_min), float(geo.clip_max),
+                      *epilogue_args(geo),
                       plan.tiles_h, plan.tiles_w, out, output_chunks, output_biases,
                       residual_operand(geo, inputs), geo.has_residual)
         _SCRATCH.give(key, scratch)

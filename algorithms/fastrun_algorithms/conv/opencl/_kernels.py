@@ -21,11 +21,15 @@ typedef double real;
 typedef float real;
 #endif
 
-/* act: 0 none, 1 relu, 2 clip(lo, hi); the codes of conv/epilogue.py.  relu keeps a NaN a
-   NaN (v * 0), as the CPU epilogue does. */
+/* act: 0 none, 1 relu, 2 clip(lo, hi), 3 hard_swish (lo 3, hi 1/6), 4 sigmoid, 5 silu (lo 1);
+   the codes and arguments of conv/epilogue.py's activate.  relu keeps a NaN a NaN (v * 0), as
+   the CPU epilogue does. */
 inline real conv_epilogue(real v, const int act, const real lo, const real hi) {
     if (act == 1) return v > (real)0 ? v : v * (real)0;
     if (act == 2) return fmin(fmax(v, lo), hi);
+    if (act == 3) return v * fmin(fmax((v + lo) * hi, (real)0), (real)1);
+    if (act == 4) return lo / (lo + exp(-v));
+    if (act == 5) return v / (lo + exp(-v));
     return v;
 }
 """

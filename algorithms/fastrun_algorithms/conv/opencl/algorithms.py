@@ -32,7 +32,7 @@ from fastrun_algorithms import _opencl_common as common
 from fastrun_algorithms._common import ceil_div, round_up
 from fastrun_algorithms.conv._gemm_common import matmul_problem
 from fastrun_algorithms.conv.base import ConvAlgorithm
-from fastrun_algorithms.conv.epilogue import activation_code
+from fastrun_algorithms.conv.epilogue import epilogue_args
 from fastrun_algorithms.conv.geometry import ConvGeometry, geometry
 from fastrun_algorithms.conv.opencl import _kernels, space
 from fastrun_algorithms.conv.opencl.heuristic import opencl_rank
@@ -55,8 +55,8 @@ def _epilogue_args(geo: ConvGeometry, dtype: np.dtype, inputs: Sequence[Any],
         bias = (buf, off, np.int32(1))
     else:
         bias = (dummy, np.int64(0), np.int32(0))
-    real = dtype.type
-    act = (np.int32(activation_code(geo)), real(geo.clip_min), real(geo.clip_max))
+    code, low, high = epilogue_args(geo)
+    act = (np.int32(code), dtype.type(low), dtype.type(high))
     return bias, act
 
 
