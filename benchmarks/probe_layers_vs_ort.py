@@ -16,6 +16,7 @@ node names both keep), so a row compares the same work; nodes of no step (layout
 are listed apart.  The last lines sum by operator kind: the ratio a change must move.
 
     python -m benchmarks.probe_layers_vs_ort --model resnet18 --threads 16 [--batch 1]
+    python -m benchmarks.probe_layers_vs_ort --model DIR/efficientnet_b0.onnx --threads 2
         [--iters 30] [--cache FILE] [--top 25]
 """
 
@@ -30,14 +31,14 @@ import subprocess
 import sys
 import tempfile
 
-from benchmarks._common import header
+from benchmarks._common import header, model_proto, model_spec
 
 
 def _fastrun_steps(args: argparse.Namespace, workdir: str) -> list[dict]:
     """Per step: the node, the operator, the algorithm and the in-run median in us."""
     cache = args.cache or os.path.join(workdir, "cache.bin")
     profile = os.path.join(workdir, "fastrun-profile.json")
-    base = [sys.executable, "-m", "fastrun.cli.load_and_run", f"zoo:{args.model}",
+    base = [sys.executable, "-m", "fastrun.cli.load_and_run", model_spec(args.model),
             "--batch", str(args.batch), "--device", f"cpu:{args.threads}",
             "--algo-policy", cache, "--no-progress", "--weight-preprocess"]
     if not os.path.exists(cache):
@@ -54,8 +55,6 @@ def _ort_worker(model: str, batch: int, threads: int, iters: int) -> None:
     import numpy as np
     import onnxruntime as ort
 
-    from fastrun.runtime import zoo
-
     options = ort.SessionOptions()
     options.intra_op_num_threads = threads
     options.inter_op_num_threads = 1
@@ -63,7 +62,7 @@ def _ort_worker(model: str, batch: int, threads: int, iters: int) -> None:
     options.log_severity_level = 3
     options.enable_profiling = True
     options.profile_file_prefix = os.path.join(tempfile.mkdtemp(), "ort")
-    session = ort.InferenceSession(zoo.build(model).SerializeToString(), options,
+    session = ort.InferenceSession(model_proto(model_spec(model)).SerializeToString(), options,
                                    providers=["CPUExecutionProvider"])
     spec = session.get_inputs()[0]
     feeds = {spec.name: np.random.default_rng(1).uniform(
