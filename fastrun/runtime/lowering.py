@@ -504,6 +504,24 @@ def _layer_norm(b: Builder, node: Node, ins: list[Value | None]) -> list[Value |
     return [y, mean, b.op("reciprocal", [spread])]
 
 
+@lowers("InstanceNormalization")
+def _instance_norm(b: Builder, node: Node, ins: list[Value | None]) -> list[Value | None]:
+    """``scale[c] * (x - mean) / sqrt(var + epsilon) + B[c]`` over each (image, channel)'s
+    spatial values: a ``layer_norm`` from axis 2 (unit scale, zero bias), then the channel's
+    scale and bias as broadcast ``mul`` and ``add`` steps."""
+    x = ins[0]
+    rank = len(x.shape)
+    if rank < 3 or len(ins) < 3 or ins[1] is None or ins[2] is None:
+        raise b.unsupported("needs X of rank 3 or more, a scale and a bias")
+    spatial = x.shape[2:]
+    normed = b.op("layer_norm", [x, b.const(np.ones(spatial, x.dtype)),
+                                 b.const(np.zeros(spatial, x.dtype))],
+                  axis=2, epsilon=float(node.attr("epsilon", 1e-5)))
+    per_channel = (x.shape[1],) + (1,) * (rank - 2)
+    scale, bias = b.view(ins[1], per_channel), b.view(ins[2], per_channel)
+    return [b.op("add", [b.op("mul", [normed, scale]), bias])]
+
+
 @lowers("Pow")
 def _pow(b: Builder, node: Node, ins: list[Value | None]) -> list[Value | None]:
     """A constant scalar exponent of the forms models use, as the steps it amounts to: 1, 2

@@ -59,7 +59,7 @@ NODE_CASE_MODULES = {
     "ReduceSum": "reducesum", "ReduceMean": "reducemean", "ReduceMax": "reducemax",
     "ReduceMin": "reducemin", "ReduceProd": "reduceprod", "ReduceL1": "reducel1",
     "ReduceL2": "reducel2", "ReduceSumSquare": "reducesumsquare",
-    "Resize": "resize", "Upsample": "upsample",
+    "Resize": "resize", "Upsample": "upsample", "InstanceNormalization": "instance_normalization",
     "Shape": "shape", "Sigmoid": "sigmoid", "Size": "size", "Slice": "slice",
     "Softmax": "softmax", "Split": "split", "Squeeze": "squeeze", "Sub": "sub", "Sum": "sum",
     "Tanh": "tanh", "Transpose": "transpose", "Unsqueeze": "unsqueeze",

@@ -252,6 +252,19 @@ def test_pow_with_another_exponent_is_refused_by_name():
         load(w.model((2, 5), "y", opset=17, output_rank=2), heuristic_session())
 
 
+def test_instance_normalization_matches_onnxruntime():
+    """InstanceNormalization as style-transfer and segmentation models use it after a conv:
+    a layer_norm over each channel's plane, then the channel's scale and bias."""
+    w = _models.GraphWriter()
+    w.node("Conv", ["x", w.weight("w", (5, 3, 3, 3))], "c", pads=[1] * 4)
+    w.node("InstanceNormalization", ["c", w.weight("scale", (5,)), w.weight("bias", (5,))],
+           "y", epsilon=1e-3)
+    proto = w.model((2, 3, 7, 6), "y", opset=17)
+    model = load(proto, heuristic_session())
+    assert [step.operator for step in model.steps] == ["conv", "layer_norm", "mul", "add"]
+    assert_matches_onnxruntime(proto, model, model.random_inputs())
+
+
 def test_silu_hard_swish_and_sigmoid_fold_into_the_conv():
     """EfficientNet's SiLU (a Sigmoid and a Mul reading the conv), MobileNetV3's HardSwish and
     a squeeze-excitation gate's Sigmoid each run in the conv's epilogue: one step per conv."""
