@@ -154,6 +154,14 @@ def tile_fma8(acc, t, x, w0, w1, w2, w3, w4, w5, w6, w7):
     acc[7, t] += w7 * x
 
 
+def check_known_params(name: str, params: Mapping[str, Any], known: Sequence[str]) -> None:
+    """Refuse a parameter the operator ``name`` does not have, naming the ones it has."""
+    unknown = sorted(set(params) - set(known))
+    if unknown:
+        listed = ", ".join(known) if known else "none"
+        raise ValueError(f"{name} has no parameter(s) {', '.join(unknown)}; known: {listed}")
+
+
 class CanonicalOperator(Operator):
     """An operator whose problems are built with their parameters in one canonical form.
 

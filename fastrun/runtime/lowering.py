@@ -588,6 +588,13 @@ def _reduce(b: Builder, node: Node, ins: list[Value | None]) -> list[Value | Non
                  keepdims=bool(node.attr("keepdims", 1)))]
 
 
+@lowers("ArgMax", "ArgMin")
+def _arg_reduce(b: Builder, node: Node, ins: list[Value | None]) -> list[Value | None]:
+    return [b.op("arg_reduce", [ins[0]], mode="max" if node.op_type == "ArgMax" else "min",
+                 axis=int(node.attr("axis", 0)), keepdims=bool(node.attr("keepdims", 1)),
+                 select_last_index=bool(node.attr("select_last_index", 0)))]
+
+
 @lowers("Softmax")
 def _softmax(b: Builder, node: Node, ins: list[Value | None]) -> list[Value | None]:
     x = ins[0]

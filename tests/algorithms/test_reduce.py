@@ -116,3 +116,54 @@ def test_parallel_refuses_axes_that_are_not_adjacent():
     assert "adjacent" in parallel.unusable_reason(problem)
     problem = OPERATOR.problem([(2, 3, 4)], ["int32"], mode="sum", axes=(1,))
     assert "float" in parallel.unusable_reason(problem)
+
+
+# -- arg_reduce (ArgMax, ArgMin) ---------------------------------------------------------------
+ARG = REGISTRY.operator("arg_reduce")
+ARG_ALGORITHMS = REGISTRY.algorithms("arg_reduce")
+
+
+@st.composite
+def arg_problems(draw):
+    rank = draw(st.integers(1, 4))
+    shape = tuple(draw(st.lists(st.integers(1, 6), min_size=rank, max_size=rank)))
+    dtype = draw(st.sampled_from(["float32", "float64", "int32", "int64"]))
+    rng = np.random.default_rng(draw(st.integers(0, 2**32 - 1)))
+    x = rng.integers(-3, 3, size=shape).astype(dtype)  # few values: many ties
+    if dtype.startswith("float") and draw(st.booleans()):
+        x.flat[rng.integers(0, x.size)] = np.nan
+    params = {"mode": draw(st.sampled_from(["max", "min"])),
+              "axis": draw(st.integers(-rank, rank - 1)), "keepdims": draw(st.booleans()),
+              "select_last_index": draw(st.booleans())}
+    return ARG.problem_for([x], **params), x
+
+
+@pytest.mark.parametrize("algorithm", ARG_ALGORITHMS, ids=lambda a: a.desc.text)
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(drawn=arg_problems())
+def test_arg_reduce_matches_reference(algorithm, drawn):
+    problem, x = drawn
+    ARG.validate(problem)
+    out = algorithm.run(problem, [x], None)
+    assert out.dtype == np.int64
+    np.testing.assert_array_equal(out, ARG.reference(problem, [x]))
+
+
+def test_arg_reduce_picks_the_first_or_last_tie_and_a_nan():
+    x = np.array([[1, 3, 3, 0], [np.nan, 2, np.nan, 5]], np.float32)
+    first = ARG.problem_for([x], mode="max", axis=1, keepdims=False)
+    last = ARG.problem_for([x], mode="max", axis=-1, keepdims=False, select_last_index=True)
+    for algorithm in ARG_ALGORITHMS:
+        np.testing.assert_array_equal(algorithm.run(first, [x], None), [1, 0])
+        np.testing.assert_array_equal(algorithm.run(last, [x], None), [2, 2])
+
+
+@pytest.mark.parametrize("params, shape, message", [
+    ({"mode": "median"}, (2, 3), "mode must be max or min"),
+    ({"mode": "max", "axis": 2}, (2, 3), "out of range"),
+    ({"mode": "max", "axis": 1}, (2, 0), "empty: there is no extreme"),
+    ({"mode": "max", "keep": 1}, (2, 3), r"no parameter\(s\) keep"),
+])
+def test_arg_reduce_bad_problems_say_what_is_wrong(params, shape, message):
+    with pytest.raises(ValueError, match=message):
+        ARG.problem([shape], ["float32"], **params)

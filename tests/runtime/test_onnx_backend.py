@@ -60,6 +60,7 @@ NODE_CASE_MODULES = {
     "ReduceMin": "reducemin", "ReduceProd": "reduceprod", "ReduceL1": "reducel1",
     "ReduceL2": "reducel2", "ReduceSumSquare": "reducesumsquare",
     "Resize": "resize", "Upsample": "upsample", "InstanceNormalization": "instance_normalization",
+    "ArgMax": "argmax", "ArgMin": "argmin",
     "Shape": "shape", "Sigmoid": "sigmoid", "Size": "size", "Slice": "slice",
     "Softmax": "softmax", "Split": "split", "Squeeze": "squeeze", "Sub": "sub", "Sum": "sum",
     "Tanh": "tanh", "Transpose": "transpose", "Unsqueeze": "unsqueeze",

@@ -23,6 +23,7 @@ import numpy as np
 from fastrun.operator import Problem, Shape
 from fastrun_algorithms._common import (
     CanonicalOperator,
+    check_known_params,
     error_with_special_values,
     parallel_pays,
 )
@@ -49,13 +50,6 @@ PARALLEL_MIN_BYTES = 2 * 1024 * 1024
 #: compute-bound activation (sigmoid: numba's scalar exp is ~5x slower per thread than numpy's
 #: SIMD loop; measured 0.33x numpy's time on 16 threads, 2.5x on 2).
 COMPUTE_BOUND_MIN_THREADS = 8
-
-
-def _check_known(name: str, params: Mapping[str, Any], known: Sequence[str]) -> None:
-    unknown = sorted(set(params) - set(known))
-    if unknown:
-        listed = ", ".join(known) if known else "none"
-        raise ValueError(f"{name} has no parameter(s) {', '.join(unknown)}; known: {listed}")
 
 
 def _real(name: str, param: str, value: Any) -> float:
@@ -129,7 +123,7 @@ class UnaryActivation(ActivationOperator):
 
     def canonical_params(self, shapes, dtypes, params):
         self._check_inputs(shapes, dtypes)
-        _check_known(self.name, params, self.known)
+        check_known_params(self.name, params, self.known)
         return self._params(np.dtype(dtypes[0]), params)
 
     def _params(self, dtype: np.dtype, params: Mapping[str, Any]) -> dict[str, Any]:
@@ -388,7 +382,7 @@ class SoftmaxOperator(ActivationOperator):
 
     def canonical_params(self, shapes, dtypes, params):
         self._check_inputs(shapes, dtypes)
-        _check_known(self.name, params, ("axis",))
+        check_known_params(self.name, params, ("axis",))
         rank = len(shapes[0])
         if rank == 0:
             raise ValueError(f"{self.name} needs an input of rank >= 1, got a 0-d input")
@@ -416,7 +410,7 @@ class BatchNormOperator(ActivationOperator):
 
     def canonical_params(self, shapes, dtypes, params):
         self._check_inputs(shapes, dtypes)
-        _check_known(self.name, params, ("epsilon", "training_mode"))
+        check_known_params(self.name, params, ("epsilon", "training_mode"))
         if params.get("training_mode"):
             raise ValueError(f"{self.name} computes inference BatchNormalization only; "
                              f"training_mode={params['training_mode']!r} is not supported")
@@ -471,7 +465,7 @@ class LayerNormOperator(ActivationOperator):
 
     def canonical_params(self, shapes, dtypes, params):
         self._check_inputs(shapes, dtypes)
-        _check_known(self.name, params, ("axis", "epsilon"))
+        check_known_params(self.name, params, ("axis", "epsilon"))
         x_shape = shapes[0]
         if not x_shape:
             raise ValueError(f"{self.name} needs an input of rank >= 1, got a 0-d input")

@@ -2,15 +2,17 @@
 algorithms: ``numpy`` for any axes and dtype, ``parallel`` (numba) for adjacent reduced axes
 of float inputs, first in the rule of thumb from
 :data:`~fastrun_algorithms.reduce.operator.PARALLEL_MIN_BYTES` of input; Fast Run measures
-which wins."""
+which wins.  And ``arg_reduce`` (ArgMax, ArgMin; :mod:`.arg`), with its numpy algorithm."""
 
 from __future__ import annotations
 
 from fastrun.registry import Registry
 from fastrun_algorithms.reduce.algorithms import NumpyReduce, ParallelReduce
+from fastrun_algorithms.reduce.arg import ArgReduceOperator, NumpyArgReduce
 from fastrun_algorithms.reduce.operator import MODES, ReduceOperator, blocks
 
-__all__ = ["MODES", "NumpyReduce", "ParallelReduce", "ReduceOperator", "blocks", "register"]
+__all__ = ["MODES", "ArgReduceOperator", "NumpyArgReduce", "NumpyReduce", "ParallelReduce",
+           "ReduceOperator", "blocks", "register"]
 
 
 def register(registry: Registry) -> None:
@@ -18,3 +20,5 @@ def register(registry: Registry) -> None:
     operator = registry.register_operator(ReduceOperator())
     registry.register_algorithm(NumpyReduce())
     registry.register_algorithm(ParallelReduce(operator.parallel_pays))
+    registry.register_operator(ArgReduceOperator())
+    registry.register_algorithm(NumpyArgReduce())

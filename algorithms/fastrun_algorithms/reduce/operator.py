@@ -16,7 +16,7 @@ float32 loses about 12 bits, which is not what onnxruntime's result holds.  Inte
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -24,6 +24,7 @@ import numpy as np
 from fastrun.operator import Problem, Shape
 from fastrun_algorithms._common import (
     CanonicalOperator,
+    check_known_params,
     error_with_special_values,
     parallel_pays,
 )
@@ -39,13 +40,6 @@ INTEGER_DTYPES = ("int32", "int64")
 PARALLEL_MIN_BYTES = 2 * 1024 * 1024
 
 
-def _check_known(params: Mapping[str, Any]) -> None:
-    unknown = sorted(set(params) - {"mode", "axes", "keepdims"})
-    if unknown:
-        raise ValueError(f"reduce has no parameter(s) {', '.join(unknown)}; known: mode, "
-                         "axes, keepdims")
-
-
 class ReduceOperator(CanonicalOperator):
     """``mode`` of X over ``axes``; the reduced axes kept as 1s with ``keepdims``."""
 
@@ -53,7 +47,7 @@ class ReduceOperator(CanonicalOperator):
     version = 1
 
     def canonical_params(self, shapes, dtypes, params):
-        _check_known(params)
+        check_known_params("reduce", params, ("mode", "axes", "keepdims"))
         if len(shapes) != 1:
             raise ValueError(f"reduce takes one input, got {len(shapes)}")
         mode = params.get("mode")

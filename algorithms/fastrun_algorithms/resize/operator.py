@@ -33,7 +33,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from fastrun.operator import Problem, Shape
-from fastrun_algorithms._common import CanonicalOperator, parallel_pays
+from fastrun_algorithms._common import CanonicalOperator, check_known_params, parallel_pays
 
 MODES = ("nearest", "linear", "cubic")
 COORDINATE_MODES = ("half_pixel", "half_pixel_symmetric", "pytorch_half_pixel",
@@ -57,10 +57,7 @@ class ResizeOperator(CanonicalOperator):
     version = 1
 
     def canonical_params(self, shapes, dtypes, params):
-        unknown = sorted(set(params) - set(KNOWN))
-        if unknown:
-            raise ValueError(f"resize has no parameter(s) {', '.join(unknown)}; known: "
-                             f"{', '.join(KNOWN)}")
+        check_known_params("resize", params, KNOWN)
         if len(shapes) != 1:
             raise ValueError(f"resize takes one input, got {len(shapes)}")
         rank = len(shapes[0])

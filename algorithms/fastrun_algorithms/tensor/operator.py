@@ -17,25 +17,18 @@ them assume contiguous data, and a view would let a later in-place write reach t
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 
 from fastrun.operator import Problem, Shape
-from fastrun_algorithms._common import CanonicalOperator, parallel_pays
+from fastrun_algorithms._common import CanonicalOperator, check_known_params, parallel_pays
 
 SUPPORTED_DTYPES = ("bool", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32",
                     "uint64", "float16", "float32", "float64")
 INDEX_DTYPES = ("int32", "int64")
 PAD_MODES = ("constant", "reflect", "edge", "wrap")
-
-
-def _check_known(name: str, params: Mapping[str, Any], known: Sequence[str]) -> None:
-    unknown = sorted(set(params) - set(known))
-    if unknown:
-        raise ValueError(f"{name} has no parameter(s) {', '.join(unknown)}; known: "
-                         f"{', '.join(known)}")
 
 
 def _int(name: str, param: str, value: Any) -> int:
@@ -154,7 +147,7 @@ class TransposeOperator(TensorOperator):
 
     def canonical_params(self, shapes, dtypes, params):
         self._one_input(shapes)
-        _check_known(self.name, params, ("perm",))
+        check_known_params(self.name, params, ("perm",))
         rank = len(shapes[0])
         perm = params.get("perm")
         if perm is None:
@@ -182,7 +175,7 @@ class ConcatOperator(TensorOperator):
     name = "concat"
 
     def canonical_params(self, shapes, dtypes, params):
-        _check_known(self.name, params, ("axis",))
+        check_known_params(self.name, params, ("axis",))
         if params.get("axis") is None:
             raise ValueError(f"{self.name} needs the parameter axis")
         if len(set(dtypes)) != 1:
@@ -295,7 +288,7 @@ class SliceOperator(TensorOperator):
 
     def canonical_params(self, shapes, dtypes, params):
         self._one_input(shapes)
-        _check_known(self.name, params, ("starts", "ends", "axes", "steps", "slices"))
+        check_known_params(self.name, params, ("starts", "ends", "axes", "steps", "slices"))
         shape = shapes[0]
         rank = len(shape)
         if params.get("slices") is not None:
@@ -371,7 +364,7 @@ class PadOperator(TensorOperator):
 
     def canonical_params(self, shapes, dtypes, params):
         self._one_input(shapes)
-        _check_known(self.name, params, ("pads", "mode", "value", "axes"))
+        check_known_params(self.name, params, ("pads", "mode", "value", "axes"))
         shape = shapes[0]
         rank = len(shape)
         if params.get("pads") is None:
@@ -458,7 +451,7 @@ class GatherOperator(TensorOperator):
     name = "gather"
 
     def canonical_params(self, shapes, dtypes, params):
-        _check_known(self.name, params, ("axis",))
+        check_known_params(self.name, params, ("axis",))
         if len(shapes) != 2:
             raise ValueError(f"{self.name} takes exactly 2 inputs (data, indices), got "
                              f"{len(shapes)} with shapes {list(shapes)}")
@@ -522,7 +515,7 @@ class WhereOperator(TensorOperator):
         return CanonicalOperator.problem(self, shapes, dtypes, **params)
 
     def canonical_params(self, shapes, dtypes, params):
-        _check_known(self.name, params, ())
+        check_known_params(self.name, params, ())
         if len(shapes) != 3:
             raise ValueError(f"{self.name} takes exactly 3 inputs (condition, x, y), got "
                              f"{len(shapes)}")
@@ -556,7 +549,7 @@ class ExpandOperator(TensorOperator):
     name = "expand"
 
     def canonical_params(self, shapes, dtypes, params):
-        _check_known(self.name, params, ("shape",))
+        check_known_params(self.name, params, ("shape",))
         self._one_input(shapes)
         wanted = params.get("shape")
         if wanted is None:
