@@ -112,6 +112,11 @@ CASES = [
     ("1x1-stride-pad", [(1, 4, 7, 7), (5, 4, 1, 1)], {"strides": 2, "pads": [1, 0, 0, 1]}),
     ("1d", [(2, 3, 20), (5, 3, 4), (5,)],
      {"strides": [2], "pads": [1, 2], "dilations": [2], "activation": "relu"}),
+    ("3x3-hard-swish", [(1, 6, 8, 8), (8, 6, 3, 3), (8,)],
+     {"pads": [1, 1, 1, 1], "activation": "hard_swish"}),
+    ("depthwise-silu", [(2, 4, 9, 9), (4, 1, 3, 3), (4,)],
+     {"pads": [1, 1, 1, 1], "group": 4, "activation": "silu"}),
+    ("1x1-sigmoid", [(1, 6, 5, 4), (10, 6, 1, 1), (10,)], {"activation": "sigmoid"}),
 ]
 
 
