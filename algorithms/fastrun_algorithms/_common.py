@@ -63,10 +63,13 @@ class NumpyRanked:
 class ParallelRanked:
     """Mixin (before ``Algorithm`` in the bases) of a memory-bound family's parallel loop:
     ranked by :func:`parallel_rank` of ``pays``, the operator's ``parallel_pays`` that the
-    family's ``register`` hands to the algorithm."""
+    family's ``register`` hands to the algorithm, first of its constructor's arguments (the
+    rest go to the next base)."""
 
-    #: the operator's rule for where a parallel pass pays
-    pays: Callable[[Problem], bool]
+    def __init__(self, pays: Callable[[Problem], bool], *args: Any):
+        #: the operator's rule for where a parallel pass pays
+        self.pays = pays
+        super().__init__(*args)
 
     def heuristic_rank(self, problem: Problem) -> tuple[float, ...]:
         return parallel_rank(self.pays(problem))

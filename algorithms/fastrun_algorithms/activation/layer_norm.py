@@ -11,7 +11,7 @@ parallel split is over rows; the search measures where it beats numpy's one thre
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import numba
@@ -87,10 +87,6 @@ class ParallelLayerNorm(ParallelRanked, Algorithm):
     operator = "layer_norm"
     name = "parallel"
     attributes = AlgoAttribute.REPRODUCIBLE
-
-    def __init__(self, pays: Callable[[Problem], bool]):
-        super().__init__()
-        self.pays = pays
 
     def run(self, problem: Problem, inputs: Sequence[Any], ctx: RunContext,
             prepared: Any = None) -> np.ndarray:

@@ -192,10 +192,9 @@ class ParallelUnary(ParallelRanked, Algorithm):
 
     def __init__(self, operator: str, pays: Callable[[Problem], bool]):
         self.operator = operator  # before super().__init__, which builds the identity from it
-        super().__init__()
+        super().__init__(pays)
         self.kernel, self.arguments = KERNELS[operator]
         self._args: dict[str, tuple] = {}
-        self.pays = pays
 
     def workspace_bytes(self, problem: Problem) -> int:
         """Nothing for contiguous inputs (the case that matters); a strided one is copied,

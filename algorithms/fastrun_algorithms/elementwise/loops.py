@@ -102,6 +102,5 @@ class ParallelElementwise(ParallelRanked, NumbaElementwise):
     kernel_index = 1
 
     def __init__(self, op: BinaryOp, pays: Callable[[Problem], bool]):
-        super().__init__(op)
-        self.pays = pays
+        super().__init__(pays, op)
 

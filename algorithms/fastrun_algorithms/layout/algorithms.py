@@ -51,10 +51,6 @@ class ParallelReorder(ParallelRanked, _Reorder):
     blocking = staticmethod(to_blocked_parallel)
     unblocking = staticmethod(to_nchw_parallel)
 
-    def __init__(self, pays: Callable[[Problem], bool]):
-        super().__init__()
-        self.pays = pays
-
 
 def algorithms(pays: Callable[[Problem], bool]) -> list[Algorithm]:
     """The reorder algorithms, the parallel one ranked by the operator's ``parallel_pays``."""

@@ -14,7 +14,7 @@ axis with a stride of inner for a block of consecutive inner positions.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import numba
@@ -154,10 +154,6 @@ class ParallelReduce(ParallelRanked, Algorithm):
     name = "parallel"
     operator = "reduce"
     attributes = AlgoAttribute.REPRODUCIBLE | AlgoAttribute.USABLE_DEPEND_ON_SHAPE
-
-    def __init__(self, pays: Callable[[Problem], bool]):
-        super().__init__()
-        self.pays = pays
 
     def unusable_reason(self, problem: Problem) -> str | None:
         if np.dtype(problem.dtypes[0]).kind != "f":

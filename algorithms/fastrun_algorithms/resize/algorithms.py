@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import functools
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import numba
@@ -27,10 +27,10 @@ from fastrun_algorithms._common import CACHE, NumpyRanked, ParallelRanked, U
 from fastrun_algorithms.resize.operator import (
     AxisTable,
     axis_table,
-    blend,
     blend_sizes,
-    finish,
+    one_tap,
     out_size,
+    resample,
     tap_weights,
 )
 
@@ -48,16 +48,6 @@ def _cast_weights(problem: Problem) -> tuple[np.ndarray, ...]:
     return tuple(tap_weights(t, dtype) for t in tables(problem))
 
 
-@functools.lru_cache(maxsize=256)
-def _weights(problem: Problem) -> tuple[np.ndarray, np.ndarray]:
-    """The H and W weights of the second tap (the first weighs one minus it) in X's dtype,
-    made once per problem."""
-    dtype = np.dtype(problem.dtypes[0])
-    rows, cols = tables(problem)[2:]
-    return (np.ascontiguousarray(rows.weight[:, 1], dtype=dtype),
-            np.ascontiguousarray(cols.weight[:, 1], dtype=dtype))
-
-
 class NumpyResize(NumpyRanked, Algorithm):
     """numpy's gathers: nearest as one gather over every axis, linear and cubic as one
     weighted sum of gathers per resized axis.  REPRODUCIBLE."""
@@ -71,7 +61,7 @@ class NumpyResize(NumpyRanked, Algorithm):
         the previous axis's result, the running sum and one weighted tap, plus numpy's ufunc
         buffer (none of it for a one-tap gather)."""
         axes = tables(problem)
-        if all(t.index.shape[1] == 1 for t in axes):
+        if one_tap(axes):
             return 0
         steps = blend_sizes(problem, axes)
         peak, previous = 0, 0
@@ -86,19 +76,8 @@ class NumpyResize(NumpyRanked, Algorithm):
 
     def run(self, problem: Problem, inputs: Sequence[Any], ctx: RunContext,
             prepared: Any = None) -> np.ndarray:
-        x = np.asarray(inputs[0])
-        axes = tables(problem)
-        if not x.size or not out_size(problem):
-            return np.zeros(problem.param("sizes"), x.dtype)
-        if all(t.index.shape[1] == 1 for t in axes):
-            out = x[np.ix_(*[t.index[:, 0] for t in axes])]
-        else:
-            out = x
-            weights = _cast_weights(problem)
-            for axis, table in enumerate(axes):
-                if not table.identity:
-                    out = blend(out, axis, table, weights[axis])
-        return finish(problem, out, axes)
+        return resample(problem, np.asarray(inputs[0]), tables(problem),
+                        _cast_weights(problem))
 
 
 @numba.njit(parallel=True, cache=CACHE)
@@ -140,10 +119,6 @@ class ParallelResize(ParallelRanked, Algorithm):
     operator = "resize"
     attributes = AlgoAttribute.REPRODUCIBLE | AlgoAttribute.USABLE_DEPEND_ON_SHAPE
 
-    def __init__(self, pays: Callable[[Problem], bool]):
-        super().__init__()
-        self.pays = pays
-
     def unusable_reason(self, problem: Problem) -> str | None:
         if len(problem.shapes[0]) != 4:
             return f"parallel resizes 4-D (NCHW) inputs only, X is {len(problem.shapes[0])}-D"
@@ -175,7 +150,8 @@ class ParallelResize(ParallelRanked, Algorithm):
         if problem.param("mode") == "nearest":
             _nearest_rows(x3, out3, rows.index[:, 0], cols.index[:, 0])
         else:
-            row_weight, col_weight = _weights(problem)
+            # the second tap's weights (the first weighs one minus it)
+            row_weight, col_weight = (w[1] for w in _cast_weights(problem)[2:])
             _linear_rows(x3, out3, rows.index[:, 0], rows.index[:, 1], row_weight,
                          cols.index[:, 0], cols.index[:, 1], col_weight)
         return out

@@ -117,20 +117,10 @@ class ResizeOperator(CanonicalOperator):
         return math.prod(problem.param("sizes")) * self.output_dtype(problem).itemsize
 
     def reference(self, problem: Problem, inputs: Sequence[np.ndarray]) -> np.ndarray:
-        """A gather when every axis takes one tap (nearest), else axis by axis in float64,
-        then the extrapolation value wherever an axis fell outside a crop box."""
+        """:func:`resample`, blending in float64."""
         x = np.asarray(inputs[0])
         tables = [axis_table(problem, axis) for axis in range(x.ndim)]
-        if not x.size or not out_size(problem):
-            return np.zeros(problem.param("sizes"), x.dtype)
-        if all(t.index.shape[1] == 1 for t in tables):
-            out = x[np.ix_(*[t.index[:, 0] for t in tables])]
-        else:
-            out = x.astype(np.float64)
-            for axis, table in enumerate(tables):
-                if not table.identity:
-                    out = blend(out, axis, table)
-        return finish(problem, out, tables)
+        return resample(problem, x if one_tap(tables) else x.astype(np.float64), tables)
 
     def tolerance(self, problem: Problem) -> float:
         if problem.param("mode") == "nearest":
@@ -305,9 +295,26 @@ def blend_sizes(problem: Problem, tables: Sequence[AxisTable]) -> list[tuple[int
     return steps
 
 
-def finish(problem: Problem, out: np.ndarray, tables: Sequence[AxisTable]) -> np.ndarray:
-    """The output in X's dtype, with the extrapolation value where any axis fell outside the
-    crop box."""
+def one_tap(tables: Sequence[AxisTable]) -> bool:
+    """Whether every axis takes one tap: the resize is one gather (nearest)."""
+    return all(t.index.shape[1] == 1 for t in tables)
+
+
+def resample(problem: Problem, x: np.ndarray, tables: Sequence[AxisTable],
+             weights: Sequence[np.ndarray] | None = None) -> np.ndarray:
+    """The resize by ``tables``: one gather when every axis takes one tap, else a
+    :func:`blend` per axis that is not copied as it is, in ``x``'s dtype (``weights``: each
+    axis's :func:`tap_weights` in that dtype, or made per call); then the output in X's dtype,
+    with the extrapolation value where any axis fell outside the crop box."""
+    if not x.size or not out_size(problem):
+        return np.zeros(problem.param("sizes"), np.dtype(problem.dtypes[0]))
+    if one_tap(tables):
+        out = x[np.ix_(*[t.index[:, 0] for t in tables])]
+    else:
+        out = x
+        for axis, table in enumerate(tables):
+            if not table.identity:
+                out = blend(out, axis, table, None if weights is None else weights[axis])
     out = np.ascontiguousarray(out, dtype=np.dtype(problem.dtypes[0]))
     for axis, table in enumerate(tables):
         if table.outside is not None and table.outside.any():

@@ -59,10 +59,6 @@ class ParallelConcat(ParallelRanked, Algorithm):
     #: moving data is exact and done the same way every run
     attributes = AlgoAttribute.REPRODUCIBLE
 
-    def __init__(self, pays: Callable[[Problem], bool]):
-        super().__init__()
-        self.pays = pays
-
     def workspace_bytes(self, problem: Problem) -> int:
         """None: inputs are read where they lie (a runtime passes them C-contiguous; only a
         strided view would be copied first)."""
