@@ -399,3 +399,35 @@ def test_kernels_of_different_operations_have_different_symbol_names() -> None:
         for kernel in _kernels.kernels(op, int32, int32, int32, int32):
             names.add(kernel.py_func.__qualname__)
     assert names == {"add_serial", "add_parallel", "sub_serial", "sub_parallel"}
+
+
+_COMPILE_ONE_PAIR = """
+import sys
+import numpy as np
+from fastrun_algorithms.elementwise import _kernels
+float32 = np.dtype(np.float32)
+for kernel in _kernels.kernels("mul", float32, float32, float32, float32):
+    stats = kernel.stats  # the kernels are compiled (or loaded) when they are made
+    print(kernel.py_func.__qualname__, sum(stats.cache_hits.values()),
+          sum(stats.cache_misses.values()))
+"""
+
+
+def test_a_second_process_loads_the_kernels_from_numbas_cache(tmp_path) -> None:
+    """numba keys a closure's cache entry on a pickle of what it closes over; anything in it
+    that pickles differently in every process (a dispatcher, an intrinsic such as
+    ``stack_buffer`` named from ``span``'s globals) makes every process compile the kernels
+    again, about 2 s per pair of dtypes, and grows the cache folder without bound.  The second
+    process must find both kernels in the cache the first one filled."""
+    import os
+    import subprocess
+    import sys
+
+    env = {**os.environ, "NUMBA_CACHE_DIR": str(tmp_path)}
+    runs = [subprocess.run([sys.executable, "-c", _COMPILE_ONE_PAIR], env=env, check=True,
+                           capture_output=True, text=True).stdout.splitlines() for _ in range(2)]
+    first, second = ({name: (int(hits), int(misses)) for name, hits, misses in
+                      (line.split() for line in run)} for run in runs)
+    assert set(first) == {"mul_serial", "mul_parallel"}
+    assert all(misses == 1 for _, misses in first.values()), first
+    assert all(hits == 1 and misses == 0 for hits, misses in second.values()), second

@@ -12,6 +12,10 @@ closure variables.  A numba dispatcher pickles with a fresh random id in every p
 cache entry would never be found again), so the closed-over functions are plain Python functions
 made callable from jitted code by ``register_jitable`` (the scalar functions pickle by name, the
 inner ``span`` by value, both the same in every process) and numpy scalar types (by name).
+Pickling ``span`` by value takes the globals it names along; an intrinsic such as
+``stack_buffer`` pickles with a fresh random id in every process too, so ``span`` reaches it
+through its module (``_common.stack_buffer``), which pickles by name.
+``tests/algorithms/test_elementwise.py`` checks that a second process compiles nothing.
 
 Kernels are compiled lazily, on the first call with a new combination: there are up to 7 x 16
 pairs of them, and compiling a pair takes about 2 s (0.5 s serial, 1.3 s parallel); loading a
@@ -28,7 +32,8 @@ import numpy as np
 from numba import prange, types
 from numba.extending import register_jitable
 
-from fastrun_algorithms._common import CACHE, U, stack_buffer
+from fastrun_algorithms import _common
+from fastrun_algorithms._common import CACHE, U
 
 #: Most merged dimensions a layout can have (numpy's own limit on array dimensions).
 MAX_DIMS = 64
@@ -165,7 +170,7 @@ def _build(op: str, apply: Callable, cast: type) -> tuple[Callable, Callable]:
         inner_b = geometry[2, outer]
         row = start // inner
         col = start - row * inner
-        index = numba.carray(stack_buffer(MAX_DIMS, np.int64), MAX_DIMS)
+        index = numba.carray(_common.stack_buffer(MAX_DIMS, np.int64), MAX_DIMS)
         oa = 0
         ob = 0
         for d in range(outer - 1, -1, -1):
