@@ -3,7 +3,8 @@
 Runs under any Python that has torch and torchvision, which fastrun's own environment need not
 have (``check_torchvision`` calls it with ``--python``); it imports nothing of fastrun.
 Segmentation models are wrapped to return their ``"out"`` tensor, and GoogLeNet and
-Inception v3 are built without their auxiliary heads (what inference runs).
+Inception v3 are built without their auxiliary heads (what inference runs).  Parameters a
+model initialises to all zeros are drawn at random like the rest.
 
     python benchmarks/export_torchvision.py OUT_DIR resnet18 vit_b_16 fcn_resnet50 ...
 """
@@ -36,6 +37,13 @@ def export(name: str, path: str) -> None:
     if name in ("googlenet", "inception_v3"):
         options.update(aux_logits=False, init_weights=True)
     model = getattr(family, name)(**options).eval()
+    # Some models start with all-zero tensors (ViT's classifier head): their output would be a
+    # constant that any engine matches, so --check would prove nothing.  Draw those too.
+    generator = torch.Generator().manual_seed(0)
+    with torch.no_grad():
+        for parameter in model.parameters():
+            if parameter.numel() > 1 and not parameter.any():
+                parameter.copy_(torch.randn(parameter.shape, generator=generator) * 0.02)
 
     class Output(torch.nn.Module):
         """The segmentation models' ``"out"`` tensor (they return a dict)."""
