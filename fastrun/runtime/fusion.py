@@ -21,14 +21,18 @@ takes a residual; otherwise the relu goes into the add, which becomes the elemen
 Activations fold the same way: Relu, Clip, HardSwish and Sigmoid after a conv, and SiLU
 (``x * sigmoid(x)``, a Sigmoid and a Mul reading the conv's output) into one epilogue.
 
+GELU's exact form, which exporters spell as five steps around an Erf (a transformer's MLP runs
+them on its widest activation), becomes one ``gelu`` step: one pass instead of five.
+
 A step is only merged into the step that produces its input when that output has no other
 reader and is not a graph output: otherwise the unfused value is still needed.
 """
 
 from __future__ import annotations
 
+import math
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
 import numpy as np
 
@@ -43,6 +47,7 @@ def fuse(steps: list[Step], outputs: Iterable[Value], registry: Registry,
     steps before them whose operator declares an epilogue (conv's; a residual only where an
     algorithm of ``device_kind`` takes one), and relus into the (non-constant) adds left
     before them."""
+    steps = _erf_gelus(steps, outputs, registry, device_kind)
     uses: Counter[int] = Counter(id(v) for step in steps for v in step.inputs)
     uses.update(id(v) for v in outputs)
     producer: dict[int, Step] = {}
@@ -95,17 +100,7 @@ def _pool_linear_heads(steps: list[Step], outputs: Iterable[Value], registry: Re
             a.device_kind == device_kind for a in registry.algorithms("pool_linear")):
         return steps
     operator = registry.operator("pool_linear")
-    readers: dict[int, list[Step]] = {}
-    for step in steps:
-        for value in step.inputs:
-            readers.setdefault(id(value), []).append(step)
-    for value in outputs:
-        readers.setdefault(id(value), []).append(None)  # type: ignore[arg-type]
-
-    def only_reader(value: Value) -> Step | None:
-        found = readers.get(id(value), [])
-        return found[0] if len(found) == 1 else None
-
+    only_reader = _readers(steps, outputs)
     replaced: dict[int, Step] = {}  # id of the head's last step -> the fused step
     dropped: set[int] = set()
     for pool in steps:
@@ -134,6 +129,98 @@ def _pool_linear_heads(steps: list[Step], outputs: Iterable[Value], registry: Re
                      output=head[-1].output, problem=problem)
         replaced[id(head[-1])] = fused
         dropped.update(id(s) for s in head[:-1])
+    return [replaced.get(id(step), step) for step in steps if id(step) not in dropped]
+
+
+def _readers(steps: list[Step], outputs: Iterable[Value]) -> Callable[[Value], Step | None]:
+    """``only_reader(value)``: the one step that reads ``value``, or None when it has several
+    readers, none, or is a graph output."""
+    readers: dict[int, list[Step | None]] = {}
+    for step in steps:
+        for value in step.inputs:
+            readers.setdefault(id(value), []).append(step)
+    for value in outputs:
+        readers.setdefault(id(value), []).append(None)
+
+    def only_reader(value: Value) -> Step | None:
+        found = readers.get(id(value), [])
+        return found[0] if len(found) == 1 else None
+    return only_reader
+
+
+def _scalar_of(step: Step, value: Value) -> float | None:
+    """The other input of a two-input ``step`` when it is a one-element constant, else None."""
+    if len(step.inputs) != 2 or not any(v is value for v in step.inputs):
+        return None
+    other = step.inputs[1] if step.inputs[0] is value else step.inputs[0]
+    if not other.is_const or other.const.size != 1 or step.output.shape != value.shape:
+        return None
+    return float(other.const.reshape(-1)[0])
+
+
+def _near(value: float | None, expected: float) -> bool:
+    return value is not None and abs(value - expected) <= 1e-6 * abs(expected)
+
+
+def _erf_gelus(steps: list[Step], outputs: Iterable[Value], registry: Registry,
+               device_kind: str) -> list[Step]:
+    """GELU's exact form spelled out, ``x * (1 + erf(x / sqrt(2))) / 2``, as one ``gelu``
+    step, where an algorithm of ``device_kind`` computes gelu.  Two spellings: torch's export
+    (``Div(x, sqrt 2) -> Erf -> Add 1 -> Mul x -> Mul 0.5``) and the runtime's own lowering of
+    ONNX's Gelu (``Mul(x, 0.5)`` first, ``x * (1 / sqrt 2)``).  Each intermediate value must
+    have its one reader in the pattern and be no graph output.  The fused step runs where the
+    pattern's last step ran."""
+    if "gelu" not in registry.operators() or not any(
+            a.device_kind == device_kind for a in registry.algorithms("gelu")):
+        return steps
+    gelu = registry.operator("gelu")
+    outputs = list(outputs)
+    only_reader = _readers(steps, outputs)
+    producer = {id(step.output): step for step in steps if step.problem is not None}
+    replaced: dict[int, Step] = {}  # id of the pattern's last step -> the gelu step
+    dropped: set[int] = set()
+    for erf in steps:
+        if erf.operator != "erf" or id(erf) in dropped:
+            continue
+        scaled = producer.get(id(erf.inputs[0]))
+        if scaled is None or only_reader(scaled.output) is not erf:
+            continue
+        x = next((v for v in scaled.inputs if not v.is_const), None)
+        factor = _scalar_of(scaled, x) if x is not None else None
+        if not ((scaled.operator == "div" and scaled.inputs[0] is x
+                 and _near(factor, math.sqrt(2)))
+                or (scaled.operator == "mul" and _near(factor, 1 / math.sqrt(2)))):
+            continue
+        plus_one = only_reader(erf.output)
+        if plus_one is None or plus_one.operator != "add" \
+                or not _near(_scalar_of(plus_one, erf.output), 1.0):
+            continue
+        product = only_reader(plus_one.output)
+        if product is None or product.operator != "mul" or len(product.inputs) != 2:
+            continue
+        other = product.inputs[1] if product.inputs[0] is plus_one.output else product.inputs[0]
+        halved = producer.get(id(other))
+        if other is x:
+            last = only_reader(product.output)
+            if last is None or last.operator != "mul" \
+                    or not _near(_scalar_of(last, product.output), 0.5):
+                continue
+            pattern = [scaled, erf, plus_one, product, last]
+        elif (halved is not None and halved.operator == "mul"
+              and any(v is x for v in halved.inputs)
+              and only_reader(halved.output) is product and _near(_scalar_of(halved, x), 0.5)):
+            pattern = [halved, scaled, erf, plus_one, product]
+        else:
+            continue
+        last = pattern[-1]
+        if last.output.shape != x.shape or last.output.dtype != x.dtype:
+            continue
+        replaced[id(last)] = Step(
+            node="+".join(s.node for s in pattern),
+            op_type="+".join(dict.fromkeys(s.op_type for s in pattern)), inputs=[x],
+            output=last.output, problem=gelu.problem([x.shape], [x.dtype]),
+            params={"approximate": "none"})
+        dropped.update(id(s) for s in pattern[:-1])
     return [replaced.get(id(step), step) for step in steps if id(step) not in dropped]
 
 

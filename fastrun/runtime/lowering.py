@@ -630,7 +630,16 @@ def _conv(b: Builder, node: Node, ins: list[Value | None]) -> list[Value | None]
 
 @lowers("MatMul")
 def _matmul(b: Builder, node: Node, ins: list[Value | None]) -> list[Value | None]:
-    return [b.op("matmul", ins[:2])]
+    """A batched left operand against a 2-D right one (a transformer's projections, spelled
+    (tokens, 1, hidden) @ (hidden, out) by some exporters) is one 2-D product with the batch
+    folded into its rows: numpy's batched matmul would multiply each row by the whole weight
+    matrix in turn, reading it once per row (197 times for ViT-B/16's QKV projection)."""
+    a, w = ins[0], ins[1]
+    if len(a.shape) > 2 and len(w.shape) == 2:
+        rows = b.view(a, (math.prod(a.shape[:-1]), a.shape[-1]))
+        product = b.op("matmul", [rows, w])
+        return [b.view(product, (*a.shape[:-1], w.shape[-1]))]
+    return [b.op("matmul", [a, w])]
 
 
 @lowers("Gemm")

@@ -231,7 +231,42 @@ def test_a_transformer_feed_forward_with_layer_norm_and_erf_gelu_matches_onnxrun
     w.node("Add", [o, "x"], "y")
     proto = w.model((1, 10, 32), "y", opset=17, output_rank=3)
     model = load(proto, fastrun.session(cache=InMemoryCache(), strategy="fast-run", **FAST))
-    assert {"layer_norm", "erf"} <= {step.operator for step in model.steps}
+    operators = [step.operator for step in model.steps]
+    # the five GELU steps are one; each MatMul by a 2-D weight is one 2-D product
+    assert {"layer_norm", "gelu"} <= set(operators) and "erf" not in operators
+    gelu = next(step for step in model.steps if step.operator == "gelu")
+    assert gelu.op_type == "Div+Erf+Add+Mul" and gelu.node.startswith("scaled+erf+gate+")
+    assert all(len(shape) == 2 for step in model.steps if step.operator == "matmul"
+               for shape in step.problem.shapes)
+    assert_matches_onnxruntime(proto, model, model.random_inputs())
+
+
+@pytest.mark.parametrize("approximate", ["none", "tanh"])
+def test_onnx_gelu_matches_onnxruntime_and_its_exact_form_is_one_step(approximate):
+    """ONNX's Gelu (opset 20) lowers to the steps of its formula; the exact one then fuses
+    into one gelu step like an exporter's spelling, the tanh one stays spelled out."""
+    w = _models.GraphWriter()
+    h = w.node("MatMul", ["x", w.weight("w1", (16, 24), 0.5)], "h")
+    w.node("Gelu", [h], "y", approximate=approximate)
+    proto = w.model((2, 5, 16), "y", opset=20, output_rank=3)
+    model = load(proto, fastrun.session(cache=InMemoryCache(), strategy="fast-run", **FAST))
+    operators = {step.operator for step in model.steps}
+    assert ("gelu" in operators) == (approximate == "none")
+    assert_matches_onnxruntime(proto, model, model.random_inputs(seed=3))
+
+
+def test_an_erf_gelu_whose_parts_are_read_elsewhere_stays_apart():
+    """The erf's output also feeds the graph's output: the pattern cannot be one step."""
+    w = _models.GraphWriter()
+    scaled = w.node("Div", ["x", w.const("root2", np.array(np.sqrt(2), np.float32))], "s")
+    e = w.node("Erf", [scaled], "erf")
+    gate = w.node("Add", [e, w.const("one", np.array(1.0, np.float32))], "gate")
+    g = w.node("Mul", [w.node("Mul", ["x", gate], "xg"),
+                       w.const("half", np.array(0.5, np.float32))], "g")
+    w.node("Add", [g, e], "y")
+    proto = w.model((1, 3, 8), "y", opset=17, output_rank=3)
+    model = load(proto, heuristic_session())
+    assert "gelu" not in {step.operator for step in model.steps}
     assert_matches_onnxruntime(proto, model, model.random_inputs())
 
 

@@ -1,11 +1,13 @@
 """Activation operators (``relu``, ``leaky_relu``, ``clip``, ``sigmoid``, ``tanh``,
 ``hard_sigmoid``, ``hard_swish``, the math functions ``sqrt``, ``exp``, ``log``, ``neg``,
-``abs``, ``reciprocal``, ``erf``, and ``softmax``, ``batch_norm``, ``layer_norm``) with ONNX
-semantics, and their CPU algorithms.
+``abs``, ``reciprocal``, ``erf``, ``gelu``, and ``softmax``, ``batch_norm``, ``layer_norm``)
+with ONNX semantics, and their CPU algorithms.
 
-``register(registry)`` adds every operator with its ``numpy`` algorithm (erf has none), and
-``parallel`` (numba) for all the unary ones but tanh, where it can win on large tensors; and
-where pyopencl is installed the OpenCL ones (``cl_unary``, ``cl_softmax``, ``cl_batch_norm``).
+``register(registry)`` adds every operator with its ``numpy`` algorithm (erf and gelu have
+none), and ``parallel`` (numba) for all the unary ones but tanh, where it can win on large
+tensors; ``serial`` and ``parallel`` numba passes for gelu and for softmax over the last axis;
+and where pyopencl is installed the OpenCL ones (``cl_unary``, ``cl_softmax``,
+``cl_batch_norm``).
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from __future__ import annotations
 import importlib.util
 
 from fastrun.registry import Registry
+from fastrun_algorithms.activation.gelu import ParallelGelu, SerialGelu
 from fastrun_algorithms.activation.layer_norm import NumpyLayerNorm, ParallelLayerNorm
 from fastrun_algorithms.activation.numpy_impl import (
     UNARY_FUNCTIONS,
@@ -29,6 +32,7 @@ from fastrun_algorithms.activation.operator import (
     ActivationOperator,
     BatchNormOperator,
     ClipOperator,
+    GeluOperator,
     HardSigmoidOperator,
     HardSwishOperator,
     LayerNormOperator,
@@ -39,6 +43,7 @@ from fastrun_algorithms.activation.operator import (
     TanhOperator,
 )
 from fastrun_algorithms.activation.parallel import KERNELS, ParallelUnary
+from fastrun_algorithms.activation.softmax import ParallelSoftmax, SerialSoftmax
 
 __all__ = [
     "CLIP_DTYPES",
@@ -48,6 +53,7 @@ __all__ = [
     "ActivationOperator",
     "BatchNormOperator",
     "ClipOperator",
+    "GeluOperator",
     "HardSigmoidOperator",
     "HardSwishOperator",
     "LayerNormOperator",
@@ -74,8 +80,13 @@ def register(registry: Registry) -> None:
             registry.register_algorithm(NumpyUnary(operator.name))
         if operator.name in KERNELS:
             registry.register_algorithm(ParallelUnary(operator.name, operator.parallel_pays))
-    registry.register_operator(SoftmaxOperator())
+    gelu = registry.register_operator(GeluOperator())
+    registry.register_algorithm(SerialGelu())
+    registry.register_algorithm(ParallelGelu(gelu.parallel_pays))
+    softmax = registry.register_operator(SoftmaxOperator())
     registry.register_algorithm(NumpySoftmax())
+    registry.register_algorithm(SerialSoftmax())
+    registry.register_algorithm(ParallelSoftmax(softmax.parallel_pays))
     registry.register_operator(BatchNormOperator())
     registry.register_algorithm(NumpyBatchNorm())
     layer_norm = registry.register_operator(LayerNormOperator())
