@@ -1,17 +1,18 @@
-"""Softmax over the last axis in numba: per row, the maximum, then ``exp(x - max)`` written and
-summed in one pass, then one scaling pass, all while the row is in cache.
+"""Softmax over the last axis in numba: per row, the maximum, ``exp(x - max)``, its sum and the
+scaling, four passes while the row is in cache.
 
 Why beside numpy's: numpy's softmax makes five passes over the whole tensor (max, subtract,
 exp, sum, divide), and numba's scalar libm exp would make a loop of one pass slower still.
 With exp of a non-positive number vectorised in float32
-(:func:`fastrun_algorithms._fastmath.exp_le0`), a row costs three passes that stay in L1.  An
+(:func:`fastrun_algorithms._fastmath.exp_le0`), a row costs four passes that stay in L1.  An
 attention's scores are many short rows (ViT-B/16: 12 x 197 rows of 197), which ``parallel``
 deals out to the threads; on the 2-core development VM numpy took 1.7 ms per (1, 12, 197, 197)
 step at two threads.  Only the last axis, the one attention and classifiers use; any other axis
 is numpy's.
 
-Rows follow ONNX's rules through the arithmetic: a row with NaN gives NaN, a row holding +inf
-gives NaN (inf - inf), a row of -inf gives NaN (0 / 0), as the reference does.
+Rows follow ONNX's rules through the arithmetic: a row with NaN gives NaN (the maximum skips
+it, but its exp makes the sum NaN, and the sum scales every element), a row holding +inf gives
+NaN (inf - inf), a row of -inf gives NaN (0 / 0), as the reference does.
 
 REPRODUCIBLE: each row is summed in order by one thread.
 """
@@ -48,28 +49,26 @@ def _softmax_row(x, out, base, length):
         for j in range(LANES):
             v = x[U(base + i + j)]
             m = top_lanes[j]
-            top_lanes[j] = v if v > m or v != v else m  # NaN wins, so it reaches every output
+            top_lanes[j] = v if v > m else m
     top = first
     for j in range(LANES):
         v = top_lanes[j]
-        top = v if v > top or v != v else top
+        top = v if v > top else top
     for i in range(full, length):
         v = x[U(base + i)]
-        top = v if v > top or v != v else top
-    # the sums in float64: a long row's float32 sum would drift past the tolerance
+        top = v if v > top else top
+    for i in range(length):  # exp in a loop of its own: with the sum in it, it stays scalar
+        out[U(base + i)] = exp_le0(x[U(base + i)] - top)
+    # the sum in float64: a long row's float32 sum would drift past the tolerance
     sum_lanes = numba.carray(stack_buffer(LANES, np.float64), LANES)
     for j in range(LANES):
         sum_lanes[j] = 0.0
     for i in range(0, full, LANES):
         for j in range(LANES):
-            e = exp_le0(x[U(base + i + j)] - top)
-            out[U(base + i + j)] = e
-            sum_lanes[j] += e
+            sum_lanes[j] += out[U(base + i + j)]
     total = 0.0
     for i in range(full, length):
-        e = exp_le0(x[U(base + i)] - top)
-        out[U(base + i)] = e
-        total += e
+        total += out[U(base + i)]
     for j in range(LANES):
         total += sum_lanes[j]
     scale = x.dtype.type(1.0 / total)
