@@ -197,11 +197,15 @@ def _cmd_zoo_list(args: argparse.Namespace) -> int:
 
 
 def _cmd_zoo_export(args: argparse.Namespace) -> int:
+    import onnx
+
     from fastrun.runtime import zoo
 
     name = args.name.removeprefix("zoo:")
-    zoo.export(name, args.output, seed=args.seed, opset=args.opset)
-    print(f"wrote zoo:{name} (seed {args.seed}, opset {args.opset}) to {args.output}")
+    model = zoo.build(name, seed=args.seed, opset=args.opset)
+    onnx.save_model(model, args.output)
+    opset = model.opset_import[0].version
+    print(f"wrote zoo:{name} (seed {args.seed}, opset {opset}) to {args.output}")
     return 0
 
 
@@ -260,7 +264,8 @@ def build_parser() -> argparse.ArgumentParser:
     export.add_argument("name", help="model name, e.g. resnet18 (or zoo:resnet18)")
     export.add_argument("-o", "--output", required=True, help="output .onnx file")
     export.add_argument("--seed", type=int, default=0, help="seed of the random weights")
-    export.add_argument("--opset", type=int, default=13, help="ONNX opset (default 13)")
+    export.add_argument("--opset", type=int, default=None,
+                        help="ONNX opset (default 13, or 17 for the transformers)")
     export.set_defaults(handler=_cmd_zoo_export)
     cache_cmd.add_parser(commands)
     rank_cmd.add_parser(commands)

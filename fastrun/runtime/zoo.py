@@ -227,16 +227,68 @@ class _Writer:
         a = self.constant(f"{name}.axes", np.array(axes, dtype=np.int64))
         return self.node("Unsqueeze", [x, a], name)
 
+    # -- transformer layers -------------------------------------------------------------------
+    def linear(self, name: str, x: str, fan_in: int, fan_out: int) -> str:
+        """nn.Linear on a (N, S, fan_in) tensor as torch exports it: MatMul by W^T (in, out),
+        then Add of the bias.  PyTorch's uniform init, bound 1/sqrt(fan_in)."""
+        bound = fan_in ** -0.5
+        weight = self.initializer(f"{name}.weight", self.uniform((fan_in, fan_out), -bound, bound))
+        bias = self.initializer(f"{name}.bias", self.uniform((fan_out,), -bound, bound))
+        return self.node("Add", [self.node("MatMul", [x, weight], f"{name}.matmul"), bias], name)
+
+    def layer_norm(self, name: str, x: str, width: int, epsilon: float) -> str:
+        """LayerNormalization over the last axis (opset 17), gamma near 1 and beta small."""
+        gamma = self.initializer(f"{name}.weight", self.uniform((width,), 0.8, 1.2))
+        beta = self.initializer(f"{name}.bias", self.normal((width,), 0.05))
+        return self.node("LayerNormalization", [x, gamma, beta], name, axis=-1,
+                         epsilon=epsilon)
+
+    def gelu(self, name: str, x: str) -> str:
+        """GELU's exact form as torch exports it: x * (1 + erf(x / sqrt 2)) * 0.5."""
+        root2 = self.initializer(f"{name}.root2", np.array(np.sqrt(2.0), np.float32))
+        one = self.initializer(f"{name}.one", np.array(1.0, np.float32))
+        half = self.initializer(f"{name}.half", np.array(0.5, np.float32))
+        erf = self.node("Erf", [self.node("Div", [x, root2], f"{name}.div")], f"{name}.erf")
+        gate = self.node("Add", [erf, one], f"{name}.add")
+        return self.node("Mul", [self.node("Mul", [x, gate], f"{name}.mul"), half], name)
+
+    def attention(self, name: str, x: str, hidden: int, heads: int) -> str:
+        """Multi-head self-attention on (N, S, hidden), as a hand-written module exports:
+        Q, K and V projections, heads split by Reshape and Transpose (K to (N, H, D, S)),
+        MatMul, a Div by sqrt(D), Softmax, MatMul, heads merged, output projection."""
+        depth = hidden // heads
+        split = self.constant(f"{name}.split_shape", np.array([0, -1, heads, depth], np.int64))
+        merge = self.constant(f"{name}.merge_shape", np.array([0, -1, hidden], np.int64))
+
+        def heads_of(part: str, perm: list[int]) -> str:
+            projected = self.linear(f"{name}.{part}", x, hidden, hidden)
+            shaped = self.node("Reshape", [projected, split], f"{name}.{part}.split")
+            return self.node("Transpose", [shaped], f"{name}.{part}.heads", perm=perm)
+
+        q = heads_of("query", [0, 2, 1, 3])
+        k = heads_of("key", [0, 2, 3, 1])
+        v = heads_of("value", [0, 2, 1, 3])
+        scale = self.initializer(f"{name}.scale", np.array(np.sqrt(depth), np.float32))
+        scores = self.node("Div", [self.node("MatMul", [q, k], f"{name}.scores"), scale],
+                           f"{name}.scaled")
+        weights = self.node("Softmax", [scores], f"{name}.softmax", axis=-1)
+        context = self.node("MatMul", [weights, v], f"{name}.context")
+        merged = self.node("Reshape", [self.node("Transpose", [context], f"{name}.merge",
+                                                 perm=[0, 2, 1, 3]), merge], f"{name}.merged")
+        return self.linear(f"{name}.output", merged, hidden, hidden)
+
     # -- finishing ----------------------------------------------------------------------------
     def finish(self, model_name: str, output: str) -> onnx.ModelProto:
         if output != OUTPUT_NAME:
             raise AssertionError("zoo: the last node must write 'output'")
         g = self.graph
         g.name = model_name
+        spec = _MODELS[model_name]
         g.input.append(helper.make_tensor_value_info(
-            INPUT_NAME, TensorProto.FLOAT, ["N", 3, self.image_size, self.image_size]))
+            INPUT_NAME, TensorProto.FLOAT,
+            ["N", *(spec.input_dims or (3, self.image_size, self.image_size))]))
         g.output.append(helper.make_tensor_value_info(
-            OUTPUT_NAME, TensorProto.FLOAT, ["N", NUM_CLASSES]))
+            OUTPUT_NAME, TensorProto.FLOAT, ["N", *(spec.output_dims or (NUM_CLASSES,))]))
         m = self.model
         opset_id = helper.make_opsetid("", self.opset)
         m.opset_import.append(opset_id)
@@ -407,12 +459,76 @@ def _squeezenet(w: _Writer) -> str:
     return w.node("Softmax", [x], "softmax", output=OUTPUT_NAME, axis=1)
 
 
+def _vit_ti16(w: _Writer) -> str:
+    """ViT-Ti/16 (timm's vit_tiny_patch16_224): 16x16 patches embedded by a Conv, a class
+    token and position embeddings, 12 pre-norm encoder layers (hidden 192, 3 heads, MLP 768,
+    exact GELU), the class token's LayerNorm and a Gemm head."""
+    hidden, heads, mlp, patch, layers = 192, 3, 768, 16, 12
+    tokens = (IMAGE_SIZE // patch) ** 2
+    x = w.conv("patch_embed", INPUT_NAME, 3, hidden, patch, stride=patch, bias=True, gain=1.0)
+    x = w.node("Reshape", [x, w.constant("patch_embed.shape",
+                                         np.array([0, hidden, -1], np.int64))], "flatten")
+    x = w.node("Transpose", [x], "tokens", perm=[0, 2, 1])
+    batch = w.node("Slice", [w.node("Shape", [x], "tokens.shape"),
+                             w.constant("batch.start", np.array([0], np.int64)),
+                             w.constant("batch.end", np.array([1], np.int64))], "batch")
+    cls_shape = w.node("Concat", [batch, w.constant("cls.dims", np.array([1, hidden], np.int64))],
+                       "cls.shape", axis=0)
+    cls = w.node("Expand", [w.initializer("cls_token", w.normal((1, 1, hidden), 0.02)),
+                            cls_shape], "cls")
+    x = w.node("Concat", [cls, x], "sequence", axis=1)
+    x = w.node("Add", [x, w.initializer("pos_embed", w.normal((1, tokens + 1, hidden), 0.02))],
+               "embedded")
+    for i in range(layers):
+        p = f"blocks.{i}"
+        h = w.attention(f"{p}.attn", w.layer_norm(f"{p}.norm1", x, hidden, 1e-6), hidden, heads)
+        x = w.node("Add", [x, h], f"{p}.residual1")
+        h = w.linear(f"{p}.mlp.fc1", w.layer_norm(f"{p}.norm2", x, hidden, 1e-6), hidden, mlp)
+        h = w.linear(f"{p}.mlp.fc2", w.gelu(f"{p}.mlp.gelu", h), mlp, hidden)
+        x = w.node("Add", [x, h], f"{p}.residual2")
+    x = w.layer_norm("norm", x, hidden, 1e-6)
+    x = w.node("Gather", [x, w.constant("cls.index", np.array(0, np.int64))], "cls_out", axis=1)
+    return w.gemm("head", x, hidden, NUM_CLASSES, output=OUTPUT_NAME)
+
+
+#: BERT-base's sequence length and width, the shape of its encoder's input
+BERT_SEQUENCE, BERT_HIDDEN = 128, 768
+
+
+def _bert_base(w: _Writer) -> str:
+    """BERT-base's encoder: 12 post-norm layers (hidden 768, 12 heads, MLP 3072, exact GELU,
+    LayerNorm epsilon 1e-12) over (N, 128, 768) embedded tokens (the embeddings' output; the
+    token lookup and the pooler are left out)."""
+    hidden, heads, mlp, layers = BERT_HIDDEN, 12, 3072, 12
+    x = INPUT_NAME
+    for i in range(layers):
+        p = f"encoder.layer.{i}"
+        h = w.attention(f"{p}.attention", x, hidden, heads)
+        x = w.layer_norm(f"{p}.attention.norm", w.node("Add", [x, h], f"{p}.attention.residual"),
+                         hidden, 1e-12)
+        h = w.linear(f"{p}.intermediate", x, hidden, mlp)
+        h = w.linear(f"{p}.output.dense", w.gelu(f"{p}.gelu", h), mlp, hidden)
+        out = OUTPUT_NAME if i == layers - 1 else None
+        x = w.node("LayerNormalization", [w.node("Add", [x, h], f"{p}.output.residual"),
+                                          w.initializer(f"{p}.output.norm.weight",
+                                                        w.uniform((hidden,), 0.8, 1.2)),
+                                          w.initializer(f"{p}.output.norm.bias",
+                                                        w.normal((hidden,), 0.05))],
+                   f"{p}.output.norm", output=out, axis=-1, epsilon=1e-12)
+    return x
+
+
 @dataclass(frozen=True)
 class _Model:
     builder: Callable[[_Writer], str]
     description: str
     #: its classifier takes the features of a 224x224 image only (no global pool)
     fixed_size: bool = False
+    #: the oldest opset its nodes exist in (LayerNormalization: 17)
+    min_opset: int = MIN_OPSET
+    #: the input's and the output's dimensions after the batch; None: an image, and logits
+    input_dims: tuple[int, ...] | None = None
+    output_dims: tuple[int, ...] | None = None
 
 
 _MODELS: dict[str, _Model] = {
@@ -429,6 +545,15 @@ _MODELS: dict[str, _Model] = {
     "squeezenet": _Model(_squeezenet, "torchvision SqueezeNet 1.1 (Fire modules with Concat, "
                                       "ceil-mode MaxPool, Dropout), 1.2M parameters, "
                                       "1000 Softmax probabilities"),
+    "vit_ti16": _Model(_vit_ti16, "ViT-Ti/16 (12 pre-norm layers, hidden 192, 3 heads, exact "
+                                  "GELU, class token), 5.7M parameters, 1000 logits; opset 17+",
+                       fixed_size=True, min_opset=17),
+    "bert_base": _Model(_bert_base, "BERT-base encoder (12 post-norm layers, hidden 768, 12 "
+                                    "heads, exact GELU) over (N, 128, 768) embedded tokens, "
+                                    "85.1M parameters; opset 17+",
+                        fixed_size=True, min_opset=17,
+                        input_dims=(BERT_SEQUENCE, BERT_HIDDEN),
+                        output_dims=(BERT_SEQUENCE, BERT_HIDDEN)),
 }
 
 
@@ -454,21 +579,25 @@ def describe(name: str) -> str:
     return _lookup(name).description
 
 
-def build(name: str, *, seed: int = 0, opset: int = DEFAULT_OPSET,
+def build(name: str, *, seed: int = 0, opset: int | None = None,
           image_size: int = IMAGE_SIZE) -> onnx.ModelProto:
     """Generates model ``name`` with weights drawn from ``numpy.random.default_rng(seed)``.
 
     The same (name, seed, opset, image_size) always gives a byte-identical model.  ``opset``
     selects how the opset-dependent nodes are written (Unsqueeze axes attribute/input, Dropout
-    ratio attribute/input); it must lie in ``MIN_OPSET..MAX_OPSET``.  ``image_size``: the input's
-    height and width (the weights are the same at every size); vgg16 takes 224 only.
+    ratio attribute/input); it must lie in ``MIN_OPSET..MAX_OPSET`` and be at least the model's
+    own oldest (17 for the transformers, whose LayerNormalization came then), which is also the
+    default where it is above ``DEFAULT_OPSET``.  ``image_size``: the input's height and width
+    (the weights are the same at every size); vgg16 and the transformers take 224 only.
     """
     model = _lookup(name)
+    if opset is None:
+        opset = max(DEFAULT_OPSET, model.min_opset)
     if isinstance(opset, bool) or not isinstance(opset, int | np.integer):
         raise TypeError(f"opset must be an int, not {type(opset).__name__}")
-    if not MIN_OPSET <= opset <= MAX_OPSET:
-        raise ValueError(f"zoo models are written for opsets {MIN_OPSET}..{MAX_OPSET}, "
-                         f"not {opset}")
+    if not max(MIN_OPSET, model.min_opset) <= opset <= MAX_OPSET:
+        raise ValueError(f"zoo:{name} is written for opsets {max(MIN_OPSET, model.min_opset)}.."
+                         f"{MAX_OPSET}, not {opset}")
     if isinstance(image_size, bool) or not isinstance(image_size, int | np.integer):
         raise TypeError(f"image_size must be an int, not {type(image_size).__name__}")
     if image_size != IMAGE_SIZE and model.fixed_size:
@@ -482,7 +611,7 @@ def build(name: str, *, seed: int = 0, opset: int = DEFAULT_OPSET,
 
 
 def export(name: str, path: str | PathLike[str], *, seed: int = 0,
-           opset: int = DEFAULT_OPSET) -> None:
+           opset: int | None = None) -> None:
     """Writes model ``name`` to ``path`` as one .onnx file (all models fit well under the 2 GiB
     protobuf limit, so weights stay inside the file)."""
     onnx.save_model(build(name, seed=seed, opset=opset), path)

@@ -548,10 +548,24 @@ def zoo_models():
     return {name: zoo.build(name) for name in zoo.names()}
 
 
-@pytest.mark.parametrize("name", ["resnet18", "resnet50", "mobilenet_v2", "vgg16", "squeezenet"])
+@pytest.mark.parametrize("name", ["resnet18", "resnet50", "mobilenet_v2", "vgg16", "squeezenet",
+                                  "vit_ti16", "bert_base"])
 def test_zoo_models_match_onnxruntime(zoo_models, name):
     model = load(zoo_models[name], heuristic_session())
     assert_matches_onnxruntime(zoo_models[name], model, model.random_inputs(seed=3), rtol=1e-4)
+
+
+def test_the_transformers_run_as_few_wide_steps(zoo_models):
+    """Each encoder layer's GELU is one step and every projection a 2-D product."""
+    for name, layers in (("vit_ti16", 12), ("bert_base", 12)):
+        model = load(zoo_models[name], heuristic_session())
+        operators = [step.operator for step in model.steps]
+        assert operators.count("gelu") == layers and "erf" not in operators, name
+        assert operators.count("layer_norm") == 2 * layers + (name == "vit_ti16"), name
+        projections = [step for step in model.steps if step.operator == "matmul"
+                       and step.inputs[1].is_const]
+        assert len(projections) == 6 * layers + (name == "vit_ti16"), name  # + ViT's head
+        assert all(len(shape) == 2 for step in projections for shape in step.problem.shapes)
 
 
 def test_a_zoo_model_at_batch_2_with_weight_preprocessing(zoo_models):

@@ -15,18 +15,23 @@ import pytest
 import fastrun
 from fastrun.runtime import zoo
 
-ALL = ["mobilenet_v2", "resnet18", "resnet50", "squeezenet", "vgg16"]
-SMALL = [n for n in ALL if n != "vgg16"]
+ALL = ["bert_base", "mobilenet_v2", "resnet18", "resnet50", "squeezenet", "vgg16", "vit_ti16"]
+SMALL = [n for n in ALL if n not in ("vgg16", "bert_base")]
+TRANSFORMERS = ("bert_base", "vit_ti16")
 
-# trainable parameter counts of the torchvision models (BN running statistics excluded)
+# trainable parameter counts of the models they follow (BN running statistics excluded):
+# torchvision's, timm's vit_tiny_patch16_224, and BERT-base's encoder layers
 TORCHVISION_PARAMS = {
+    "bert_base": 85_054_464,
     "mobilenet_v2": 3_504_872,
     "resnet18": 11_689_512,
     "resnet50": 25_557_032,
     "squeezenet": 1_235_496,
     "vgg16": 138_357_544,
+    "vit_ti16": 5_717_416,
 }
-_NOT_PARAMS = ("running_mean", "running_var", ".min", ".max", ".ratio")
+_NOT_PARAMS = ("running_mean", "running_var", ".min", ".max", ".ratio", ".root2", ".one",
+               ".half", ".scale")
 
 
 @pytest.fixture(scope="module")
@@ -70,7 +75,8 @@ def test_names_and_describe():
     assert zoo.names() == ALL
     for name in ALL:
         line = zoo.describe(name)
-        assert line and "\n" not in line and "torchvision" in line
+        assert line and "\n" not in line
+        assert ("opset 17+" in line) == (name in TRANSFORMERS)
 
 
 def test_unknown_names_are_clear_errors():
@@ -88,6 +94,13 @@ def test_unknown_names_are_clear_errors():
 def test_unsupported_opset_is_rejected(opset):
     with pytest.raises(ValueError, match=f"opsets {zoo.MIN_OPSET}..{zoo.MAX_OPSET}"):
         zoo.build("squeezenet", opset=opset)
+
+
+def test_transformers_need_opset_17_and_default_to_it():
+    """Their LayerNormalization exists from opset 17 on."""
+    with pytest.raises(ValueError, match=f"zoo:vit_ti16 is written for opsets 17..{zoo.MAX_OPSET}"):
+        zoo.build("vit_ti16", opset=16)
+    assert [o.version for o in zoo.build("vit_ti16").opset_import] == [17]
 
 
 def test_other_image_sizes_keep_the_weights_and_run():
@@ -128,14 +141,18 @@ def test_model_is_valid_onnx(models, name):
     model = models(name)
     onnx.checker.check_model(model, full_check=True)
     assert model.producer_name == "fastrun.zoo"
+    opset = 17 if name in TRANSFORMERS else zoo.DEFAULT_OPSET
     assert model.ir_version == 8
-    assert [(o.domain, o.version) for o in model.opset_import] == [("", zoo.DEFAULT_OPSET)]
+    assert [(o.domain, o.version) for o in model.opset_import] == [("", opset)]
 
     (inp,), (out,) = model.graph.input, model.graph.output
     assert inp.name == "input" and out.name == "output"
     dims = [d.dim_param or d.dim_value for d in inp.type.tensor_type.shape.dim]
-    assert dims == ["N", 3, 224, 224]
-    assert [d.dim_param or d.dim_value for d in out.type.tensor_type.shape.dim] == ["N", 1000]
+    out_dims = [d.dim_param or d.dim_value for d in out.type.tensor_type.shape.dim]
+    if name == "bert_base":
+        assert dims == out_dims == ["N", 128, 768]
+    else:
+        assert dims == ["N", 3, 224, 224] and out_dims == ["N", 1000]
 
     node_names = [n.name for n in model.graph.node]
     assert all(node_names) and len(set(node_names)) == len(node_names)
@@ -227,6 +244,13 @@ def test_vgg16_and_squeezenet_patterns(models):
 def test_runs_under_onnxruntime(models, name):
     # squeezenet outputs probabilities: check the spread of the logits before its Softmax
     extra = ("flatten",) if name == "squeezenet" else ()
+    if name == "bert_base":
+        tokens = np.random.default_rng(1234).standard_normal((1, 128, 768), dtype=np.float32)
+        out = _session(models(name)).run(None, {"input": tokens})[0]
+        assert out.shape == (1, 128, 768) and np.isfinite(out).all()
+        # each token's row is layer-normalised: mean about beta's, spread about gamma's
+        assert 0.7 < float(out.std()) < 1.3 and abs(float(out.mean())) < 0.1
+        return
     outputs = _session(models(name), extra).run(None, {"input": _image(1)})
     out = outputs[0]
     assert out.shape == (1, 1000) and out.dtype == np.float32
@@ -264,3 +288,16 @@ def test_other_opsets(models, opset):
         got = _session(model).run(None, {"input": image})[0]
         want = _session(models(name)).run(None, {"input": image})[0]
         np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4 * float(np.abs(want).max()))
+
+
+def test_the_command_line_exports_at_each_models_own_default_opset(tmp_path, capsys):
+    from fastrun.cli.main import main
+
+    for name, opset in (("vit_ti16", 17), ("squeezenet", zoo.DEFAULT_OPSET)):
+        path = tmp_path / f"{name}.onnx"
+        assert main(["zoo", "export", name, "-o", str(path)]) == 0
+        assert [o.version for o in onnx.load(path).opset_import] == [opset]
+        assert f"opset {opset}" in capsys.readouterr().out
+    assert main(["zoo", "export", "bert_base", "-o", str(tmp_path / "b.onnx"),
+                 "--opset", "13"]) == 2
+    assert "zoo:bert_base is written for opsets 17..21, not 13" in capsys.readouterr().err
