@@ -15,6 +15,7 @@ def register(registry) -> None:
     from fastrun_algorithms import (
         activation,
         conv,
+        conv_transpose,
         elementwise,
         layout,
         matmul,
@@ -26,6 +27,7 @@ def register(registry) -> None:
 
     matmul.register(registry)
     conv.register(registry)
+    conv_transpose.register(registry)
     elementwise.register(registry)
     activation.register(registry)
     pooling.register(registry)

@@ -628,6 +628,14 @@ def _conv(b: Builder, node: Node, ins: list[Value | None]) -> list[Value | None]
     return [b.op("conv", inputs, **params)]
 
 
+@lowers("ConvTranspose")
+def _conv_transpose(b: Builder, node: Node, ins: list[Value | None]) -> list[Value | None]:
+    params = {name: node.attrs[name] for name in
+              ("auto_pad", "dilations", "group", "kernel_shape", "output_padding",
+               "output_shape", "pads", "strides") if name in node.attrs}
+    return [b.op("conv_transpose", [v for v in ins if v is not None], **params)]
+
+
 @lowers("MatMul")
 def _matmul(b: Builder, node: Node, ins: list[Value | None]) -> list[Value | None]:
     """A batched left operand against a 2-D right one (a transformer's projections, spelled

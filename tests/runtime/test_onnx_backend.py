@@ -46,7 +46,8 @@ from fastrun.runtime.onnx_backend import FastrunBackend
 NODE_CASE_MODULES = {
     "Add": "add", "AveragePool": "averagepool", "BatchNormalization": "batch_normalization",
     "Cast": "cast", "Clip": "clip", "Concat": "concat", "Constant": "constant",
-    "ConstantOfShape": "constantofshape", "Conv": "conv", "Div": "div", "Dropout": "dropout",
+    "ConstantOfShape": "constantofshape", "Conv": "conv", "ConvTranspose": "convtranspose",
+    "Div": "div", "Dropout": "dropout",
     "Flatten": "flatten", "Gather": "gather", "Gemm": "gemm",
     "GlobalAveragePool": "globalaveragepool", "GlobalMaxPool": "globalmaxpool",
     "LayerNormalization": "layernormalization", "Gelu": "gelu", "Equal": "equal",
@@ -72,6 +73,8 @@ SUPPORTED_OP_TYPES = frozenset(NODE_CASE_MODULES)
 EXCLUDED: dict[str, str] = {
     r"^test_Conv3d":
         "3-D convolution: the conv operator takes 1-D and 2-D convolutions only",
+    r"^test_convtranspose_3d":
+        "3-D transposed convolution: the conv_transpose operator takes 1-D and 2-D ones only",
     r"^test_batchnorm_.*_training_mode":
         "training-mode BatchNormalization (batch statistics, running-statistics outputs): "
         "fastrun runs inference",
