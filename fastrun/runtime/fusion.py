@@ -22,7 +22,8 @@ Activations fold the same way: Relu, Clip, HardSwish and Sigmoid after a conv, a
 (``x * sigmoid(x)``, a Sigmoid and a Mul reading the conv's output) into one epilogue.
 
 GELU's exact form, which exporters spell as five steps around an Erf (a transformer's MLP runs
-them on its widest activation), becomes one ``gelu`` step: one pass instead of five.
+them on its widest activation), becomes one ``gelu`` step: one pass instead of five; and a
+LayerNorm that an exporter before opset 17 spelled as nine steps, one ``layer_norm`` step.
 
 A step is only merged into the step that produces its input when that output has no other
 reader and is not a graph output: otherwise the unfused value is still needed.
@@ -48,6 +49,7 @@ def fuse(steps: list[Step], outputs: Iterable[Value], registry: Registry,
     algorithm of ``device_kind`` takes one), and relus into the (non-constant) adds left
     before them."""
     steps = _erf_gelus(steps, outputs, registry, device_kind)
+    steps = _split_layer_norms(steps, outputs, registry, device_kind)
     uses: Counter[int] = Counter(id(v) for step in steps for v in step.inputs)
     uses.update(id(v) for v in outputs)
     producer: dict[int, Step] = {}
@@ -220,6 +222,118 @@ def _erf_gelus(steps: list[Step], outputs: Iterable[Value], registry: Registry,
             op_type="+".join(dict.fromkeys(s.op_type for s in pattern)), inputs=[x],
             output=last.output, problem=gelu.problem([x.shape], [x.dtype]),
             params={"approximate": "none"})
+        dropped.update(id(s) for s in pattern[:-1])
+    return [replaced.get(id(step), step) for step in steps if id(step) not in dropped]
+
+
+def _all_readers(steps: list[Step], outputs: Iterable[Value]) -> Callable[[Value], list]:
+    """``readers(value)``: the distinct steps that read ``value``, with None for a graph
+    output."""
+    found: dict[int, list[Step | None]] = {}
+    for step in steps:
+        for value in dict.fromkeys(id(v) for v in step.inputs):
+            found.setdefault(value, []).append(step)
+    for value in outputs:
+        found.setdefault(id(value), []).append(None)
+    return lambda value: found.get(id(value), [])
+
+
+def _last_axis_constant(step: Step | None, value: Value, operator: str) -> np.ndarray | None:
+    """The constant ``step`` (an ``operator`` of ``value`` and a constant) combines with
+    ``value``, as one value per element of the last axis, when it has that form."""
+    if step is None or step.operator != operator or len(step.inputs) != 2 \
+            or step.inputs[0] is not value or not step.inputs[1].is_const \
+            or step.output.shape != value.shape or not value.shape:
+        return None
+    const = np.asarray(step.inputs[1].const)
+    width = value.shape[-1]
+    if const.size == 1:
+        return np.full(width, const.reshape(-1)[0], value.dtype)
+    if const.size != width or const.shape[-1] != width:
+        return None
+    return const.reshape(width).astype(value.dtype)
+
+
+def _split_layer_norms(steps: list[Step], outputs: Iterable[Value], registry: Registry,
+                       device_kind: str) -> list[Step]:
+    """LayerNorm over the last axis as exporters before opset 17 spell it, ``ReduceMean ->
+    Sub -> Pow 2 (or Mul) -> ReduceMean -> Add eps -> Sqrt -> Div [-> Mul gamma] [-> Add
+    beta]``, as one ``layer_norm`` step where an algorithm of ``device_kind`` computes it:
+    nine passes over the activation become one.  Every intermediate value must have its
+    readers in the pattern and be no graph output; the fused step runs where the pattern's
+    last step ran."""
+    if "layer_norm" not in registry.operators() or not any(
+            a.device_kind == device_kind for a in registry.algorithms("layer_norm")):
+        return steps
+    layer_norm = registry.operator("layer_norm")
+    outputs = list(outputs)
+    readers = _all_readers(steps, outputs)
+
+    def sole(value: Value) -> Step | None:
+        found = readers(value)
+        return found[0] if len(found) == 1 else None
+
+    def mean_over_last(step: Step | None, value: Value) -> bool:
+        return (step is not None and step.operator == "reduce" and step.inputs[0] is value
+                and step.problem.param("mode") == "mean"
+                and tuple(step.problem.param("axes")) == (len(value.shape) - 1,)
+                and bool(step.problem.param("keepdims")))
+
+    replaced: dict[int, Step] = {}
+    dropped: set[int] = set()
+    for mean in steps:
+        if mean.operator != "reduce" or id(mean) in dropped or not mean.inputs:
+            continue
+        x = mean.inputs[0]
+        if not mean_over_last(mean, x) or x.dtype.kind != "f":
+            continue
+        centered = sole(mean.output)
+        if centered is None or centered.operator != "sub" \
+                or [id(v) for v in centered.inputs] != [id(x), id(mean.output)]:
+            continue
+        users = readers(centered.output)
+        square = next((u for u in users if u is not None and u.operator == "mul"
+                       and all(v is centered.output for v in u.inputs)), None)
+        divide = next((u for u in users if u is not None and u.operator == "div"
+                       and u.inputs[0] is centered.output), None)
+        if len(users) != 2 or square is None or divide is None:
+            continue
+        variance = sole(square.output)
+        if not mean_over_last(variance, square.output):
+            continue
+        shifted = sole(variance.output)
+        epsilon = _last_axis_constant(shifted, variance.output, "add")
+        if epsilon is None or len(set(epsilon.tolist())) != 1:
+            continue
+        root = sole(shifted.output)
+        if root is None or root.operator != "sqrt" or sole(root.output) is not divide \
+                or divide.inputs[1] is not root.output:
+            continue
+        pattern = [mean, centered, square, variance, shifted, root, divide]
+        width = x.shape[-1]
+        scale, bias = np.ones(width, x.dtype), np.zeros(width, x.dtype)
+        scaled = sole(divide.output)
+        found = _last_axis_constant(scaled, divide.output, "mul")
+        if found is not None:
+            scale = found
+            pattern.append(scaled)
+            biased = sole(scaled.output)
+            found = _last_axis_constant(biased, scaled.output, "add")
+            if found is not None:
+                bias = found
+                pattern.append(biased)
+        last = pattern[-1]
+        if last.output.shape != x.shape or last.output.dtype != x.dtype:
+            continue
+        gamma = Value(f"{last.node}.scale", (width,), x.dtype, scale)
+        beta = Value(f"{last.node}.bias", (width,), x.dtype, bias)
+        params = {"axis": len(x.shape) - 1, "epsilon": float(epsilon[0])}
+        replaced[id(last)] = Step(
+            node="+".join(dict.fromkeys(s.node for s in pattern)),
+            op_type="+".join(dict.fromkeys(s.op_type for s in pattern)),
+            inputs=[x, gamma, beta], output=last.output,
+            problem=layer_norm.problem([x.shape, (width,), (width,)], [x.dtype] * 3, **params),
+            params=params)
         dropped.update(id(s) for s in pattern[:-1])
     return [replaced.get(id(step), step) for step in steps if id(step) not in dropped]
 

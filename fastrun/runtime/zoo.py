@@ -236,12 +236,32 @@ class _Writer:
         bias = self.initializer(f"{name}.bias", self.uniform((fan_out,), -bound, bound))
         return self.node("Add", [self.node("MatMul", [x, weight], f"{name}.matmul"), bias], name)
 
-    def layer_norm(self, name: str, x: str, width: int, epsilon: float) -> str:
-        """LayerNormalization over the last axis (opset 17), gamma near 1 and beta small."""
+    def layer_norm(self, name: str, x: str, width: int, epsilon: float,
+                   output: str | None = None) -> str:
+        """LayerNorm over the last axis, gamma near 1 and beta small: LayerNormalization from
+        opset 17 on, before it the nine nodes torch exported (ReduceMean, Sub, Pow, ReduceMean,
+        Add, Sqrt, Div, Mul, Add)."""
         gamma = self.initializer(f"{name}.weight", self.uniform((width,), 0.8, 1.2))
         beta = self.initializer(f"{name}.bias", self.normal((width,), 0.05))
-        return self.node("LayerNormalization", [x, gamma, beta], name, axis=-1,
-                         epsilon=epsilon)
+        if self.opset >= 17:
+            return self.node("LayerNormalization", [x, gamma, beta], name, output=output,
+                             axis=-1, epsilon=epsilon)
+
+        def mean(source: str, node: str) -> str:
+            if self.opset >= 18:
+                axes = self.constant(f"{node}.axes", np.array([-1], np.int64))
+                return self.node("ReduceMean", [source, axes], node, keepdims=1)
+            return self.node("ReduceMean", [source], node, axes=[-1], keepdims=1)
+
+        centered = self.node("Sub", [x, mean(x, f"{name}.mean")], f"{name}.centered")
+        two = self.initializer(f"{name}.two", np.array(2.0, np.float32))
+        variance = mean(self.node("Pow", [centered, two], f"{name}.squared"), f"{name}.variance")
+        shifted = self.node("Add", [variance, self.initializer(
+            f"{name}.epsilon", np.array(epsilon, np.float32))], f"{name}.shifted")
+        normed = self.node("Div", [centered, self.node("Sqrt", [shifted], f"{name}.root")],
+                           f"{name}.normed")
+        return self.node("Add", [self.node("Mul", [normed, gamma], f"{name}.scaled"), beta],
+                         name, output=output)
 
     def gelu(self, name: str, x: str) -> str:
         """GELU's exact form as torch exports it: x * (1 + erf(x / sqrt 2)) * 0.5."""
@@ -508,13 +528,8 @@ def _bert_base(w: _Writer) -> str:
                          hidden, 1e-12)
         h = w.linear(f"{p}.intermediate", x, hidden, mlp)
         h = w.linear(f"{p}.output.dense", w.gelu(f"{p}.gelu", h), mlp, hidden)
-        out = OUTPUT_NAME if i == layers - 1 else None
-        x = w.node("LayerNormalization", [w.node("Add", [x, h], f"{p}.output.residual"),
-                                          w.initializer(f"{p}.output.norm.weight",
-                                                        w.uniform((hidden,), 0.8, 1.2)),
-                                          w.initializer(f"{p}.output.norm.bias",
-                                                        w.normal((hidden,), 0.05))],
-                   f"{p}.output.norm", output=out, axis=-1, epsilon=1e-12)
+        x = w.layer_norm(f"{p}.output.norm", w.node("Add", [x, h], f"{p}.output.residual"),
+                         hidden, 1e-12, output=OUTPUT_NAME if i == layers - 1 else None)
     return x
 
 
@@ -524,8 +539,9 @@ class _Model:
     description: str
     #: its classifier takes the features of a 224x224 image only (no global pool)
     fixed_size: bool = False
-    #: the oldest opset its nodes exist in (LayerNormalization: 17)
-    min_opset: int = MIN_OPSET
+    #: the opset it is written at unless told otherwise (the transformers: 17, the first
+    #: with LayerNormalization; before it they spell their LayerNorms out, as torch did)
+    default_opset: int = DEFAULT_OPSET
     #: the input's and the output's dimensions after the batch; None: an image, and logits
     input_dims: tuple[int, ...] | None = None
     output_dims: tuple[int, ...] | None = None
@@ -546,12 +562,12 @@ _MODELS: dict[str, _Model] = {
                                       "ceil-mode MaxPool, Dropout), 1.2M parameters, "
                                       "1000 Softmax probabilities"),
     "vit_ti16": _Model(_vit_ti16, "ViT-Ti/16 (12 pre-norm layers, hidden 192, 3 heads, exact "
-                                  "GELU, class token), 5.7M parameters, 1000 logits; opset 17+",
-                       fixed_size=True, min_opset=17),
+                                  "GELU, class token), 5.7M parameters, 1000 logits",
+                       fixed_size=True, default_opset=17),
     "bert_base": _Model(_bert_base, "BERT-base encoder (12 post-norm layers, hidden 768, 12 "
                                     "heads, exact GELU) over (N, 128, 768) embedded tokens, "
-                                    "85.1M parameters; opset 17+",
-                        fixed_size=True, min_opset=17,
+                                    "85.1M parameters",
+                        fixed_size=True, default_opset=17,
                         input_dims=(BERT_SEQUENCE, BERT_HIDDEN),
                         output_dims=(BERT_SEQUENCE, BERT_HIDDEN)),
 }
@@ -585,19 +601,19 @@ def build(name: str, *, seed: int = 0, opset: int | None = None,
 
     The same (name, seed, opset, image_size) always gives a byte-identical model.  ``opset``
     selects how the opset-dependent nodes are written (Unsqueeze axes attribute/input, Dropout
-    ratio attribute/input); it must lie in ``MIN_OPSET..MAX_OPSET`` and be at least the model's
-    own oldest (17 for the transformers, whose LayerNormalization came then), which is also the
-    default where it is above ``DEFAULT_OPSET``.  ``image_size``: the input's height and width
-    (the weights are the same at every size); vgg16 and the transformers take 224 only.
+    ratio attribute/input, LayerNormalization or its nine nodes); it must lie in
+    ``MIN_OPSET..MAX_OPSET``, and defaults to ``DEFAULT_OPSET``, 17 for the transformers.
+    ``image_size``: the input's height and width (the weights are the same at every size);
+    vgg16 and the transformers take 224 only.
     """
     model = _lookup(name)
     if opset is None:
-        opset = max(DEFAULT_OPSET, model.min_opset)
+        opset = model.default_opset
     if isinstance(opset, bool) or not isinstance(opset, int | np.integer):
         raise TypeError(f"opset must be an int, not {type(opset).__name__}")
-    if not max(MIN_OPSET, model.min_opset) <= opset <= MAX_OPSET:
-        raise ValueError(f"zoo:{name} is written for opsets {max(MIN_OPSET, model.min_opset)}.."
-                         f"{MAX_OPSET}, not {opset}")
+    if not MIN_OPSET <= opset <= MAX_OPSET:
+        raise ValueError(f"zoo models are written for opsets {MIN_OPSET}..{MAX_OPSET}, "
+                         f"not {opset}")
     if isinstance(image_size, bool) or not isinstance(image_size, int | np.integer):
         raise TypeError(f"image_size must be an int, not {type(image_size).__name__}")
     if image_size != IMAGE_SIZE and model.fixed_size:

@@ -270,6 +270,49 @@ def test_an_erf_gelu_whose_parts_are_read_elsewhere_stays_apart():
     assert_matches_onnxruntime(proto, model, model.random_inputs())
 
 
+def _split_layer_norm(w, x: str, width: int, square: str, affine: bool) -> str:
+    """LayerNorm over the last axis as torch exported it before opset 17."""
+    mean = w.node("ReduceMean", [x], f"{x}.mean", axes=[-1], keepdims=1)
+    centered = w.node("Sub", [x, mean], f"{x}.centered")
+    if square == "pow":
+        squared = w.node("Pow", [centered, w.const(f"{x}.two", np.array(2.0, np.float32))],
+                         f"{x}.squared")
+    else:
+        squared = w.node("Mul", [centered, centered], f"{x}.squared")
+    variance = w.node("ReduceMean", [squared], f"{x}.variance", axes=[-1], keepdims=1)
+    shifted = w.node("Add", [variance, w.const(f"{x}.eps", np.array(1e-5, np.float32))],
+                     f"{x}.shifted")
+    y = w.node("Div", [centered, w.node("Sqrt", [shifted], f"{x}.root")], f"{x}.normed")
+    if affine:
+        y = w.node("Mul", [y, w.weight(f"{x}.gamma", (width,))], f"{x}.scaled")
+        y = w.node("Add", [y, w.weight(f"{x}.beta", (width,))], f"{x}.ln")
+    return y
+
+
+@pytest.mark.parametrize(("square", "affine"), [("pow", True), ("mul", False)])
+def test_a_layer_norm_spelled_out_before_opset_17_is_one_step(square, affine):
+    w = _models.GraphWriter()
+    h = w.node("MatMul", ["x", w.weight("w1", (16, 24), 0.5)], "h")
+    normed = _split_layer_norm(w, h, 24, square, affine)
+    w.node("MatMul", [normed, w.weight("w2", (24, 8), 0.5)], "y")
+    proto = w.model((2, 5, 16), "y", opset=14, output_rank=3)
+    model = load(proto, heuristic_session())
+    operators = [step.operator for step in model.steps]
+    assert operators.count("layer_norm") == 1
+    assert not {"reduce", "sqrt", "div", "sub"} & set(operators)
+    assert_matches_onnxruntime(proto, model, model.random_inputs(seed=2))
+
+
+def test_a_spelled_out_layer_norm_whose_mean_is_read_elsewhere_stays_apart():
+    w = _models.GraphWriter()
+    normed = _split_layer_norm(w, "x", 12, "pow", True)
+    w.node("Add", [normed, "x.mean"], "y")  # the mean has a second reader
+    proto = w.model((1, 3, 12), "y", opset=14, output_rank=3)
+    model = load(proto, heuristic_session())
+    assert "layer_norm" not in {step.operator for step in model.steps}
+    assert_matches_onnxruntime(proto, model, model.random_inputs())
+
+
 @pytest.mark.parametrize("power", [1.0, 2.0, 3.0, 0.5, -0.5, -1.0])
 def test_pow_of_a_constant_exponent_matches_onnxruntime(power):
     w = _models.GraphWriter()
