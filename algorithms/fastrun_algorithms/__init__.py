@@ -18,6 +18,7 @@ def register(registry) -> None:
         conv_transpose,
         elementwise,
         layout,
+        linear,
         matmul,
         pooling,
         reduce,
@@ -26,6 +27,7 @@ def register(registry) -> None:
     )
 
     matmul.register(registry)
+    linear.register(registry)
     conv.register(registry)
     conv_transpose.register(registry)
     elementwise.register(registry)

@@ -22,8 +22,10 @@ Activations fold the same way: Relu, Clip, HardSwish and Sigmoid after a conv, a
 (``x * sigmoid(x)``, a Sigmoid and a Mul reading the conv's output) into one epilogue.
 
 GELU's exact form, which exporters spell as five steps around an Erf (a transformer's MLP runs
-them on its widest activation), becomes one ``gelu`` step: one pass instead of five; and a
-LayerNorm that an exporter before opset 17 spelled as nine steps, one ``layer_norm`` step.
+them on its widest activation), becomes one ``gelu`` step: one pass instead of five; a
+LayerNorm that an exporter before opset 17 spelled as nine steps, one ``layer_norm`` step; and
+a 2-D MatMul by a constant with its bias Add and a Relu or GELU after it, one ``linear`` step
+that finishes each block of its product in cache.
 
 A step is only merged into the step that produces its input when that output has no other
 reader and is not a graph output: otherwise the unfused value is still needed.
@@ -50,6 +52,7 @@ def fuse(steps: list[Step], outputs: Iterable[Value], registry: Registry,
     before them."""
     steps = _erf_gelus(steps, outputs, registry, device_kind)
     steps = _split_layer_norms(steps, outputs, registry, device_kind)
+    steps = _linear_layers(steps, outputs, registry, device_kind)
     uses: Counter[int] = Counter(id(v) for step in steps for v in step.inputs)
     uses.update(id(v) for v in outputs)
     producer: dict[int, Step] = {}
@@ -98,10 +101,9 @@ def _pool_linear_heads(steps: list[Step], outputs: Iterable[Value], registry: Re
     takes it (the OpenCL library has one; on a GPU each of those steps was a launch).  The
     fused step runs where the head's last step ran; every value it skips had no other reader
     and is no graph output."""
-    if "pool_linear" not in registry.operators() or not any(
-            a.device_kind == device_kind for a in registry.algorithms("pool_linear")):
+    operator = _operator_on(registry, "pool_linear", device_kind)
+    if operator is None:
         return steps
-    operator = registry.operator("pool_linear")
     only_reader = _readers(steps, outputs)
     replaced: dict[int, Step] = {}  # id of the head's last step -> the fused step
     dropped: set[int] = set()
@@ -132,6 +134,15 @@ def _pool_linear_heads(steps: list[Step], outputs: Iterable[Value], registry: Re
         replaced[id(head[-1])] = fused
         dropped.update(id(s) for s in head[:-1])
     return [replaced.get(id(step), step) for step in steps if id(step) not in dropped]
+
+
+def _operator_on(registry: Registry, name: str, device_kind: str) -> Operator | None:
+    """Operator ``name`` where an algorithm of ``device_kind`` computes it, else None: a
+    pattern fuses into an operator only where its steps can then run."""
+    if name not in registry.operators() or not any(
+            a.device_kind == device_kind for a in registry.algorithms(name)):
+        return None
+    return registry.operator(name)
 
 
 def _readers(steps: list[Step], outputs: Iterable[Value]) -> Callable[[Value], Step | None]:
@@ -172,10 +183,9 @@ def _erf_gelus(steps: list[Step], outputs: Iterable[Value], registry: Registry,
     ONNX's Gelu (``Mul(x, 0.5)`` first, ``x * (1 / sqrt 2)``).  Each intermediate value must
     have its one reader in the pattern and be no graph output.  The fused step runs where the
     pattern's last step ran."""
-    if "gelu" not in registry.operators() or not any(
-            a.device_kind == device_kind for a in registry.algorithms("gelu")):
+    gelu = _operator_on(registry, "gelu", device_kind)
+    if gelu is None:
         return steps
-    gelu = registry.operator("gelu")
     outputs = list(outputs)
     only_reader = _readers(steps, outputs)
     producer = {id(step.output): step for step in steps if step.problem is not None}
@@ -262,10 +272,9 @@ def _split_layer_norms(steps: list[Step], outputs: Iterable[Value], registry: Re
     nine passes over the activation become one.  Every intermediate value must have its
     readers in the pattern and be no graph output; the fused step runs where the pattern's
     last step ran."""
-    if "layer_norm" not in registry.operators() or not any(
-            a.device_kind == device_kind for a in registry.algorithms("layer_norm")):
+    layer_norm = _operator_on(registry, "layer_norm", device_kind)
+    if layer_norm is None:
         return steps
-    layer_norm = registry.operator("layer_norm")
     outputs = list(outputs)
     readers = _all_readers(steps, outputs)
 
@@ -335,6 +344,70 @@ def _split_layer_norms(steps: list[Step], outputs: Iterable[Value], registry: Re
             problem=layer_norm.problem([x.shape, (width,), (width,)], [x.dtype] * 3, **params),
             params=params)
         dropped.update(id(s) for s in pattern[:-1])
+    return [replaced.get(id(step), step) for step in steps if id(step) not in dropped]
+
+
+#: Fewest rows of a product fused into ``linear``: below it the bias and activation pass is a
+#: few microseconds, and the matmul keeps the algorithms made for few rows (``gemv`` for a
+#: classifier at batch 1), which linear's do not have.
+MIN_LINEAR_ROWS = 16
+
+
+def _linear_layers(steps: list[Step], outputs: Iterable[Value], registry: Registry,
+                   device_kind: str) -> list[Step]:
+    """A 2-D matmul by a constant weight, the add of a constant bias over its columns (seen
+    through the view that restores a batched shape, as the lowering writes a transformer's
+    projections), and a following Relu or exact GELU, as one ``linear`` step where an
+    algorithm of ``device_kind`` computes it and the product has :data:`MIN_LINEAR_ROWS` rows
+    or more.  The bias and the activation then cost no pass
+    over the output of their own.  The view, if any, stays, reading the linear step's output;
+    the matmul's output and the add's must have no other reader and be no graph output."""
+    linear = _operator_on(registry, "linear", device_kind)
+    if linear is None:
+        return steps
+    outputs = list(outputs)
+    only_reader = _readers(steps, outputs)
+    replaced: dict[int, Step] = {}
+    dropped: set[int] = set()
+    for product in steps:
+        if (product.operator != "matmul" or len(product.inputs) != 2
+                or product.inputs[0].is_const or not product.inputs[1].is_const
+                or len(product.inputs[0].shape) != 2 or len(product.inputs[1].shape) != 2
+                or product.inputs[0].shape[0] < MIN_LINEAR_ROWS):
+            continue
+        x, weight = product.inputs
+        view = only_reader(product.output)
+        if view is not None and view.problem is None and not view.host_only:
+            add, value = only_reader(view.output), view.output
+        else:
+            view, add, value = None, view, product.output
+        if add is None or add.operator != "add" or len(add.inputs) != 2 \
+                or id(add) in dropped:
+            continue
+        ordered = Step(add.node, add.op_type, sorted(add.inputs, key=lambda v: v.is_const),
+                       add.output, add.problem)
+        bias = _last_axis_constant(ordered, value, "add")
+        if bias is None or add.output.dtype != x.dtype:
+            continue
+        pattern, activation = [add], "none"
+        follower = only_reader(add.output)
+        if follower is not None and (follower.operator == "relu" or (
+                follower.operator == "gelu" and follower.params.get("approximate") == "none")):
+            pattern.append(follower)
+            activation = follower.operator
+        final = pattern[-1].output
+        params = {"activation": activation}
+        inputs = [x, weight, Value(f"{add.node}.bias", bias.shape, x.dtype, bias)]
+        fused = Step(
+            node="+".join(dict.fromkeys(s.node for s in (product, *pattern))),
+            op_type="+".join(dict.fromkeys(s.op_type for s in (product, *pattern))),
+            inputs=inputs, output=product.output if view is not None else final,
+            problem=linear.problem([v.shape for v in inputs], [v.dtype for v in inputs],
+                                   **params), params=params)
+        if view is not None:
+            view.output = final  # the same reshape, now of the finished product
+        replaced[id(product)] = fused
+        dropped.update(id(s) for s in pattern)
     return [replaced.get(id(step), step) for step in steps if id(step) not in dropped]
 
 

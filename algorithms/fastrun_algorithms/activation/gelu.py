@@ -41,15 +41,21 @@ EXACT, TANH = 0, 1
 
 
 @numba.njit(inline="always", error_model="numpy")
+def gelu_exact(v):
+    """GELU's exact form of one value (see the module docstring); also the ``linear``
+    operator's epilogue."""
+    dtype = type(v)
+    e = erfc_ge0(abs(v) * dtype(1 / math.sqrt(2)))
+    return dtype(0.5) * v * (dtype(2.0) - e if v >= 0 else e)
+
+
+@numba.njit(inline="always", error_model="numpy")
 def _gelu_span(x, out, start, stop, form):
     dtype = x.dtype.type
     half, one, two = dtype(0.5), dtype(1.0), dtype(2.0)
     if form == EXACT:
-        inv_sqrt2 = dtype(1 / math.sqrt(2))
         for i in range(start, stop):
-            v = x[i]
-            e = erfc_ge0(abs(v) * inv_sqrt2)
-            out[i] = half * v * (two - e if v >= 0 else e)
+            out[i] = gelu_exact(x[i])
     else:
         scale, cubic = dtype(math.sqrt(2 / math.pi)), dtype(0.044715)
         for i in range(start, stop):

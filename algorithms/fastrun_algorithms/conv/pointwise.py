@@ -55,7 +55,12 @@ from fastrun_algorithms.conv.epilogue import (
     residual_operand,
 )
 from fastrun_algorithms.conv.geometry import ConvGeometry, geometry
-from fastrun_algorithms.matmul.blas_split import NO_TRANS, ROW_MAJOR, SYMBOLS, _gemm_functions
+from fastrun_algorithms.matmul.blas_split import (
+    NO_TRANS,
+    ROW_MAJOR,
+    _gemm_functions,
+    gemm_unusable_reason,
+)
 
 #: Tasks per thread the plan aims for: enough for the counter to even out a slow worker.
 TASKS_PER_THREAD = 4
@@ -155,10 +160,7 @@ class PointwiseConv(ConvAlgorithm):
             return "pointwise needs stride 1 and no padding (conv1x1 gathers the pixels)"
         if geo.group != 1:
             return f"pointwise takes one group, got {geo.group}"
-        functions, reason = _gemm_functions()
-        if geo.dtype not in functions:
-            return reason or f"numpy's OpenBLAS exports no {SYMBOLS[geo.dtype]}"
-        return None
+        return gemm_unusable_reason(geo.dtype)
 
     def run(self, problem: Problem, inputs: Sequence[Any], ctx: RunContext,
             prepared: Any = None) -> np.ndarray:

@@ -74,6 +74,15 @@ def _gemm_functions() -> tuple[dict[str, Any], str]:
     return functions, ""
 
 
+def gemm_unusable_reason(dtype: str) -> str | None:
+    """Why no gemm of numpy's OpenBLAS can be called for ``dtype`` from a numba kernel, or
+    None (the algorithms built on it share the answer)."""
+    functions, reason = _gemm_functions()
+    if dtype not in functions:
+        return reason or f"numpy's OpenBLAS exports no {SYMBOLS[dtype]}"
+    return None
+
+
 def _split_kernel(gemm: Callable[..., None]) -> Callable[..., None]:
     """The parallel loop over (product, block) jobs for one gemm function.  Built per dtype at
     run time: the function's address is only known once its library is loaded, so numba cannot
@@ -137,11 +146,7 @@ class SplitBlasMatmul(Algorithm):
     attributes = AlgoAttribute.REPRODUCIBLE
 
     def unusable_reason(self, problem: Problem) -> str | None:
-        functions, reason = _gemm_functions()
-        dtype = problem.dtypes[0]
-        if dtype not in functions:
-            return reason or f"numpy's OpenBLAS exports no {SYMBOLS[dtype]}"
-        return None
+        return gemm_unusable_reason(problem.dtypes[0])
 
     def workspace_bytes(self, problem: Problem) -> int:
         """Operands materialised at the full batch (a partial broadcast), as in

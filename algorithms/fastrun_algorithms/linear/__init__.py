@@ -1,0 +1,18 @@
+"""The ``linear`` operator (``act(X @ W + B)``: a fully connected layer, its bias and its
+activation in one step) and its CPU algorithms, ``blas`` and ``blas_split``; the ONNX runtime
+fuses a 2-D MatMul by a constant, its bias Add and a following Relu or GELU into it."""
+
+from __future__ import annotations
+
+from fastrun.registry import Registry
+from fastrun_algorithms.linear.algorithms import BlasLinear, SplitBlasLinear
+from fastrun_algorithms.linear.operator import LinearOperator
+
+__all__ = ["BlasLinear", "LinearOperator", "SplitBlasLinear", "register"]
+
+
+def register(registry: Registry) -> None:
+    """Add the linear operator and its algorithms to ``registry``."""
+    registry.register_operator(LinearOperator())
+    registry.register_algorithm(BlasLinear())
+    registry.register_algorithm(SplitBlasLinear())

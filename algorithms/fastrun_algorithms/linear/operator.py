@@ -1,0 +1,77 @@
+"""The ``linear`` operator: ``act(X @ W + B)``, a fully connected layer with its bias and its
+activation in one step.
+
+Why an operator of its own rather than a matmul with an epilogue: matmul is numpy's (any
+rank, broadcast batches, 1-D operands) and has a dozen algorithms that would all have to learn
+a bias; a transformer's projections and MLPs are all 2-D products by a constant weight followed
+by a bias add and often a GELU, which the runtime fuses into this (``fastrun/runtime/fusion.py``)
+where the device has an algorithm for it.  Each of those steps was a pass over the product's
+output; here the bias and the activation are applied to each block of the output while it is
+still in cache.
+
+Inputs X (M, K), W (K, N) and an optional bias B (N,), one float dtype.  ``activation``:
+``none``, ``relu`` or ``gelu`` (the exact, erf form).  Output (M, N).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+from fastrun.operator import Problem, Shape
+from fastrun_algorithms._common import CanonicalOperator, check_known_params
+
+SUPPORTED_DTYPES = ("float32", "float64")
+ACTIVATIONS = ("none", "relu", "gelu")
+
+
+class LinearOperator(CanonicalOperator):
+    """``act(X @ W + B)`` (see the module docstring)."""
+
+    name = "linear"
+    version = 1
+
+    def canonical_params(self, shapes: Sequence[Shape], dtypes: Sequence[str],
+                         params: Mapping[str, Any]) -> dict[str, Any]:
+        check_known_params(self.name, params, ("activation",))
+        if len(shapes) not in (2, 3):
+            raise ValueError(f"linear takes 2 or 3 inputs (X, W[, B]), got {len(shapes)}")
+        if any(str(d) not in SUPPORTED_DTYPES for d in dtypes) or len(set(map(str, dtypes))) > 1:
+            raise ValueError(f"linear needs X, W and B of one dtype among "
+                             f"{', '.join(SUPPORTED_DTYPES)}, got {', '.join(map(str, dtypes))}")
+        x, w = tuple(shapes[0]), tuple(shapes[1])
+        if len(x) != 2 or len(w) != 2 or x[1] != w[0]:
+            raise ValueError(f"linear needs X (M, K) and W (K, N), got X {x} and W {w}")
+        if len(shapes) == 3 and tuple(shapes[2]) != (w[1],):
+            raise ValueError(f"linear bias must be ({w[1]},), got {tuple(shapes[2])}")
+        activation = params.get("activation", "none") or "none"
+        if activation not in ACTIVATIONS:
+            raise ValueError(f"linear activation must be one of {', '.join(ACTIVATIONS)}, got "
+                             f"{activation!r}")
+        return {"activation": activation}
+
+    def output_shape(self, problem: Problem) -> Shape:
+        return (problem.shapes[0][0], problem.shapes[1][1])
+
+    def output_dtype(self, problem: Problem) -> np.dtype:
+        return np.dtype(problem.dtypes[0])
+
+    def work(self, problem: Problem) -> float:
+        (m, k), n = problem.shapes[0], problem.shapes[1][1]
+        return float(m * k * n)
+
+    def reference(self, problem: Problem, inputs: Sequence[np.ndarray]) -> np.ndarray:
+        x, w = (np.asarray(a, np.float64) for a in inputs[:2])
+        out = x @ w
+        if len(inputs) > 2:
+            out += np.asarray(inputs[2], np.float64)
+        activation = problem.param("activation")
+        if activation == "relu":
+            out = np.where(out < 0, 0.0, out)
+        elif activation == "gelu":
+            out = 0.5 * out * (1.0 + np.vectorize(math.erf, otypes=[np.float64])(
+                out / math.sqrt(2))) if out.size else out
+        return out.astype(problem.dtypes[0])
