@@ -21,11 +21,9 @@ takes a residual; otherwise the relu goes into the add, which becomes the elemen
 Activations fold the same way: Relu, Clip, HardSwish and Sigmoid after a conv, and SiLU
 (``x * sigmoid(x)``, a Sigmoid and a Mul reading the conv's output) into one epilogue.
 
-GELU's exact form, which exporters spell as five steps around an Erf (a transformer's MLP runs
-them on its widest activation), becomes one ``gelu`` step: one pass instead of five; a
-LayerNorm that an exporter before opset 17 spelled as nine steps, one ``layer_norm`` step; and
-a 2-D MatMul by a constant with its bias Add and a Relu or GELU after it, one ``linear`` step
-that finishes each block of its product in cache.
+Before all this, multi-step patterns that one operator computes become that operator's step
+(:mod:`fastrun.runtime.patterns`: GELU's Erf spelling, a LayerNorm spelled out, a projection
+with its bias and activation).
 
 A step is only merged into the step that produces its input when that output has no other
 reader and is not a graph output: otherwise the unfused value is still needed.
@@ -33,14 +31,14 @@ reader and is not a graph output: otherwise the unfused value is still needed.
 
 from __future__ import annotations
 
-import math
 from collections import Counter
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 
 import numpy as np
 
 from fastrun.operator import Operator
 from fastrun.registry import Registry
+from fastrun.runtime import patterns
 from fastrun.runtime.lowering import Step, Value
 
 
@@ -50,9 +48,7 @@ def fuse(steps: list[Step], outputs: Iterable[Value], registry: Registry,
     steps before them whose operator declares an epilogue (conv's; a residual only where an
     algorithm of ``device_kind`` takes one), and relus into the (non-constant) adds left
     before them."""
-    steps = _erf_gelus(steps, outputs, registry, device_kind)
-    steps = _split_layer_norms(steps, outputs, registry, device_kind)
-    steps = _linear_layers(steps, outputs, registry, device_kind)
+    steps = patterns.replace(steps, outputs, registry, device_kind)
     uses: Counter[int] = Counter(id(v) for step in steps for v in step.inputs)
     uses.update(id(v) for v in outputs)
     producer: dict[int, Step] = {}
@@ -101,10 +97,10 @@ def _pool_linear_heads(steps: list[Step], outputs: Iterable[Value], registry: Re
     takes it (the OpenCL library has one; on a GPU each of those steps was a launch).  The
     fused step runs where the head's last step ran; every value it skips had no other reader
     and is no graph output."""
-    operator = _operator_on(registry, "pool_linear", device_kind)
+    operator = patterns.operator_on(registry, "pool_linear", device_kind)
     if operator is None:
         return steps
-    only_reader = _readers(steps, outputs)
+    only_reader = patterns.readers(steps, outputs)
     replaced: dict[int, Step] = {}  # id of the head's last step -> the fused step
     dropped: set[int] = set()
     for pool in steps:
@@ -133,281 +129,6 @@ def _pool_linear_heads(steps: list[Step], outputs: Iterable[Value], registry: Re
                      output=head[-1].output, problem=problem)
         replaced[id(head[-1])] = fused
         dropped.update(id(s) for s in head[:-1])
-    return [replaced.get(id(step), step) for step in steps if id(step) not in dropped]
-
-
-def _operator_on(registry: Registry, name: str, device_kind: str) -> Operator | None:
-    """Operator ``name`` where an algorithm of ``device_kind`` computes it, else None: a
-    pattern fuses into an operator only where its steps can then run."""
-    if name not in registry.operators() or not any(
-            a.device_kind == device_kind for a in registry.algorithms(name)):
-        return None
-    return registry.operator(name)
-
-
-def _readers(steps: list[Step], outputs: Iterable[Value]) -> Callable[[Value], Step | None]:
-    """``only_reader(value)``: the one step that reads ``value``, or None when it has several
-    readers, none, or is a graph output."""
-    readers: dict[int, list[Step | None]] = {}
-    for step in steps:
-        for value in step.inputs:
-            readers.setdefault(id(value), []).append(step)
-    for value in outputs:
-        readers.setdefault(id(value), []).append(None)
-
-    def only_reader(value: Value) -> Step | None:
-        found = readers.get(id(value), [])
-        return found[0] if len(found) == 1 else None
-    return only_reader
-
-
-def _scalar_of(step: Step, value: Value) -> float | None:
-    """The other input of a two-input ``step`` when it is a one-element constant, else None."""
-    if len(step.inputs) != 2 or not any(v is value for v in step.inputs):
-        return None
-    other = step.inputs[1] if step.inputs[0] is value else step.inputs[0]
-    if not other.is_const or other.const.size != 1 or step.output.shape != value.shape:
-        return None
-    return float(other.const.reshape(-1)[0])
-
-
-def _near(value: float | None, expected: float) -> bool:
-    return value is not None and abs(value - expected) <= 1e-6 * abs(expected)
-
-
-def _erf_gelus(steps: list[Step], outputs: Iterable[Value], registry: Registry,
-               device_kind: str) -> list[Step]:
-    """GELU's exact form spelled out, ``x * (1 + erf(x / sqrt(2))) / 2``, as one ``gelu``
-    step, where an algorithm of ``device_kind`` computes gelu.  Two spellings: torch's export
-    (``Div(x, sqrt 2) -> Erf -> Add 1 -> Mul x -> Mul 0.5``) and the runtime's own lowering of
-    ONNX's Gelu (``Mul(x, 0.5)`` first, ``x * (1 / sqrt 2)``).  Each intermediate value must
-    have its one reader in the pattern and be no graph output.  The fused step runs where the
-    pattern's last step ran."""
-    gelu = _operator_on(registry, "gelu", device_kind)
-    if gelu is None:
-        return steps
-    outputs = list(outputs)
-    only_reader = _readers(steps, outputs)
-    producer = {id(step.output): step for step in steps if step.problem is not None}
-    replaced: dict[int, Step] = {}  # id of the pattern's last step -> the gelu step
-    dropped: set[int] = set()
-    for erf in steps:
-        if erf.operator != "erf" or id(erf) in dropped:
-            continue
-        scaled = producer.get(id(erf.inputs[0]))
-        if scaled is None or only_reader(scaled.output) is not erf:
-            continue
-        x = next((v for v in scaled.inputs if not v.is_const), None)
-        factor = _scalar_of(scaled, x) if x is not None else None
-        if not ((scaled.operator == "div" and scaled.inputs[0] is x
-                 and _near(factor, math.sqrt(2)))
-                or (scaled.operator == "mul" and _near(factor, 1 / math.sqrt(2)))):
-            continue
-        plus_one = only_reader(erf.output)
-        if plus_one is None or plus_one.operator != "add" \
-                or not _near(_scalar_of(plus_one, erf.output), 1.0):
-            continue
-        product = only_reader(plus_one.output)
-        if product is None or product.operator != "mul" or len(product.inputs) != 2:
-            continue
-        other = product.inputs[1] if product.inputs[0] is plus_one.output else product.inputs[0]
-        halved = producer.get(id(other))
-        if other is x:
-            last = only_reader(product.output)
-            if last is None or last.operator != "mul" \
-                    or not _near(_scalar_of(last, product.output), 0.5):
-                continue
-            pattern = [scaled, erf, plus_one, product, last]
-        elif (halved is not None and halved.operator == "mul"
-              and any(v is x for v in halved.inputs)
-              and only_reader(halved.output) is product and _near(_scalar_of(halved, x), 0.5)):
-            pattern = [halved, scaled, erf, plus_one, product]
-        else:
-            continue
-        last = pattern[-1]
-        if last.output.shape != x.shape or last.output.dtype != x.dtype:
-            continue
-        replaced[id(last)] = Step(
-            node="+".join(s.node for s in pattern),
-            op_type="+".join(dict.fromkeys(s.op_type for s in pattern)), inputs=[x],
-            output=last.output, problem=gelu.problem([x.shape], [x.dtype]),
-            params={"approximate": "none"})
-        dropped.update(id(s) for s in pattern[:-1])
-    return [replaced.get(id(step), step) for step in steps if id(step) not in dropped]
-
-
-def _all_readers(steps: list[Step], outputs: Iterable[Value]) -> Callable[[Value], list]:
-    """``readers(value)``: the distinct steps that read ``value``, with None for a graph
-    output."""
-    found: dict[int, list[Step | None]] = {}
-    for step in steps:
-        for value in dict.fromkeys(id(v) for v in step.inputs):
-            found.setdefault(value, []).append(step)
-    for value in outputs:
-        found.setdefault(id(value), []).append(None)
-    return lambda value: found.get(id(value), [])
-
-
-def _last_axis_constant(step: Step | None, value: Value, operator: str) -> np.ndarray | None:
-    """The constant ``step`` (an ``operator`` of ``value`` and a constant) combines with
-    ``value``, as one value per element of the last axis, when it has that form."""
-    if step is None or step.operator != operator or len(step.inputs) != 2 \
-            or step.inputs[0] is not value or not step.inputs[1].is_const \
-            or step.output.shape != value.shape or not value.shape:
-        return None
-    const = np.asarray(step.inputs[1].const)
-    width = value.shape[-1]
-    if const.size == 1:
-        return np.full(width, const.reshape(-1)[0], value.dtype)
-    if const.size != width or const.shape[-1] != width:
-        return None
-    return const.reshape(width).astype(value.dtype)
-
-
-def _split_layer_norms(steps: list[Step], outputs: Iterable[Value], registry: Registry,
-                       device_kind: str) -> list[Step]:
-    """LayerNorm over the last axis as exporters before opset 17 spell it, ``ReduceMean ->
-    Sub -> Pow 2 (or Mul) -> ReduceMean -> Add eps -> Sqrt -> Div [-> Mul gamma] [-> Add
-    beta]``, as one ``layer_norm`` step where an algorithm of ``device_kind`` computes it:
-    nine passes over the activation become one.  Every intermediate value must have its
-    readers in the pattern and be no graph output; the fused step runs where the pattern's
-    last step ran."""
-    layer_norm = _operator_on(registry, "layer_norm", device_kind)
-    if layer_norm is None:
-        return steps
-    outputs = list(outputs)
-    readers = _all_readers(steps, outputs)
-
-    def sole(value: Value) -> Step | None:
-        found = readers(value)
-        return found[0] if len(found) == 1 else None
-
-    def mean_over_last(step: Step | None, value: Value) -> bool:
-        return (step is not None and step.operator == "reduce" and step.inputs[0] is value
-                and step.problem.param("mode") == "mean"
-                and tuple(step.problem.param("axes")) == (len(value.shape) - 1,)
-                and bool(step.problem.param("keepdims")))
-
-    replaced: dict[int, Step] = {}
-    dropped: set[int] = set()
-    for mean in steps:
-        if mean.operator != "reduce" or id(mean) in dropped or not mean.inputs:
-            continue
-        x = mean.inputs[0]
-        if not mean_over_last(mean, x) or x.dtype.kind != "f":
-            continue
-        centered = sole(mean.output)
-        if centered is None or centered.operator != "sub" \
-                or [id(v) for v in centered.inputs] != [id(x), id(mean.output)]:
-            continue
-        users = readers(centered.output)
-        square = next((u for u in users if u is not None and u.operator == "mul"
-                       and all(v is centered.output for v in u.inputs)), None)
-        divide = next((u for u in users if u is not None and u.operator == "div"
-                       and u.inputs[0] is centered.output), None)
-        if len(users) != 2 or square is None or divide is None:
-            continue
-        variance = sole(square.output)
-        if not mean_over_last(variance, square.output):
-            continue
-        shifted = sole(variance.output)
-        epsilon = _last_axis_constant(shifted, variance.output, "add")
-        if epsilon is None or len(set(epsilon.tolist())) != 1:
-            continue
-        root = sole(shifted.output)
-        if root is None or root.operator != "sqrt" or sole(root.output) is not divide \
-                or divide.inputs[1] is not root.output:
-            continue
-        pattern = [mean, centered, square, variance, shifted, root, divide]
-        width = x.shape[-1]
-        scale, bias = np.ones(width, x.dtype), np.zeros(width, x.dtype)
-        scaled = sole(divide.output)
-        found = _last_axis_constant(scaled, divide.output, "mul")
-        if found is not None:
-            scale = found
-            pattern.append(scaled)
-            biased = sole(scaled.output)
-            found = _last_axis_constant(biased, scaled.output, "add")
-            if found is not None:
-                bias = found
-                pattern.append(biased)
-        last = pattern[-1]
-        if last.output.shape != x.shape or last.output.dtype != x.dtype:
-            continue
-        gamma = Value(f"{last.node}.scale", (width,), x.dtype, scale)
-        beta = Value(f"{last.node}.bias", (width,), x.dtype, bias)
-        params = {"axis": len(x.shape) - 1, "epsilon": float(epsilon[0])}
-        replaced[id(last)] = Step(
-            node="+".join(dict.fromkeys(s.node for s in pattern)),
-            op_type="+".join(dict.fromkeys(s.op_type for s in pattern)),
-            inputs=[x, gamma, beta], output=last.output,
-            problem=layer_norm.problem([x.shape, (width,), (width,)], [x.dtype] * 3, **params),
-            params=params)
-        dropped.update(id(s) for s in pattern[:-1])
-    return [replaced.get(id(step), step) for step in steps if id(step) not in dropped]
-
-
-#: Fewest rows of a product fused into ``linear``: below it the bias and activation pass is a
-#: few microseconds, and the matmul keeps the algorithms made for few rows (``gemv`` for a
-#: classifier at batch 1), which linear's do not have.
-MIN_LINEAR_ROWS = 16
-
-
-def _linear_layers(steps: list[Step], outputs: Iterable[Value], registry: Registry,
-                   device_kind: str) -> list[Step]:
-    """A 2-D matmul by a constant weight, the add of a constant bias over its columns (seen
-    through the view that restores a batched shape, as the lowering writes a transformer's
-    projections), and a following Relu or exact GELU, as one ``linear`` step where an
-    algorithm of ``device_kind`` computes it and the product has :data:`MIN_LINEAR_ROWS` rows
-    or more.  The bias and the activation then cost no pass
-    over the output of their own.  The view, if any, stays, reading the linear step's output;
-    the matmul's output and the add's must have no other reader and be no graph output."""
-    linear = _operator_on(registry, "linear", device_kind)
-    if linear is None:
-        return steps
-    outputs = list(outputs)
-    only_reader = _readers(steps, outputs)
-    replaced: dict[int, Step] = {}
-    dropped: set[int] = set()
-    for product in steps:
-        if (product.operator != "matmul" or len(product.inputs) != 2
-                or product.inputs[0].is_const or not product.inputs[1].is_const
-                or len(product.inputs[0].shape) != 2 or len(product.inputs[1].shape) != 2
-                or product.inputs[0].shape[0] < MIN_LINEAR_ROWS):
-            continue
-        x, weight = product.inputs
-        view = only_reader(product.output)
-        if view is not None and view.problem is None and not view.host_only:
-            add, value = only_reader(view.output), view.output
-        else:
-            view, add, value = None, view, product.output
-        if add is None or add.operator != "add" or len(add.inputs) != 2 \
-                or id(add) in dropped:
-            continue
-        ordered = Step(add.node, add.op_type, sorted(add.inputs, key=lambda v: v.is_const),
-                       add.output, add.problem)
-        bias = _last_axis_constant(ordered, value, "add")
-        if bias is None or add.output.dtype != x.dtype:
-            continue
-        pattern, activation = [add], "none"
-        follower = only_reader(add.output)
-        if follower is not None and (follower.operator == "relu" or (
-                follower.operator == "gelu" and follower.params.get("approximate") == "none")):
-            pattern.append(follower)
-            activation = follower.operator
-        final = pattern[-1].output
-        params = {"activation": activation}
-        inputs = [x, weight, Value(f"{add.node}.bias", bias.shape, x.dtype, bias)]
-        fused = Step(
-            node="+".join(dict.fromkeys(s.node for s in (product, *pattern))),
-            op_type="+".join(dict.fromkeys(s.op_type for s in (product, *pattern))),
-            inputs=inputs, output=product.output if view is not None else final,
-            problem=linear.problem([v.shape for v in inputs], [v.dtype for v in inputs],
-                                   **params), params=params)
-        if view is not None:
-            view.output = final  # the same reshape, now of the finished product
-        replaced[id(product)] = fused
-        dropped.update(id(s) for s in pattern)
     return [replaced.get(id(step), step) for step in steps if id(step) not in dropped]
 
 
