@@ -650,6 +650,79 @@ def _matmul(b: Builder, node: Node, ins: list[Value | None]) -> list[Value | Non
     return [b.op("matmul", [a, w])]
 
 
+@lowers("Einsum")
+def _einsum(b: Builder, node: Node, ins: list[Value | None]) -> list[Value | None]:
+    """One or two operands, each letter at most once per operand (no diagonals), with or
+    without an output and with an ellipsis of the same rank wherever it appears: the common
+    matmul patterns (``bij,bjk->bik``, ``bhqd,bhkd->bhqk``, transposes and sums).  Letters only
+    one operand has and the output lacks are summed first; the operands are then transposed
+    and viewed as (batch, rows, K) and (batch, K, columns) for one batched ``matmul``, whose
+    result is viewed and transposed into the output's order."""
+    equation = node.attr("equation", "")
+    equation = (equation.decode() if isinstance(equation, bytes) else equation).replace(" ", "")
+    operands = [v for v in ins if v is not None]
+    lhs, arrow, output = equation.partition("->")
+    terms = lhs.split(",")
+    if len(terms) != len(operands) or not 1 <= len(terms) <= 2:
+        raise b.unsupported(f"equation {equation!r}: fastrun lowers one or two operands")
+    unused = [c for c in "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
+              if c not in equation]
+    ellipsis_rank = {len(v.shape) - (len(t) - 3) for t, v in zip(terms, operands, strict=True)
+                     if "..." in t}
+    if len(ellipsis_rank) > 1:
+        raise b.unsupported(f"equation {equation!r}: ellipses of different ranks")
+    dots = "".join(unused[:ellipsis_rank.pop()]) if ellipsis_rank else ""
+    terms = [t.replace("...", dots) for t in terms]
+    if not arrow:  # implicit output: the letters seen once, in order (the ellipsis first)
+        once = [c for c in sorted(set("".join(terms))) if "".join(terms).count(c) == 1]
+        output = dots + "".join(c for c in once if c not in dots)
+    output = output.replace("...", dots)
+    sizes: dict[str, int] = {}
+    for term, value in zip(terms, operands, strict=True):
+        if len(term) != len(value.shape) or len(set(term)) != len(term):
+            raise b.unsupported(f"equation {equation!r}: each operand needs one distinct "
+                                f"letter per dimension (diagonals are not lowered)")
+        for letter, size in zip(term, value.shape, strict=True):
+            if sizes.setdefault(letter, size) != size:
+                raise b.unsupported(f"equation {equation!r}: {letter!r} is {sizes[letter]} "
+                                    f"and {size}")
+    if operands[0].dtype.kind != "f" or any(v.dtype != operands[0].dtype for v in operands):
+        raise b.unsupported("Einsum of float32 or float64 operands of one type only")
+
+    def summed(term: str, value: Value, keep: str) -> tuple[str, Value]:
+        """``value`` summed over the letters of ``term`` not in ``keep``."""
+        axes = tuple(i for i, c in enumerate(term) if c not in keep)
+        if not axes:
+            return term, value
+        return ("".join(c for c in term if c in keep),
+                b.op("reduce", [value], mode="sum", axes=axes, keepdims=False))
+
+    def arranged(term: str, value: Value, order: str) -> Value:
+        perm = tuple(term.index(c) for c in order)
+        return value if perm == tuple(range(len(perm))) else \
+            b.op("transpose", [value], perm=perm)
+
+    if len(terms) == 1:
+        term, value = summed(terms[0], operands[0], output)
+        return [arranged(term, value, output)]
+    (ta, a), (tb, w) = (summed(t, v, output + other) for t, v, other in
+                        ((terms[0], operands[0], terms[1]), (terms[1], operands[1], terms[0])))
+    batch = "".join(c for c in output if c in ta and c in tb)
+    inner = "".join(c for c in ta if c in tb and c not in output)
+    rows = "".join(c for c in output if c in ta and c not in tb)
+    columns = "".join(c for c in output if c in tb and c not in ta)
+
+    def size(letters: str) -> int:
+        return math.prod(sizes[c] for c in letters)
+
+    left = b.view(arranged(ta, a, batch + rows + inner), (size(batch), size(rows), size(inner)))
+    right = b.view(arranged(tb, w, batch + inner + columns),
+                   (size(batch), size(inner), size(columns)))
+    product = b.view(b.op("matmul", [left, right]),
+                     tuple(sizes[c] for c in batch + rows + columns))
+    return [arranged(batch + rows + columns, product, output)]
+
+
 @lowers("Gemm")
 def _gemm(b: Builder, node: Node, ins: list[Value | None]) -> list[Value | None]:
     """Y = alpha * A' @ B' + beta * C: transposes of constant weights fold away."""

@@ -576,7 +576,7 @@ class Model:
             array = np.asarray(feeds[name])
             if _check_feed(name, value, array):
                 array = array.astype(value.dtype)
-            array = np.ascontiguousarray(array)
+            array = np.asarray(array, order="C")  # (ascontiguousarray makes a 0-d array 1-d)
             result[name] = self.device.to_device(array) if self.on_device and upload else array
         return result
 

@@ -316,6 +316,46 @@ def test_a_spelled_out_layer_norm_whose_mean_is_read_elsewhere_stays_apart():
     assert_matches_onnxruntime(proto, model, model.random_inputs())
 
 
+@pytest.mark.parametrize(("equation", "shapes"), [
+    ("bhqd,bhkd->bhqk", [(1, 3, 5, 4), (1, 3, 6, 4)]),  # attention's scores
+    ("bij,bjk->bik", [(2, 3, 4), (2, 4, 5)]),
+    ("ij,jk", [(3, 4), (4, 5)]),  # implicit output
+    ("...ij,...jk->...ik", [(2, 3, 4), (2, 4, 5)]),
+    ("abc,cd->da", [(2, 3, 4), (4, 5)]),  # b only in the first operand: summed first
+    ("ij->ji", [(3, 4)]),
+    ("ijk->k", [(2, 3, 4)]),
+    ("i,i", [(5,), (5,)]),
+])
+def test_einsum_of_the_common_patterns_matches_onnxruntime(equation, shapes):
+    w = _models.GraphWriter()
+    inputs = ["x"] + [w.weight(f"w{i}", shape) for i, shape in enumerate(shapes[1:])]
+    w.node("Einsum", inputs, "y", equation=equation)
+    expected_rank = np.einsum(equation, *(np.zeros(s) for s in shapes)).ndim
+    proto = w.model(shapes[0], "y", opset=13, output_rank=expected_rank)
+    model = load(proto, heuristic_session(), batch=shapes[0][0])
+    assert "einsum" not in {step.operator for step in model.steps}
+    assert_matches_onnxruntime(proto, model, model.random_inputs())
+
+
+def test_an_einsum_diagonal_is_refused_by_name():
+    w = _models.GraphWriter()
+    w.node("Einsum", ["x"], "y", equation="ii->i")
+    proto = w.model((4, 4), "y", opset=13, output_rank=1)
+    with pytest.raises(UnsupportedOperatorError, match="diagonals are not lowered"):
+        load(proto, heuristic_session(), batch=4)
+
+
+def test_a_scalar_input_stays_a_scalar():
+    """numpy's ascontiguousarray makes a 0-d array 1-d; a scalar fed through stays 0-d."""
+    graph = helper.make_graph(
+        [helper.make_node("Identity", ["x"], ["y"])], "scalar",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [])])
+    proto = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    out = load(proto, heuristic_session()).run({"x": np.array(5.0, np.float32)})["y"]
+    assert out.shape == () and float(out) == 5.0
+
+
 @pytest.mark.parametrize("power", [1.0, 2.0, 3.0, 0.5, -0.5, -1.0])
 def test_pow_of_a_constant_exponent_matches_onnxruntime(power):
     w = _models.GraphWriter()
