@@ -552,6 +552,24 @@ def _expand(b: Builder, node: Node, ins: list[Value | None]) -> list[Value | Non
     return [b.op("expand", [ins[0]], shape=tuple(_ints(shape)))]
 
 
+@lowers("Tile")
+def _tile(b: Builder, node: Node, ins: list[Value | None]) -> list[Value | None]:
+    """``repeats`` copies along each axis, as an ``expand`` between two views: (d0, d1) is
+    viewed as (1, d0, 1, d1), expanded to (r0, d0, r1, d1) and viewed as (r0*d0, r1*d1)."""
+    x = ins[0]
+    repeats = tuple(_ints(b.constant_input(ins[1], "repeats")))
+    if len(repeats) != len(x.shape) or any(r < 0 for r in repeats):
+        raise b.unsupported(f"repeats {list(repeats)} for an input of rank {len(x.shape)}: one "
+                            "non-negative count per axis")
+    if all(r == 1 for r in repeats):
+        return [x]
+    spread = b.view(x, [d for size in x.shape for d in (1, size)])
+    tiled = b.op("expand", [spread], shape=tuple(d for r, size in zip(repeats, x.shape,
+                                                                      strict=True)
+                                                 for d in (r, size)))
+    return [b.view(tiled, [r * size for r, size in zip(repeats, x.shape, strict=True)])]
+
+
 @lowers("Where")
 def _where(b: Builder, node: Node, ins: list[Value | None]) -> list[Value | None]:
     return [b.op("where", [ins[0], ins[1], ins[2]])]

@@ -64,7 +64,7 @@ NODE_CASE_MODULES = {
     "ArgMax": "argmax", "ArgMin": "argmin",
     "Shape": "shape", "Sigmoid": "sigmoid", "Size": "size", "Slice": "slice",
     "Softmax": "softmax", "Split": "split", "Squeeze": "squeeze", "Sub": "sub", "Sum": "sum",
-    "Tanh": "tanh", "Transpose": "transpose", "Unsqueeze": "unsqueeze",
+    "Tanh": "tanh", "Tile": "tile", "Transpose": "transpose", "Unsqueeze": "unsqueeze",
 }
 SUPPORTED_OP_TYPES = frozenset(NODE_CASE_MODULES)
 

@@ -337,6 +337,16 @@ def test_einsum_of_the_common_patterns_matches_onnxruntime(equation, shapes):
     assert_matches_onnxruntime(proto, model, model.random_inputs())
 
 
+def test_tile_of_a_computed_tensor_matches_onnxruntime():
+    w = _models.GraphWriter()
+    r = w.node("Relu", ["x"], "r")
+    w.node("Tile", [r, w.const("repeats", np.array([1, 2, 3], np.int64))], "y")
+    proto = w.model((1, 3, 4), "y", opset=13, output_rank=3)
+    model = load(proto, heuristic_session())
+    assert "expand" in {step.operator for step in model.steps}
+    assert_matches_onnxruntime(proto, model, model.random_inputs())
+
+
 def test_an_einsum_diagonal_is_refused_by_name():
     w = _models.GraphWriter()
     w.node("Einsum", ["x"], "y", equation="ii->i")
