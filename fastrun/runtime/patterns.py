@@ -257,9 +257,9 @@ def _linear_layers(steps: list[Step], outputs: Iterable[Value], registry: Regist
     through the view that restores a batched shape, as the lowering writes a transformer's
     projections), and a following Relu or exact GELU, as one ``linear`` step where an
     algorithm of ``device_kind`` computes it and the product has :data:`MIN_LINEAR_ROWS` rows
-    or more.  The bias and the activation then cost no pass
-    over the output of their own.  The view, if any, stays, reading the linear step's output;
-    the matmul's output and the add's must have no other reader and be no graph output."""
+    or more.  The bias and the activation then cost no pass over the output of their own.
+    The view, if any, stays, reading the linear step's output; the matmul's output and the
+    add's must have no other reader and be no graph output."""
     linear = operator_on(registry, "linear", device_kind)
     if linear is None:
         return steps
