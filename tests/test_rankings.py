@@ -8,7 +8,9 @@ times slower to show that ``fastrun regress`` catches it and passes unchanged co
 from __future__ import annotations
 
 import dataclasses
+import json
 import os
+import subprocess
 from pathlib import Path
 
 import msgpack
@@ -384,6 +386,9 @@ def slow_down(monkeypatch, operator: str, name: str, factor: int) -> None:
 # Quick and robust settings for a test on a shared machine: single-threaded numba (so other
 # processes' load does not hit parallel kernels harder than serial ones), three rounds.
 FLAGS = ["--budget", "0.005", "--device", "cpu:1", "--rounds", "3"]
+#: regress without fresh processes: a slowdown planted in this process (and the tiny suite
+#: itself) does not exist in a child
+IN_PROCESS = ["--processes", "0"]
 
 
 def test_rank_then_regress_passes_unchanged_code_and_catches_a_slowdown(
@@ -399,7 +404,8 @@ def test_rank_then_regress_passes_unchanged_code_and_catches_a_slowdown(
     assert len(conv.entries) >= 3 and not any(e.early_stopped for e in conv.entries)
 
     # unchanged code passes (a generous margin: this is about the plumbing, not the tuning)
-    assert main(["regress", "--baseline", str(baseline), "--margin", "1", *FLAGS]) == 0
+    assert main(["regress", "--baseline", str(baseline), "--margin", "1", *FLAGS,
+                 *IN_PROCESS]) == 0
     out = capsys.readouterr().out
     assert "no regression in 3 problems" in out
     assert "comparing within-run ratios" in out
@@ -408,14 +414,15 @@ def test_rank_then_regress_passes_unchanged_code_and_catches_a_slowdown(
     foreign = tmp_path / "foreign.msgpack"
     dataclasses.replace(recorded, device="cpu;Some Other CPU;threads=64").save(foreign)
     assert main(["regress", "--baseline", str(foreign), "--margin", "1", "--json",
-                 *FLAGS]) == 0
+                 *FLAGS, *IN_PROCESS]) == 0
     report = capsys.readouterr().out
     assert '"cross_device": true' in report
 
     # conv1x1, the clear winner of the 1x1 conv, made 8x slower: caught and named
     winner = conv.winner.algorithm
     slow_down(monkeypatch, "conv", winner, 8)
-    assert main(["regress", "--baseline", str(baseline), "--margin", "1", *FLAGS]) == 1
+    assert main(["regress", "--baseline", str(baseline), "--margin", "1", *FLAGS,
+                 *IN_PROCESS]) == 1
     captured = capsys.readouterr()
     out = captured.out
     assert "confirming: re-measuring the problems that regressed (3 more" in captured.err
@@ -433,7 +440,7 @@ def test_regress_text_says_when_the_baseline_is_from_another_device(tiny_suite, 
     capsys.readouterr()
     recorded = load_rankings(base)
     dataclasses.replace(recorded, device="gpu-from-elsewhere").save(base)
-    main(["regress", "--baseline", str(base), "--margin", "2", *FLAGS])
+    main(["regress", "--baseline", str(base), "--margin", "2", *FLAGS, *IN_PROCESS])
     out = capsys.readouterr().out
     assert "the baseline comes from another device (gpu-from-elsewhere" in out
     assert "only within-run ratios between algorithms are compared, never absolute times" in out
@@ -463,7 +470,7 @@ def test_regress_measures_as_the_baseline_was_measured(tmp_path: Path, capsys) -
                  "--rounds", "1"]) == 0
     capsys.readouterr()
     assert main(["regress", "--baseline", str(baseline), "--margin", "1", "--json",
-                 "--confirm", "0"]) in (0, 1)
+                 "--confirm", "0", *IN_PROCESS]) in (0, 1)
     report = capsys.readouterr().out
     assert '"cross_device": false' in report  # threads=1, as recorded
     if (os.cpu_count() or 1) >= 2:
@@ -471,3 +478,38 @@ def test_regress_measures_as_the_baseline_was_measured(tmp_path: Path, capsys) -
         err = capsys.readouterr().err
         assert "recorded with threads=1 and this run uses threads=2" in err
         assert "--device cpu:1" in err
+
+
+@pytest.mark.parametrize("child_sees_it", [True, False])
+def test_a_regression_must_show_in_fresh_processes_too(tiny_suite, tmp_path, capsys, monkeypatch,
+                                                      child_sees_it):
+    """After the rounds in this process, the check runs again in fresh processes (each its
+    own ``fastrun regress --processes 0 --json``): a regression every process shows is held,
+    one a fresh process does not show is cleared with a note."""
+    from fastrun.cli import rank_cmd
+
+    baseline = tmp_path / "baseline.msgpack"
+    assert main(["rank", tiny_suite, "-o", str(baseline), *FLAGS]) == 0
+    conv = next(p for p in load_rankings(baseline).problems if p.operator == "conv")
+    slow_down(monkeypatch, "conv", conv.winner.algorithm, 8)
+    capsys.readouterr()
+    commands = []
+
+    def child(command, **kwargs):
+        commands.append(command)
+        verdict = "regression" if child_sees_it else "ok"
+        report = {"problems": [{"label": "conv 1x1 32->32 @14", "verdict": verdict}]}
+        return subprocess.CompletedProcess(command, 1, json.dumps(report), "")
+
+    monkeypatch.setattr(rank_cmd.subprocess, "run", child)
+    code = main(["regress", "--baseline", str(baseline), "--margin", "1", *FLAGS])
+    out = capsys.readouterr().out
+    assert commands and all(c[c.index("--processes") + 1] == "0" and "--json" in c
+                            and str(baseline) in c for c in commands)
+    if child_sees_it:
+        assert code == 1 and len(commands) == 2
+        assert "checked in 2 fresh process(es): 0 cleared, 1 held" in out
+        assert "REGRESSION in 1 of 3 problems" in out
+    else:
+        assert code == 0 and len(commands) == 1
+        assert "cleared in a fresh process" in out and "no regression in 3 problems" in out

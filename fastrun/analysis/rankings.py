@@ -375,6 +375,10 @@ class Comparison:
     #: problems that regressed at first and were measured again (see :func:`confirm`)
     remeasured: list[str] = field(default_factory=list)
     confirm_rounds: int = 0
+    #: fresh processes the remaining regressions were checked in (``fastrun regress
+    #: --processes``), and the problems those processes cleared
+    processes_checked: int = 0
+    cleared_by_processes: list[str] = field(default_factory=list)
 
     @property
     def cross_device(self) -> bool:
@@ -390,6 +394,8 @@ class Comparison:
             "device": self.device, "cross_device": self.cross_device, "margin": self.margin,
             "method": "within-run ratios between algorithms",
             "remeasured": self.remeasured, "confirm_rounds": self.confirm_rounds,
+            "processes_checked": self.processes_checked,
+            "cleared_by_processes": self.cleared_by_processes,
             "regressed": bool(self.regressions),
             "problems": [{**asdict(p), "regressed": p.regressed} for p in self.problems],
         }
