@@ -1,7 +1,7 @@
 """Multi-step patterns that one operator computes, replaced by that operator's step.
 
-Exporters spell some layers as several nodes: GELU's exact form as five steps around an Erf
-(a transformer's MLP runs them on its widest activation), a LayerNorm before opset 17 as
+Exporters spell some layers as several nodes: GELU as five steps around an Erf, or ten around a
+Tanh (a transformer's MLP runs them on its widest activation), a LayerNorm before opset 17 as
 nine, and a projection as a MatMul, a bias Add and an activation.  Each step is a pass over
 memory and a parallel region; the operator that computes the whole pattern makes one.  The
 passes here run on the lowered steps before :func:`fastrun.runtime.fusion.fuse` folds
@@ -29,7 +29,7 @@ def replace(steps: list[Step], outputs: Iterable[Value], registry: Registry,
     """The steps with every pattern below replaced, GELUs first (a projection then takes its
     GELU as its activation)."""
     outputs = list(outputs)
-    steps = _erf_gelus(steps, outputs, registry, device_kind)
+    steps = _gelus(steps, outputs, registry, device_kind)
     steps = _split_layer_norms(steps, outputs, registry, device_kind)
     return _linear_layers(steps, outputs, registry, device_kind)
 
@@ -73,14 +73,61 @@ def _near(value: float | None, expected: float) -> bool:
     return value is not None and abs(value - expected) <= 1e-6 * abs(expected)
 
 
-def _erf_gelus(steps: list[Step], outputs: Iterable[Value], registry: Registry,
+def _erf_head(gate: Step, only_reader, producer) -> tuple[Value, list[Step]] | None:
+    """(x, the steps before the Erf) when ``gate`` is ``erf(x / sqrt 2)`` (a Div by sqrt 2 or
+    a Mul by its inverse)."""
+    scaled = producer.get(id(gate.inputs[0]))
+    if scaled is None or only_reader(scaled.output) is not gate:
+        return None
+    x = next((v for v in scaled.inputs if not v.is_const), None)
+    factor = _scalar_of(scaled, x) if x is not None else None
+    if (scaled.operator == "div" and scaled.inputs[0] is x and _near(factor, math.sqrt(2))) \
+            or (scaled.operator == "mul" and _near(factor, 1 / math.sqrt(2))):
+        return x, [scaled]
+    return None
+
+
+def _tanh_head(gate: Step, only_reader, producer) -> tuple[Value, list[Step]] | None:
+    """(x, the steps before the Tanh) when ``gate`` is ``tanh(sqrt(2 / pi) * (x + 0.044715 *
+    x * x * x))``, the cube as the lowering writes Pow 3 (``(x * x) * x``)."""
+    def sole_producer(value: Value, operator: str, reader: Step) -> Step | None:
+        step = producer.get(id(value))
+        return step if step is not None and step.operator == operator \
+            and only_reader(step.output) is reader else None
+
+    scaled = sole_producer(gate.inputs[0], "mul", gate)
+    if scaled is None:
+        return None
+    inner = next((v for v in scaled.inputs if not v.is_const), None)
+    total = sole_producer(inner, "add", scaled) if inner is not None else None
+    if total is None or not _near(_scalar_of(scaled, inner), math.sqrt(2 / math.pi)):
+        return None
+    for x, term in (total.inputs, total.inputs[::-1]):
+        cubic = sole_producer(term, "mul", total)
+        cube_value = next((v for v in cubic.inputs if not v.is_const), None) if cubic else None
+        cube = sole_producer(cube_value, "mul", cubic) if cube_value is not None else None
+        if cube is None or not _near(_scalar_of(cubic, cube_value), 0.044715) \
+                or not any(v is x for v in cube.inputs):
+            continue
+        square_value = cube.inputs[1] if cube.inputs[0] is x else cube.inputs[0]
+        square = sole_producer(square_value, "mul", cube)
+        if square is not None and all(v is x for v in square.inputs):
+            return x, [square, cube, cubic, total, scaled]
+    return None
+
+
+#: the gate operator of each GELU form, how its head is found, and the form's name
+_GELU_FORMS = {"erf": (_erf_head, "none"), "tanh": (_tanh_head, "tanh")}
+
+
+def _gelus(steps: list[Step], outputs: Iterable[Value], registry: Registry,
                device_kind: str) -> list[Step]:
-    """GELU's exact form spelled out, ``x * (1 + erf(x / sqrt(2))) / 2``, as one ``gelu``
-    step, where an algorithm of ``device_kind`` computes gelu.  Two spellings: torch's export
-    (``Div(x, sqrt 2) -> Erf -> Add 1 -> Mul x -> Mul 0.5``) and the runtime's own lowering of
-    ONNX's Gelu (``Mul(x, 0.5)`` first, ``x * (1 / sqrt 2)``).  Each intermediate value must
-    have its one reader in the pattern and be no graph output.  The fused step runs where the
-    pattern's last step ran."""
+    """GELU spelled out, ``x * (1 + gate) / 2`` with the gate ``erf(x / sqrt(2))`` or ``tanh(
+    sqrt(2 / pi) * (x + 0.044715 x^3))``, as one ``gelu`` step (``approximate`` none or tanh),
+    where an algorithm of ``device_kind`` computes gelu.  Two spellings of the tail: torch's
+    export (``... -> Add 1 -> Mul x -> Mul 0.5``) and the runtime's own lowering of ONNX's
+    Gelu (``Mul(x, 0.5)`` first).  Each intermediate value must have its one reader in the
+    pattern and be no graph output.  The fused step runs where the pattern's last step ran."""
     gelu = operator_on(registry, "gelu", device_kind)
     if gelu is None:
         return steps
@@ -89,21 +136,17 @@ def _erf_gelus(steps: list[Step], outputs: Iterable[Value], registry: Registry,
     producer = {id(step.output): step for step in steps if step.problem is not None}
     replaced: dict[int, Step] = {}  # id of the pattern's last step -> the gelu step
     dropped: set[int] = set()
-    for erf in steps:
-        if erf.operator != "erf" or id(erf) in dropped:
+    for gate in steps:
+        form = _GELU_FORMS.get(gate.operator)
+        if form is None or id(gate) in dropped:
             continue
-        scaled = producer.get(id(erf.inputs[0]))
-        if scaled is None or only_reader(scaled.output) is not erf:
+        found = form[0](gate, only_reader, producer)
+        if found is None:
             continue
-        x = next((v for v in scaled.inputs if not v.is_const), None)
-        factor = _scalar_of(scaled, x) if x is not None else None
-        if not ((scaled.operator == "div" and scaled.inputs[0] is x
-                 and _near(factor, math.sqrt(2)))
-                or (scaled.operator == "mul" and _near(factor, 1 / math.sqrt(2)))):
-            continue
-        plus_one = only_reader(erf.output)
+        x, head = found
+        plus_one = only_reader(gate.output)
         if plus_one is None or plus_one.operator != "add" \
-                or not _near(_scalar_of(plus_one, erf.output), 1.0):
+                or not _near(_scalar_of(plus_one, gate.output), 1.0):
             continue
         product = only_reader(plus_one.output)
         if product is None or product.operator != "mul" or len(product.inputs) != 2:
@@ -115,21 +158,22 @@ def _erf_gelus(steps: list[Step], outputs: Iterable[Value], registry: Registry,
             if last is None or last.operator != "mul" \
                     or not _near(_scalar_of(last, product.output), 0.5):
                 continue
-            pattern = [scaled, erf, plus_one, product, last]
+            pattern = [*head, gate, plus_one, product, last]
         elif (halved is not None and halved.operator == "mul"
               and any(v is x for v in halved.inputs)
               and only_reader(halved.output) is product and _near(_scalar_of(halved, x), 0.5)):
-            pattern = [halved, scaled, erf, plus_one, product]
+            pattern = [halved, *head, gate, plus_one, product]
         else:
             continue
         last = pattern[-1]
         if last.output.shape != x.shape or last.output.dtype != x.dtype:
             continue
+        params = {"approximate": form[1]}
         replaced[id(last)] = Step(
             node="+".join(s.node for s in pattern),
             op_type="+".join(dict.fromkeys(s.op_type for s in pattern)), inputs=[x],
-            output=last.output, problem=gelu.problem([x.shape], [x.dtype]),
-            params={"approximate": "none"})
+            output=last.output, problem=gelu.problem([x.shape], [x.dtype], **params),
+            params=params)
         dropped.update(id(s) for s in pattern[:-1])
     return [replaced.get(id(step), step) for step in steps if id(step) not in dropped]
 

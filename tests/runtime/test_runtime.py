@@ -246,16 +246,35 @@ def test_a_transformer_feed_forward_with_layer_norm_and_erf_gelu_matches_onnxrun
 
 @pytest.mark.parametrize("approximate", ["none", "tanh"])
 def test_onnx_gelu_matches_onnxruntime_and_its_exact_form_is_one_step(approximate):
-    """ONNX's Gelu (opset 20) lowers to the steps of its formula; the exact one then fuses
-    into one gelu step like an exporter's spelling, the tanh one stays spelled out."""
+    """ONNX's Gelu (opset 20) lowers to the steps of its formula, which then fuse into one
+    gelu step of the same form, as an exporter's spelling does."""
     w = _models.GraphWriter()
     h = w.node("MatMul", ["x", w.weight("w1", (16, 24), 0.5)], "h")
     w.node("Gelu", [h], "y", approximate=approximate)
     proto = w.model((2, 5, 16), "y", opset=20, output_rank=3)
     model = load(proto, fastrun.session(cache=InMemoryCache(), strategy="fast-run", **FAST))
-    operators = {step.operator for step in model.steps}
-    assert ("gelu" in operators) == (approximate == "none")
+    gelus = [step for step in model.steps if step.operator == "gelu"]
+    assert len(gelus) == 1 and gelus[0].problem.param("approximate") == approximate
+    assert not {"erf", "tanh"} & {step.operator for step in model.steps}
     assert_matches_onnxruntime(proto, model, model.random_inputs(seed=3))
+
+
+def test_the_tanh_gelu_as_torch_exports_it_is_one_step():
+    """``0.5 * x * (1 + tanh(sqrt(2/pi) * (x + 0.044715 * x^3)))`` with Pow(x, 3), opset 17."""
+    w = _models.GraphWriter()
+    x = w.node("MatMul", ["x", w.weight("w1", (16, 24), 0.5)], "h")
+    cube = w.node("Pow", [x, w.const("three", np.array(3.0, np.float32))], "cube")
+    inner = w.node("Add", [x, w.node("Mul", [cube, w.const("c", np.array(0.044715, np.float32))],
+                                     "cubic")], "inner")
+    scaled = w.node("Mul", [inner, w.const("k", np.array(np.sqrt(2 / np.pi), np.float32))], "ks")
+    gate = w.node("Add", [w.node("Tanh", [scaled], "tanh"),
+                          w.const("one", np.array(1.0, np.float32))], "gate")
+    w.node("Mul", [w.node("Mul", [x, w.const("half", np.array(0.5, np.float32))], "xh"), gate],
+           "y")
+    proto = w.model((2, 5, 16), "y", opset=17, output_rank=3)
+    model = load(proto, heuristic_session())
+    assert [s.operator for s in model.steps if s.problem is not None] == ["matmul", "gelu"]
+    assert_matches_onnxruntime(proto, model, model.random_inputs(seed=4))
 
 
 def test_an_erf_gelu_whose_parts_are_read_elsewhere_stays_apart():
