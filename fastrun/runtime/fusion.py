@@ -100,7 +100,7 @@ def _pool_linear_heads(steps: list[Step], outputs: Iterable[Value], registry: Re
     operator = patterns.operator_on(registry, "pool_linear", device_kind)
     if operator is None:
         return steps
-    only_reader = patterns.readers(steps, outputs)
+    only_reader = patterns.Readers(steps, outputs).only
     replaced: dict[int, Step] = {}  # id of the head's last step -> the fused step
     dropped: set[int] = set()
     for pool in steps:

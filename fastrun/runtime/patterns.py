@@ -15,7 +15,7 @@ inside the pattern and be no graph output, or the pattern is left as it is.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 
 import numpy as np
 
@@ -43,20 +43,26 @@ def operator_on(registry: Registry, name: str, device_kind: str) -> Operator | N
     return registry.operator(name)
 
 
-def readers(steps: list[Step], outputs: Iterable[Value]) -> Callable[[Value], Step | None]:
-    """``only_reader(value)``: the one step that reads ``value``, or None when it has several
-    readers, none, or is a graph output."""
-    readers: dict[int, list[Step | None]] = {}
-    for step in steps:
-        for value in step.inputs:
-            readers.setdefault(id(value), []).append(step)
-    for value in outputs:
-        readers.setdefault(id(value), []).append(None)
+class Readers:
+    """Who reads each value of the steps: the distinct steps (one that reads a value twice,
+    ``x * x``, counts once), and None for a graph output."""
 
-    def only_reader(value: Value) -> Step | None:
-        found = readers.get(id(value), [])
+    def __init__(self, steps: list[Step], outputs: Iterable[Value]):
+        self._found: dict[int, list[Step | None]] = {}
+        for step in steps:
+            for value in dict.fromkeys(id(v) for v in step.inputs):
+                self._found.setdefault(value, []).append(step)
+        for value in outputs:
+            self._found.setdefault(id(value), []).append(None)
+
+    def of(self, value: Value) -> list[Step | None]:
+        return self._found.get(id(value), [])
+
+    def only(self, value: Value) -> Step | None:
+        """The one step that reads ``value``, or None when it has several readers, none, or
+        is a graph output."""
+        found = self.of(value)
         return found[0] if len(found) == 1 else None
-    return only_reader
 
 
 def _scalar_of(step: Step, value: Value) -> float | None:
@@ -121,7 +127,7 @@ _GELU_FORMS = {"erf": (_erf_head, "none"), "tanh": (_tanh_head, "tanh")}
 
 
 def _gelus(steps: list[Step], outputs: Iterable[Value], registry: Registry,
-               device_kind: str) -> list[Step]:
+           device_kind: str) -> list[Step]:
     """GELU spelled out, ``x * (1 + gate) / 2`` with the gate ``erf(x / sqrt(2))`` or ``tanh(
     sqrt(2 / pi) * (x + 0.044715 x^3))``, as one ``gelu`` step (``approximate`` none or tanh),
     where an algorithm of ``device_kind`` computes gelu.  Two spellings of the tail: torch's
@@ -132,7 +138,7 @@ def _gelus(steps: list[Step], outputs: Iterable[Value], registry: Registry,
     if gelu is None:
         return steps
     outputs = list(outputs)
-    only_reader = readers(steps, outputs)
+    only_reader = Readers(steps, outputs).only
     producer = {id(step.output): step for step in steps if step.problem is not None}
     replaced: dict[int, Step] = {}  # id of the pattern's last step -> the gelu step
     dropped: set[int] = set()
@@ -178,18 +184,6 @@ def _gelus(steps: list[Step], outputs: Iterable[Value], registry: Registry,
     return [replaced.get(id(step), step) for step in steps if id(step) not in dropped]
 
 
-def _all_readers(steps: list[Step], outputs: Iterable[Value]) -> Callable[[Value], list]:
-    """``readers_of(value)``: the distinct steps that read ``value``, with None for a graph
-    output."""
-    found: dict[int, list[Step | None]] = {}
-    for step in steps:
-        for value in dict.fromkeys(id(v) for v in step.inputs):
-            found.setdefault(value, []).append(step)
-    for value in outputs:
-        found.setdefault(id(value), []).append(None)
-    return lambda value: found.get(id(value), [])
-
-
 def _last_axis_constant(step: Step | None, value: Value, operator: str) -> np.ndarray | None:
     """The constant ``step`` (an ``operator`` of ``value`` and a constant) combines with
     ``value``, as one value per element of the last axis, when it has that form."""
@@ -218,11 +212,8 @@ def _split_layer_norms(steps: list[Step], outputs: Iterable[Value], registry: Re
     if layer_norm is None:
         return steps
     outputs = list(outputs)
-    readers_of = _all_readers(steps, outputs)
-
-    def sole(value: Value) -> Step | None:
-        found = readers_of(value)
-        return found[0] if len(found) == 1 else None
+    reading = Readers(steps, outputs)
+    sole = reading.only
 
     def mean_over_last(step: Step | None, value: Value) -> bool:
         return (step is not None and step.operator == "reduce" and step.inputs[0] is value
@@ -242,7 +233,7 @@ def _split_layer_norms(steps: list[Step], outputs: Iterable[Value], registry: Re
         if centered is None or centered.operator != "sub" \
                 or [id(v) for v in centered.inputs] != [id(x), id(mean.output)]:
             continue
-        users = readers_of(centered.output)
+        users = reading.of(centered.output)
         square = next((u for u in users if u is not None and u.operator == "mul"
                        and all(v is centered.output for v in u.inputs)), None)
         divide = next((u for u in users if u is not None and u.operator == "div"
@@ -308,7 +299,7 @@ def _linear_layers(steps: list[Step], outputs: Iterable[Value], registry: Regist
     if linear is None:
         return steps
     outputs = list(outputs)
-    only_reader = readers(steps, outputs)
+    only_reader = Readers(steps, outputs).only
     replaced: dict[int, Step] = {}
     dropped: set[int] = set()
     for product in steps:

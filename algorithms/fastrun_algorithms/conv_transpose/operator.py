@@ -18,6 +18,7 @@ pad_begin - pad_end``.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -91,6 +92,7 @@ class Geometry:
                                    self.left + self.out_w)
 
 
+@functools.lru_cache(maxsize=4096)
 def geometry(problem: Problem) -> Geometry:
     """The problem in 2-D: a 1-D one has a height of 1, and stride, dilation 1 and no padding
     on it."""
