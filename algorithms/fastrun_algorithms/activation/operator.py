@@ -348,6 +348,20 @@ class ErfOperator(_MathUnary):
     parallel_min_threads = COMPUTE_BOUND_MIN_THREADS
 
 
+def gelu_error(problem: Problem, output: Any, reference: np.ndarray) -> float:
+    """The largest difference relative to the largest reference magnitude, floored at 1: the
+    error measure of anything that ends in a GELU.  GELU is ``x * p(x)`` with ``p`` a
+    probability computed to a few ulp of 1, so its error scales with |x|, not with the
+    output: where every x is negative the outputs are tiny (``gelu(-4.5)`` is -1.5e-5) and
+    their relative error says nothing of the algorithm."""
+    def floored(problem, output, reference):
+        if not reference.size:
+            return 0.0
+        worst = float(np.max(np.abs(output.astype(np.float64) - reference)))
+        return worst / max(1.0, float(np.max(np.abs(reference))))
+    return error_with_special_values(problem, output, reference, floored)
+
+
 class GeluOperator(UnaryActivation):
     """GELU (ONNX opset 20): ``x / 2 * (1 + erf(x / sqrt(2)))``, or with ``approximate="tanh"``
     ``x / 2 * (1 + tanh(sqrt(2 / pi) * (x + 0.044715 x^3)))``.  One operator rather than the
@@ -368,17 +382,7 @@ class GeluOperator(UnaryActivation):
         return {"approximate": form}
 
     def error(self, problem, output, reference):
-        """The largest difference relative to the largest reference magnitude, floored at 1.
-        GELU is ``x * p(x)`` with ``p`` a probability computed to a few ulp of 1, so its
-        error scales with |x|, not with the output: where every x is negative the outputs are
-        tiny (``gelu(-4.5)`` is -1.5e-5) and their relative error says nothing of the
-        algorithm."""
-        def floored(problem, output, reference):
-            if not reference.size:
-                return 0.0
-            worst = float(np.max(np.abs(output.astype(np.float64) - reference)))
-            return worst / max(1.0, float(np.max(np.abs(reference))))
-        return error_with_special_values(problem, output, reference, floored)
+        return gelu_error(problem, output, reference)
 
     def reference(self, problem, inputs):
         x = np.asarray(inputs[0], np.float64)
