@@ -538,13 +538,13 @@ def test_blas_split_kernel_blocks_cover_the_output_once(dtype: str, by_rows: boo
                                                         parts: int) -> None:
     """Any number of blocks (more than rows or columns too: empty blocks are skipped), by rows
     or by columns, over a batch with a shared B."""
-    from fastrun_algorithms.matmul.blas_split import _compiled
+    from fastrun_algorithms.matmul.blas_split import split_kernel
 
     rng = np.random.default_rng(parts)
     a = rng.uniform(-1, 1, (3, 23, 19)).astype(dtype)
     b = rng.uniform(-1, 1, (1, 19, 31)).astype(dtype)
     out = np.full((3, 23, 31), np.nan, dtype=dtype)
-    _compiled(dtype)(a, b, out, parts, by_rows)
+    split_kernel(dtype)(a, b, out, parts, by_rows, ())
     np.testing.assert_allclose(out, a @ b, rtol=1e-5, atol=1e-5)
 
 

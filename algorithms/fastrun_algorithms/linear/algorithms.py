@@ -3,8 +3,8 @@
 ``blas``: numpy's matmul (OpenBLAS on the calling thread), then one parallel pass over the
 output's rows that adds the bias and applies the activation.
 
-``blas_split``: the product as ``matmul``'s ``blas_split`` makes it, one single-threaded gemm
-per block of output rows (or columns, when there are few rows) on each of numba's workers, and
+``blas_split``: ``matmul``'s ``blas_split`` kernel (one single-threaded gemm per block of output
+rows, or columns when there are few rows, on each of numba's workers) with a block finisher:
 each worker applies the bias and the activation to its block right after its gemm, while the
 block is in cache: one parallel region and one pass over the output instead of two of each.
 
@@ -14,8 +14,7 @@ over K by one gemm call in an order fixed by the shapes and the thread count.
 
 from __future__ import annotations
 
-import functools
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import numba
@@ -27,13 +26,7 @@ from fastrun.attribute import AlgoAttribute
 from fastrun.operator import Problem
 from fastrun_algorithms._common import CACHE, U
 from fastrun_algorithms.activation.gelu import gelu_exact
-from fastrun_algorithms.matmul.blas_split import (
-    NO_TRANS,
-    ROW_MAJOR,
-    _gemm_functions,
-    gemm_unusable_reason,
-    split_plan,
-)
+from fastrun_algorithms.matmul.blas_split import gemm_unusable_reason, split_kernel, split_plan
 
 #: activation codes the kernels take
 CODES = {"none": 0, "relu": 1, "gelu": 2}
@@ -92,35 +85,11 @@ class BlasLinear(Algorithm):
         return out
 
 
-def _split_kernel(gemm: Callable[..., None]) -> Callable[..., None]:
-    """The parallel loop over blocks for one gemm function (built per dtype at run time, as
-    ``matmul.blas_split``'s is: the function's address is only known once it is loaded)."""
-
-    def kernel(x, w, bias, out, parts, by_rows, has_bias, code):
-        m, n = out.shape
-        k = x.shape[1]
-        item = out.itemsize
-        x0, w0, c0 = np.int64(x.ctypes.data), np.int64(w.ctypes.data), np.int64(out.ctypes.data)
-        for part in prange(parts):
-            if by_rows:
-                first, end = m * part // parts, m * (part + 1) // parts
-                if end > first:
-                    gemm(ROW_MAJOR, NO_TRANS, NO_TRANS, end - first, n, k, 1.0,
-                         x0 + first * k * item, k, w0, n, 0.0, c0 + first * n * item, n)
-                    _finish(out, bias, first, end, 0, n, has_bias, code)
-            else:
-                first, end = n * part // parts, n * (part + 1) // parts
-                if end > first:
-                    gemm(ROW_MAJOR, NO_TRANS, NO_TRANS, m, end - first, k, 1.0, x0, k,
-                         w0 + first * item, n, 0.0, c0 + first * item, n)
-                    _finish(out, bias, 0, m, first, end, has_bias, code)
-
-    return numba.njit(parallel=True, error_model="numpy")(kernel)
-
-
-@functools.cache
-def _compiled(dtype: str) -> Callable[..., None]:
-    return _split_kernel(_gemm_functions()[0][dtype])
+@numba.njit(inline="always", error_model="numpy")
+def _finish_block(out, p, r0, r1, c0, c1, extra):
+    """``matmul.blas_split``'s block finisher for a (1, M, N) product: bias and activation."""
+    bias, has_bias, code = extra
+    _finish(out[0], bias, r0, r1, c0, c1, has_bias, code)
 
 
 class SplitBlasLinear(Algorithm):
@@ -146,8 +115,9 @@ class SplitBlasLinear(Algorithm):
             if out.size:
                 _finish_rows(out, bias, len(inputs) > 2, CODES[problem.param("activation")])
             return out
-        out = np.empty((m, n), x.dtype)
+        out = np.empty((1, m, n), x.dtype)
         parts, by_rows = split_plan(1, m, n, numba.get_num_threads())
-        _compiled(problem.dtypes[0])(x, w, bias, out, parts, by_rows, len(inputs) > 2,
-                                     CODES[problem.param("activation")])
-        return out
+        epilogue = (bias, len(inputs) > 2, CODES[problem.param("activation")])
+        split_kernel(problem.dtypes[0], _finish_block)(x.reshape(1, m, k), w.reshape(1, k, n),
+                                                       out, parts, by_rows, epilogue)
+        return out[0]

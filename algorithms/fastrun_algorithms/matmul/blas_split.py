@@ -83,12 +83,20 @@ def gemm_unusable_reason(dtype: str) -> str | None:
     return None
 
 
-def _split_kernel(gemm: Callable[..., None]) -> Callable[..., None]:
-    """The parallel loop over (product, block) jobs for one gemm function.  Built per dtype at
-    run time: the function's address is only known once its library is loaded, so numba cannot
-    cache the compiled loop on disk (about 1 s to compile, once per process)."""
+@numba.njit(inline="always")
+def no_finish(out, p, r0, r1, c0, c1, extra):
+    """The block finisher of a plain product: nothing."""
 
-    def kernel(a, b, out, parts, by_rows):
+
+def _split_kernel(gemm: Callable[..., None], finish: Callable[..., None]) -> Callable[..., None]:
+    """The parallel loop over (product, block) jobs for one gemm function: each job makes one
+    gemm call, then ``finish(out, product, rows r0:r1, columns c0:c1, extra)`` on its block
+    while it is in cache (the ``linear`` operator's bias and activation; :func:`no_finish`
+    for a plain product).  Built per dtype at run time: the function's address is only known
+    once its library is loaded, so numba cannot cache the compiled loop on disk (about 1 s to
+    compile, once per process)."""
+
+    def kernel(a, b, out, parts, by_rows, extra):
         batch, m, n = out.shape
         k = a.shape[2]
         item = out.itemsize
@@ -107,18 +115,22 @@ def _split_kernel(gemm: Callable[..., None]) -> Callable[..., None]:
                     gemm(ROW_MAJOR, NO_TRANS, NO_TRANS, end - first, n, k, 1.0,
                          pa + first * lda * item, lda, pb, ldb, 0.0,
                          pc + first * ldc * item, ldc)
+                    finish(out, p, first, end, 0, n, extra)
             else:
                 first, end = n * part // parts, n * (part + 1) // parts
                 if end > first:
                     gemm(ROW_MAJOR, NO_TRANS, NO_TRANS, m, end - first, k, 1.0, pa, lda,
                          pb + first * item, ldb, 0.0, pc + first * item, ldc)
+                    finish(out, p, 0, m, first, end, extra)
 
-    return numba.njit(parallel=True)(kernel)
+    return numba.njit(parallel=True, error_model="numpy")(kernel)
 
 
 @functools.cache
-def _compiled(dtype: str) -> Callable[..., None]:
-    return _split_kernel(_gemm_functions()[0][dtype])
+def split_kernel(dtype: str, finish: Callable[..., None] = no_finish) -> Callable[..., None]:
+    """``kernel(a, b, out, parts, by_rows, extra)`` for ``dtype``'s gemm, each block finished
+    by ``finish`` (compiled once per process and finisher)."""
+    return _split_kernel(_gemm_functions()[0][dtype], finish)
 
 
 def split_plan(batch: int, m: int, n: int, threads: int) -> tuple[int, bool]:
@@ -162,7 +174,7 @@ class SplitBlasMatmul(Algorithm):
         b = _blas_ready(operand_3d(np.asarray(inputs[1]), layout.b3_shape, layout))
         out = np.empty(layout.out3_shape, dtype=a.dtype)
         parts, by_rows = split_plan(layout.batch, layout.m, layout.n, numba.get_num_threads())
-        _compiled(problem.dtypes[0])(a, b, out, parts, by_rows)
+        split_kernel(problem.dtypes[0])(a, b, out, parts, by_rows, ())
         return layout.from_3d(out)
 
     def heuristic_rank(self, problem: Problem) -> tuple[float, ...]:
