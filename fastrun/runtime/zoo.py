@@ -479,11 +479,11 @@ def _squeezenet(w: _Writer) -> str:
     return w.node("Softmax", [x], "softmax", output=OUTPUT_NAME, axis=1)
 
 
-def _vit_ti16(w: _Writer) -> str:
-    """ViT-Ti/16 (timm's vit_tiny_patch16_224): 16x16 patches embedded by a Conv, a class
-    token and position embeddings, 12 pre-norm encoder layers (hidden 192, 3 heads, MLP 768,
-    exact GELU), the class token's LayerNorm and a Gemm head."""
-    hidden, heads, mlp, patch, layers = 192, 3, 768, 16, 12
+def _vit(w: _Writer, hidden: int, heads: int) -> str:
+    """A ViT with 16x16 patches (timm's vit_*_patch16_224): the patches embedded by a Conv, a
+    class token and position embeddings, 12 pre-norm encoder layers (MLP 4x hidden, exact
+    GELU), the class token's LayerNorm and a Gemm head."""
+    mlp, patch, layers = 4 * hidden, 16, 12
     tokens = (IMAGE_SIZE // patch) ** 2
     x = w.conv("patch_embed", INPUT_NAME, 3, hidden, patch, stride=patch, bias=True, gain=1.0)
     x = w.node("Reshape", [x, w.constant("patch_embed.shape",
@@ -509,6 +509,16 @@ def _vit_ti16(w: _Writer) -> str:
     x = w.layer_norm("norm", x, hidden, 1e-6)
     x = w.node("Gather", [x, w.constant("cls.index", np.array(0, np.int64))], "cls_out", axis=1)
     return w.gemm("head", x, hidden, NUM_CLASSES, output=OUTPUT_NAME)
+
+
+def _vit_ti16(w: _Writer) -> str:
+    """ViT-Ti/16 (timm's vit_tiny_patch16_224): hidden 192, 3 heads."""
+    return _vit(w, 192, 3)
+
+
+def _vit_b16(w: _Writer) -> str:
+    """ViT-B/16 (torchvision's vit_b_16, timm's vit_base_patch16_224): hidden 768, 12 heads."""
+    return _vit(w, 768, 12)
 
 
 #: BERT-base's sequence length and width, the shape of its encoder's input
@@ -564,6 +574,9 @@ _MODELS: dict[str, _Model] = {
     "vit_ti16": _Model(_vit_ti16, "ViT-Ti/16 (12 pre-norm layers, hidden 192, 3 heads, exact "
                                   "GELU, class token), 5.7M parameters, 1000 logits",
                        fixed_size=True, default_opset=17),
+    "vit_b16": _Model(_vit_b16, "ViT-B/16 (12 pre-norm layers, hidden 768, 12 heads, exact "
+                                "GELU, class token), 86.6M parameters, 1000 logits",
+                      fixed_size=True, default_opset=17),
     "bert_base": _Model(_bert_base, "BERT-base encoder (12 post-norm layers, hidden 768, 12 "
                                     "heads, exact GELU) over (N, 128, 768) embedded tokens, "
                                     "85.1M parameters",

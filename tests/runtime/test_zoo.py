@@ -15,12 +15,13 @@ import pytest
 import fastrun
 from fastrun.runtime import zoo
 
-ALL = ["bert_base", "mobilenet_v2", "resnet18", "resnet50", "squeezenet", "vgg16", "vit_ti16"]
-SMALL = [n for n in ALL if n not in ("vgg16", "bert_base")]
-TRANSFORMERS = ("bert_base", "vit_ti16")
+ALL = ["bert_base", "mobilenet_v2", "resnet18", "resnet50", "squeezenet", "vgg16", "vit_b16",
+       "vit_ti16"]
+SMALL = [n for n in ALL if n not in ("vgg16", "bert_base", "vit_b16")]
+TRANSFORMERS = ("bert_base", "vit_b16", "vit_ti16")
 
 # trainable parameter counts of the models they follow (BN running statistics excluded):
-# torchvision's, timm's vit_tiny_patch16_224, and BERT-base's encoder layers
+# torchvision's (vit_b_16 too), timm's vit_tiny_patch16_224, and BERT-base's encoder layers
 TORCHVISION_PARAMS = {
     "bert_base": 85_054_464,
     "mobilenet_v2": 3_504_872,
@@ -28,6 +29,7 @@ TORCHVISION_PARAMS = {
     "resnet50": 25_557_032,
     "squeezenet": 1_235_496,
     "vgg16": 138_357_544,
+    "vit_b16": 86_567_656,
     "vit_ti16": 5_717_416,
 }
 _NOT_PARAMS = ("running_mean", "running_var", ".min", ".max", ".ratio", ".root2", ".one",
