@@ -397,7 +397,7 @@ def test_pad_crops_before_it_reflects() -> None:
 def test_registered_operators_and_algorithms() -> None:
     assert REGISTRY.operators() == sorted([*OP_NAMES, "where", "expand"])
     for op in [*OP_NAMES, "where", "expand"]:
-        expected = ["numpy", "parallel"] if op == "concat" else ["numpy"]
+        expected = ["numpy", "parallel"] if op in ("concat", "transpose") else ["numpy"]
         assert [a.desc.text for a in REGISTRY.algorithms(op)] == expected
         for algorithm in REGISTRY.algorithms(op):
             assert algorithm.attributes == AlgoAttribute.REPRODUCIBLE
@@ -448,6 +448,44 @@ def test_concat_goes_parallel_on_large_outputs_and_several_threads(monkeypatch):
     assert first(fire, 16) == "parallel"
     assert first(fire, 1) == "numpy"
     assert first(small, 16) == "numpy"
+
+
+def test_transposes_reduce_to_the_axes_they_move():
+    from fastrun_algorithms.tensor.parallel import reduced_permutation
+
+    # a transformer's heads split out, and its keys turned for the scores
+    assert reduced_permutation((1, 128, 12, 64), (0, 2, 1, 3)) == ((128, 12, 64), (1, 0, 2))
+    assert reduced_permutation((1, 128, 12, 64), (0, 2, 3, 1)) == ((128, 768), (1, 0))
+    assert reduced_permutation((2, 3, 4), (0, 1, 2)) == ((24,), (0,))
+    assert reduced_permutation((1, 1), (1, 0)) == ((), ())
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64", "float16", "int64", "uint8", "bool"])
+def test_parallel_transpose_matches_numpy_for_every_width(dtype):
+    transpose = REGISTRY.operator("transpose")
+    parallel = next(a for a in REGISTRY.algorithms("transpose") if a.name == "parallel")
+    rng = np.random.default_rng(0)
+    for shape, perm in [((1, 12, 9, 8), (0, 2, 1, 3)), ((1, 12, 9, 8), (0, 2, 3, 1)),
+                        ((3, 4, 5, 6), (3, 1, 0, 2)), ((7, 5), (1, 0)), ((1, 1, 3), (2, 0, 1)),
+                        ((1, 1), (1, 0)), ((0, 4), (1, 0)), ((2, 1, 3, 1, 4), (4, 3, 0, 2, 1))]:
+        problem = transpose.problem([shape], [dtype], perm=perm)
+        assert parallel.unusable_reason(problem) is None, (shape, perm)
+        x = transpose.random_inputs(problem, rng)
+        out = parallel.run(problem, x, None)
+        expected = transpose.reference(problem, x)
+        assert out.dtype == expected.dtype and out.flags.c_contiguous
+        np.testing.assert_array_equal(out, expected)
+
+
+def test_parallel_transpose_leaves_permutations_of_five_moving_axes_to_numpy(monkeypatch):
+    transpose = REGISTRY.operator("transpose")
+    parallel = next(a for a in REGISTRY.algorithms("transpose") if a.name == "parallel")
+    problem = transpose.problem([(2, 3, 4, 5, 6)], ["float32"], perm=(4, 2, 0, 3, 1))
+    assert "moves 5 axes" in parallel.unusable_reason(problem)
+    large = transpose.problem([(8, 128, 12, 64)], ["float32"], perm=(0, 2, 1, 3))
+    monkeypatch.setattr("numba.get_num_threads", lambda: 16)
+    assert transpose.heuristic_order(large, REGISTRY.algorithms("transpose"))[0].name == \
+        "parallel"
 
 
 def test_parallel_concat_copies_large_rows_in_chunks_on_every_axis():

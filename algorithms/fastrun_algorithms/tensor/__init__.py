@@ -61,8 +61,8 @@ __all__ = [
 
 def register(registry: Registry) -> None:
     """Add the tensor operators and their algorithms to ``registry``."""
-    concat = ConcatOperator()
-    for operator, algorithm in ((TransposeOperator(), NumpyTranspose()),
+    concat, transpose = ConcatOperator(), TransposeOperator()
+    for operator, algorithm in ((transpose, NumpyTranspose()),
                                 (concat, NumpyConcat()),
                                 (SliceOperator(), NumpySlice()),
                                 (PadOperator(), NumpyPad()),
@@ -73,7 +73,7 @@ def register(registry: Registry) -> None:
         registry.register_algorithm(algorithm)
     from fastrun_algorithms.tensor import parallel
 
-    for algorithm in parallel.algorithms(concat.parallel_pays):
+    for algorithm in parallel.algorithms(concat.parallel_pays, transpose.parallel_pays):
         registry.register_algorithm(algorithm)
     # Checked without importing pyopencl (slow, and it may fail on machines without OpenCL);
     # the OpenCL algorithms are candidates only on an OpenCL device, so CPU searches and the

@@ -126,6 +126,16 @@ class TensorOperator(CanonicalOperator):
     def tolerance(self, problem: Problem) -> float:
         return 0.0
 
+    def parallel_pays(self, problem: Problem) -> bool:
+        """Whether a parallel copy (concat's, transpose's) goes first: from
+        :data:`PARALLEL_MIN_BYTES` of output on more than one numba thread (a copy is as
+        memory-bound as relu, whose crossover that is); numpy's below (see
+        :func:`fastrun_algorithms._common.parallel_rank`)."""
+        from fastrun_algorithms.activation.operator import PARALLEL_MIN_BYTES
+
+        size = math.prod(self.output_shape(problem)) * np.dtype(problem.dtypes[0]).itemsize
+        return parallel_pays(size, PARALLEL_MIN_BYTES)
+
 
 def _random(shape: Shape, dtype: str, rng: np.random.Generator) -> np.ndarray:
     kind = np.dtype(dtype).kind
@@ -196,15 +206,6 @@ class ConcatOperator(TensorOperator):
                                      f"{shape}) differs from input 0 (shape {first}) in "
                                      f"dimension {dim}")
         return {"axis": axis}
-
-    def parallel_pays(self, problem: Problem) -> bool:
-        """Whether the parallel copy goes first: from :data:`PARALLEL_MIN_BYTES` of output on
-        more than one numba thread (a copy is as memory-bound as relu, whose crossover that
-        is); numpy's below (see :func:`fastrun_algorithms._common.parallel_rank`)."""
-        from fastrun_algorithms.activation.operator import PARALLEL_MIN_BYTES
-
-        size = math.prod(self.output_shape(problem)) * np.dtype(problem.dtypes[0]).itemsize
-        return parallel_pays(size, PARALLEL_MIN_BYTES)
 
     def output_shape(self, problem):
         axis = problem.param("axis")
