@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 from fastrun.attribute import AlgoAttribute
 from fastrun_algorithms import linear
 from tests.algorithms._helpers import assert_matches_reference, cpu_registry, numba_threads
+from tests.opencl_helpers import device_fixture  # noqa: F401
 
 REGISTRY = cpu_registry(linear)
 OPERATOR = REGISTRY.operator("linear")
@@ -77,3 +78,29 @@ def test_registered_and_the_split_goes_first():
     problem = OPERATOR.problem([(197, 64), (64, 96)], ["float32"] * 2)
     assert [a.desc.name for a in OPERATOR.heuristic_order(problem, ALGORITHMS)] == \
         ["blas_split", "blas"]
+
+
+# -- on an OpenCL device ---------------------------------------------------------------------
+
+@pytest.mark.parametrize("activation", ["none", "relu", "gelu"])
+@pytest.mark.parametrize("bias", [True, False])
+def test_cl_linear_matches_the_reference_through_its_matmul_sub_problem(device, activation,
+                                                                        bias):
+    """A heuristic OpenCL session: cl_linear hands the product to the OpenCL matmul (chosen
+    for its shape) and finishes it with the bias and activation kernel; shapes of a ViT's
+    projection with an odd width, and one with no rows."""
+    import fastrun
+
+    rng = np.random.default_rng(11)
+    for m, k, n in ((197, 64, 96), (5, 3, 7), (0, 4, 3)):
+        x = rng.standard_normal((m, k)).astype(np.float32)
+        w = rng.standard_normal((k, n)).astype(np.float32)
+        inputs = [x, w] + ([rng.standard_normal(n).astype(np.float32)] if bias else [])
+        problem = OPERATOR.problem([a.shape for a in inputs], ["float32"] * len(inputs),
+                                   activation=activation)
+        with fastrun.session(device="opencl", strategy="heuristic", progress=False) as session:
+            decision = session.decide(problem)
+            out = session.device.to_host(session.call("linear", *inputs,
+                                                      activation=activation))
+        assert decision.algorithm.desc.name == "cl_linear"
+        assert_matches_reference(OPERATOR, decision.algorithm, problem, inputs, out)

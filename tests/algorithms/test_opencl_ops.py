@@ -69,10 +69,11 @@ def check(device, problem, inputs, exact=False, algorithms=None):
 def test_registered_with_their_attributes():
     names = {op: sorted({a.desc.text for a in opencl(op)}) for op in (
         "add", "greater_equal", "relu", "clip", "softmax", "batch_norm", "maxpool",
-        "global_avgpool", "lrn", "pool_linear")}
+        "global_avgpool", "lrn", "pool_linear", "gelu", "layer_norm")}
     assert names == {
         "add": ["cl_elementwise"], "greater_equal": ["cl_elementwise"], "relu": ["cl_unary"],
         "clip": ["cl_unary"], "softmax": [f"cl_softmax(per_row={n})" for n in (1, 256, 32)],
+        "gelu": ["cl_unary"], "layer_norm": [f"cl_layer_norm(per_row={n})" for n in (256, 32)],
         "batch_norm": ["cl_batch_norm"], "maxpool": ["cl_pool"],
         "global_avgpool": [f"cl_global_pool(per_plane={n})" for n in (1, 256, 32)],
         "lrn": ["cl_lrn"],
@@ -216,6 +217,36 @@ def test_softmax_special_rows(device):
                  np.float32)
     problem = REGISTRY.operator("softmax").problem_for([x], axis=1)
     assert check(device, problem, [x]) == 2  # the 256-wide group is unusable on rows of 4
+
+
+@pytest.mark.parametrize("form", ["none", "tanh"])
+def test_gelu_both_forms_and_its_tails(device, form):
+    """Far below zero the exact form is x times a tiny probability (erfc keeps its digits),
+    far above it is x; NaN and the infinities go through as the reference has them."""
+    operator = REGISTRY.operator("gelu")
+    x = np.concatenate([np.linspace(-12, 12, 301), [np.nan, np.inf, -np.inf, 0.0, -0.0]])
+    for dtype in ("float32", "float64"):
+        values = x.astype(dtype)
+        check(device, operator.problem_for([values], approximate=form), [values])
+
+
+@pytest.mark.parametrize("shape, axis", [((4, 192), -1), ((2, 3, 768), 2), ((3, 1300), 1),
+                                         ((2, 3, 4, 5), 1), ((5, 1), 1), ((0, 8), 1)])
+def test_layer_norm(device, shape, axis):
+    """Rows of a ViT's and a BERT's width, rows longer than the widest group, a norm over
+    several axes, rows of one element (the output is the bias), and no rows at all."""
+    operator = REGISTRY.operator("layer_norm")
+    rng = np.random.default_rng(5)
+    x = (rng.standard_normal(shape) * 3 + 2).astype(np.float32)
+    normalised = shape[axis:]
+    scale = rng.standard_normal(normalised).astype(np.float32)
+    bias = rng.standard_normal(normalised).astype(np.float32)
+    problem = operator.problem_for([x, scale, bias], axis=axis, epsilon=1e-6)
+    usable = [a.desc.text for a in opencl("layer_norm") if a.usable(problem)]
+    length = math.prod(normalised)
+    assert "cl_layer_norm(per_row=32)" in usable
+    assert ("cl_layer_norm(per_row=256)" in usable) == (length > 128)
+    check(device, problem, [x, scale, bias])
 
 
 def test_batch_norm(device):

@@ -277,6 +277,34 @@ def test_zoo_squeezenet_on_opencl_matches_cpu(device):
         assert _relative(got[output], value) <= 1e-4, output
 
 
+def test_a_transformer_block_runs_on_opencl_as_wide_steps(device):
+    """A pre-norm encoder layer's MLP as exporters write it (LayerNormalization at opset 17,
+    MatMul + bias Add, the exact GELU as Div/Erf/Add/Mul/Mul, a second projection, the
+    residual): on the device its steps are one layer_norm, two linear (the first with its
+    GELU) and the add, and it matches the CPU."""
+    w = GraphWriter()
+    n = w.node("LayerNormalization", ["x", w.weight("g", (48,)), w.weight("b", (48,))], "ln",
+               axis=-1, epsilon=1e-6)
+    h = w.node("Add", [w.node("MatMul", [n, w.weight("w1", (48, 96), 0.2)], "p1"),
+                       w.weight("b1", (96,))], "h")
+    scaled = w.node("Div", [h, w.const("root2", np.array(np.sqrt(2), np.float32))], "scaled")
+    gate = w.node("Add", [w.node("Erf", [scaled], "erf"),
+                          w.const("one", np.array(1.0, np.float32))], "gate")
+    g = w.node("Mul", [w.node("Mul", [h, gate], "hg"), w.const("half", np.array(0.5, np.float32))],
+               "gelu")
+    o = w.node("Add", [w.node("MatMul", [g, w.weight("w2", (96, 48), 0.2)], "p2"),
+                       w.weight("b2", (48,))], "o")
+    w.node("Add", [o, "x"], "y")
+    proto = w.model((1, 20, 48), "y", opset=17, output_rank=3)
+    model = _on_device(proto, device)
+    operators = [step.operator for step in model.steps if step.problem is not None]
+    assert operators.count("linear") == 2 and "layer_norm" in operators
+    assert not {"erf", "gelu", "mul", "div", "matmul"} & set(operators), operators
+    reference = _on_cpu(proto)
+    feeds = reference.random_inputs(seed=2)
+    assert _relative(model.run(feeds)["y"], reference.run(feeds)["y"]) <= 1e-5
+
+
 def _without_opencl(operator: str) -> Registry:
     """The default registry's operators and algorithms, less ``operator``'s OpenCL ones."""
     full, registry = default_registry(), Registry(load_plugins=False)

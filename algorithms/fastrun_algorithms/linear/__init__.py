@@ -1,14 +1,18 @@
 """The ``linear`` operator (``act(X @ W + B)``: a fully connected layer, its bias and its
-activation in one step) and its CPU algorithms, ``blas`` and ``blas_split``; the ONNX runtime
-fuses a 2-D MatMul by a constant, its bias Add and a following Relu or GELU into it."""
+activation in one step), its CPU algorithms, ``blas`` and ``blas_split``, and ``cl_linear`` on
+an OpenCL device; the ONNX runtime fuses a 2-D MatMul by a constant, its bias Add and a
+following Relu or GELU into it."""
 
 from __future__ import annotations
 
+import importlib.util
+
 from fastrun.registry import Registry
 from fastrun_algorithms.linear.algorithms import BlasLinear, SplitBlasLinear
+from fastrun_algorithms.linear.opencl import OpenCLLinear
 from fastrun_algorithms.linear.operator import LinearOperator
 
-__all__ = ["BlasLinear", "LinearOperator", "SplitBlasLinear", "register"]
+__all__ = ["BlasLinear", "LinearOperator", "OpenCLLinear", "SplitBlasLinear", "register"]
 
 
 def register(registry: Registry) -> None:
@@ -16,3 +20,7 @@ def register(registry: Registry) -> None:
     registry.register_operator(LinearOperator())
     registry.register_algorithm(BlasLinear())
     registry.register_algorithm(SplitBlasLinear())
+    # Where pyopencl is installed (checked without importing it), as every OpenCL algorithm:
+    # a candidate only on an OpenCL device, so CPU searches are unchanged by it.
+    if importlib.util.find_spec("pyopencl") is not None:
+        registry.register_algorithm(OpenCLLinear())

@@ -1,5 +1,5 @@
 """OpenCL algorithms of the activation operators (``cl_unary``, ``cl_softmax``,
-``cl_batch_norm``).
+``cl_layer_norm``, ``cl_batch_norm``).
 
 Importing this package does not import pyopencl: the algorithms import it when they run, so
 the plugin loads (and lists them) on machines without OpenCL, where the chooser never offers
@@ -10,8 +10,10 @@ from __future__ import annotations
 
 from fastrun.registry import Registry
 from fastrun_algorithms.activation.opencl.algorithms import (
+    LAYER_NORM_PER_ROW,
     SOFTMAX_PER_ROW,
     OpenCLBatchNorm,
+    OpenCLLayerNorm,
     OpenCLSoftmax,
     OpenCLUnary,
     opencl_algorithms,
@@ -19,8 +21,10 @@ from fastrun_algorithms.activation.opencl.algorithms import (
 )
 
 __all__ = [
+    "LAYER_NORM_PER_ROW",
     "SOFTMAX_PER_ROW",
     "OpenCLBatchNorm",
+    "OpenCLLayerNorm",
     "OpenCLSoftmax",
     "OpenCLUnary",
     "opencl_algorithms",

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 #: The unary activations in kernel-code order.
 UNARY_CODES = ("relu", "leaky_relu", "clip", "sigmoid", "tanh", "hard_sigmoid", "hard_swish",
-               "sqrt", "exp", "log", "neg", "abs", "reciprocal", "erf")
+               "sqrt", "exp", "log", "neg", "abs", "reciprocal", "erf", "gelu")
 
 PRELUDE = r"""
 #if FP64
@@ -25,11 +25,23 @@ PRELUDE = r"""
 typedef REAL real;
 """
 
-UNARY = PRELUDE + r"""
+#: The exact GELU of one value, for every program that ends in one (``cl_unary``'s gelu,
+#: ``cl_linear``'s epilogue): written with erfc so that 1 + erf(x / sqrt 2) keeps its digits
+#: where x is very negative (erfc(-x / sqrt 2) is that sum).
+GELU_EXACT = r"""
+inline real gelu_exact(const real v) {
+    return (real)0.5 * v * erfc(-v * (real)0.7071067811865476);
+}
+"""
+
+# the helper only in gelu's program: clip's integer types have no erfc
+UNARY = (PRELUDE + f"#if OP == {UNARY_CODES.index('gelu')}\n" + GELU_EXACT + "#endif\n"
+         + r"""
 /* One element per work-item.  p0, p1: leaky_relu's alpha; clip's min and max (the dtype's
    extremes where a bound is absent); hard_sigmoid's alpha and beta.  The comparisons are the
    operators' references: relu, clip and the hard ones keep a NaN a NaN (it fails every
-   comparison), leaky_relu gives alpha * NaN. */
+   comparison), leaky_relu gives alpha * NaN.  gelu: p0 is 1 for the tanh form, 0 for the
+   exact one. */
 __kernel void unary(const long total, __global const real* x, const long x_off,
                     __global real* out, const long o_off, const real p0, const real p1) {
     const long i = get_global_id(0);
@@ -69,12 +81,22 @@ __kernel void unary(const long total, __global const real* x, const long x_off,
     const real r = fabs(v);
 #elif OP == 12
     const real r = (real)1 / v;
-#else
+#elif OP == 13
     const real r = erf(v);
+#else
+    real r;
+    if (p0 != (real)0) {
+        const real u = (real)0.7978845608028654 * (v + (real)0.044715 * v * v * v);
+        /* tanh exactly +-1 at the infinities (PoCL's is not), so that -inf gives NaN as the
+           reference's -inf * (1 - 1) does */
+        r = (real)0.5 * v * ((real)1 + (isinf(u) ? copysign((real)1, u) : tanh(u)));
+    } else {
+        r = gelu_exact(v);
+    }
 #endif
     out[o_off + i] = r;
 }
-"""
+""")
 
 SOFTMAX = PRELUDE + r"""
 /* Softmax over rows of L elements, `inner` apart (the axis of an (outer, L, inner) view);
@@ -163,5 +185,47 @@ __kernel void batch_norm(const long total, const long C, const long inner,
     const long c = (i / inner) % C;
     const real factor = (real)scale[s_off + c] / sqrt((real)var[v_off + c] + epsilon);
     out[o_off + i] = (x[x_off + i] - (real)mean[m_off + c]) * factor + (real)bias[b_off + c];
+}
+"""
+
+LAYER_NORM = PRELUDE + r"""
+/* LayerNormalization, one work-group per row of L elements (rows are contiguous; the local
+   size is a power of two): the mean, then the mean squared deviation (two passes, each summed
+   by the work-items striding over the row and then by a tree in local memory), then
+   (x - mean) / sqrt(var + epsilon) * scale + bias, as the reference computes it. */
+__kernel void layer_norm(const long L, __global const real* x, const long x_off,
+                         __global const real* scale, const long s_off,
+                         __global const real* bias, const long b_off,
+                         __global real* out, const long o_off, const real epsilon,
+                         __local real* scratch) {
+    const long r = get_group_id(0);
+    const int t = get_local_id(0);
+    const int T = get_local_size(0);
+    __global const real* xr = x + x_off + r * L;
+    __global real* yr = out + o_off + r * L;
+    real s = (real)0;
+    for (long l = t; l < L; l += T) s += xr[l];
+    scratch[t] = s;
+    barrier(CLK_LOCAL_MEM_FENCE);
+    for (int width = T / 2; width > 0; width /= 2) {
+        if (t < width) scratch[t] += scratch[t + width];
+        barrier(CLK_LOCAL_MEM_FENCE);
+    }
+    const real mean = scratch[0] / (real)L;
+    barrier(CLK_LOCAL_MEM_FENCE);
+    real q = (real)0;
+    for (long l = t; l < L; l += T) {
+        const real d = xr[l] - mean;
+        q += d * d;
+    }
+    scratch[t] = q;
+    barrier(CLK_LOCAL_MEM_FENCE);
+    for (int width = T / 2; width > 0; width /= 2) {
+        if (t < width) scratch[t] += scratch[t + width];
+        barrier(CLK_LOCAL_MEM_FENCE);
+    }
+    const real deviation = sqrt(scratch[0] / (real)L + epsilon);
+    for (long l = t; l < L; l += T)
+        yr[l] = (xr[l] - mean) / deviation * scale[s_off + l] + bias[b_off + l];
 }
 """

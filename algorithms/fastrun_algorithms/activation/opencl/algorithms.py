@@ -1,5 +1,5 @@
-"""OpenCL activation algorithms: ``cl_unary`` (every unary activation and math function),
-``cl_softmax`` and ``cl_batch_norm``.
+"""OpenCL activation algorithms: ``cl_unary`` (every unary activation and math function, GELU
+included), ``cl_softmax``, ``cl_layer_norm`` and ``cl_batch_norm``.
 
 They run on an OpenCL device (``device_kind = "opencl"``): inputs are ``pyopencl.array.Array``
 values on ``ctx.device`` (C-contiguous; views with an offset are fine) and the output is one
@@ -24,6 +24,8 @@ from fastrun_algorithms.activation.operator import ClipOperator, HardSigmoidOper
 
 #: Work-items per softmax row: 1 (a work-item per row) or a work-group of that many per row.
 SOFTMAX_PER_ROW = (1, 32, 256)
+#: Work-items per LayerNormalization row: a work-group of that many.
+LAYER_NORM_PER_ROW = (32, 256)
 
 
 def _fp64_define(dtypes: Sequence[Any]) -> int:
@@ -63,6 +65,8 @@ class OpenCLUnary(_OpenCLActivation):
             return ClipOperator.bounds(problem)
         if self.operator == "hard_sigmoid":
             return HardSigmoidOperator.coefficients(problem)
+        if self.operator == "gelu":
+            return dtype.type(problem.param("approximate") == "tanh"), dtype.type(0)
         return dtype.type(0), dtype.type(0)
 
     def run(self, problem: Problem, inputs: Sequence[Any], ctx: RunContext,
@@ -98,7 +102,31 @@ def softmax_rows(problem: Problem) -> tuple[int, int, int]:
     return rows, length, inner
 
 
-class OpenCLSoftmax(_OpenCLActivation):
+class _PerRow(_OpenCLActivation):
+    """An algorithm configured with ``per_row`` work-items per row (a work-group of that many
+    when more than one): refused where the group is wider than the row needs
+    (:func:`common.group_per_extent_reason`) or than the device allows."""
+
+    attributes = _OpenCLActivation.attributes | AlgoAttribute.USABLE_DEPEND_ON_SHAPE
+
+    def __init__(self, param: dict[str, Any] | None = None):
+        super().__init__(param)
+        self.per_row = int(self.param["per_row"])
+
+    @staticmethod
+    def row_length(problem: Problem) -> int:
+        raise NotImplementedError
+
+    def unusable_reason(self, problem: Problem) -> str | None:
+        return common.group_per_extent_reason(self.per_row, self.row_length(problem), "row",
+                                              "row length")
+
+    def device_unusable_reason(self, device: Any, problem: Problem) -> str | None:
+        return (common.work_group_reason(device, self.per_row)
+                or super().device_unusable_reason(device, problem))
+
+
+class OpenCLSoftmax(_PerRow):
     """Max-subtracted softmax along the axis, ``per_row`` work-items per row.
 
     ``per_row=1``: one work-item per row, neighbouring work-items on neighbouring rows; reads
@@ -111,22 +139,13 @@ class OpenCLSoftmax(_OpenCLActivation):
 
     operator = "softmax"
     name = "cl_softmax"
-    attributes = _OpenCLActivation.attributes | AlgoAttribute.USABLE_DEPEND_ON_SHAPE
 
-    def __init__(self, param: dict[str, Any] | None = None):
-        super().__init__(param)
-        self.per_row = int(self.param["per_row"])
-
-    def unusable_reason(self, problem: Problem) -> str | None:
-        return common.group_per_extent_reason(self.per_row, softmax_rows(problem)[1], "row",
-                                              "row length")
+    @staticmethod
+    def row_length(problem: Problem) -> int:
+        return softmax_rows(problem)[1]
 
     def heuristic_rank(self, problem: Problem) -> tuple[int, int]:
         return softmax_rank(problem, self)
-
-    def device_unusable_reason(self, device: Any, problem: Problem) -> str | None:
-        return (common.work_group_reason(device, self.per_row)
-                or super().device_unusable_reason(device, problem))
 
     def run(self, problem: Problem, inputs: Sequence[Any], ctx: RunContext,
             prepared: Any = None) -> Any:
@@ -148,6 +167,50 @@ class OpenCLSoftmax(_OpenCLActivation):
             common.launch_groups(device, kernel, rows, self.per_row, [
                 np.int64(length), np.int64(inner), xb, x_off, ob, o_off,
                 common.local_memory(self.per_row * dtype.itemsize)])
+        return out
+
+
+def layer_norm_rows(problem: Problem) -> tuple[int, int]:
+    """(rows, row length): X as a matrix whose rows are normalised."""
+    shape, axis = problem.shapes[0], problem.param("axis")
+    return math.prod(shape[:axis]), math.prod(shape[axis:])
+
+
+class OpenCLLayerNorm(_PerRow):
+    """LayerNormalization, a work-group of ``per_row`` work-items per row (32 or 256): they
+    stride over the row for its mean and then its squared deviations, each combined by a tree
+    in local memory, then write the row.  A transformer's rows are a token's features (192 to
+    1024), many of them, so a group per row keeps a GPU busy where a work-item per row would
+    read with a stride of a whole row."""
+
+    operator = "layer_norm"
+    name = "cl_layer_norm"
+
+    @staticmethod
+    def row_length(problem: Problem) -> int:
+        return layer_norm_rows(problem)[1]
+
+    def heuristic_rank(self, problem: Problem) -> tuple[int, int]:
+        """256 work-items per row from 1024 elements on, 32 below."""
+        preferred = 256 if self.row_length(problem) >= 1024 else 32
+        return (0 if self.per_row == preferred else 1, self.per_row)
+
+    def run(self, problem: Problem, inputs: Sequence[Any], ctx: RunContext,
+            prepared: Any = None) -> Any:
+        device = ctx.device
+        dtype = np.dtype(problem.dtypes[0])
+        out = device.empty(tuple(problem.shapes[0]), dtype)
+        rows, length = layer_norm_rows(problem)
+        if rows == 0 or length == 0:
+            return out
+        args: list[Any] = [np.int64(length)]
+        for value, label in zip(inputs, ("X", "scale", "bias"), strict=True):
+            args.extend(common.buffer(value, label))
+        args.extend([*common.buffer(out, "output"), dtype.type(problem.param("epsilon")),
+                     common.local_memory(self.per_row * dtype.itemsize)])
+        kernel = device.kernel(_kernels.LAYER_NORM, "layer_norm", common.options(
+            REAL=common.CL_TYPES[dtype.name], FP64=_fp64_define([dtype])))
+        common.launch_groups(device, kernel, rows, self.per_row, args)
         return out
 
 
@@ -193,8 +256,10 @@ def softmax_rank(problem: Problem, algorithm: Algorithm) -> tuple[int, int]:
 
 
 def opencl_algorithms() -> list[Algorithm]:
-    """``cl_unary`` per unary activation, the ``cl_softmax`` configurations, ``cl_batch_norm``."""
+    """``cl_unary`` per unary activation, the ``cl_softmax`` and ``cl_layer_norm``
+    configurations, ``cl_batch_norm``."""
     algorithms: list[Algorithm] = [OpenCLUnary(name) for name in _kernels.UNARY_CODES]
     algorithms += [OpenCLSoftmax({"per_row": n}) for n in SOFTMAX_PER_ROW]
+    algorithms += [OpenCLLayerNorm({"per_row": n}) for n in LAYER_NORM_PER_ROW]
     algorithms.append(OpenCLBatchNorm())
     return algorithms
