@@ -76,6 +76,17 @@ def test_parallel_is_the_same_at_any_thread_count(mode):
         lambda: PARALLEL.run(problem, [x], None), expected)
 
 
+@pytest.mark.parametrize("transform", ["half_pixel", "align_corners", "pytorch_half_pixel"])
+def test_parallel_takes_a_segmentation_heads_linear_upsample(transform):
+    """N and C at scale 1 in linear mode have two taps weighing 0 and 1: copied as they are,
+    so the parallel kernel takes DeepLabV3's and FCN's bilinear upsampling."""
+    x = np.random.default_rng(2).standard_normal((1, 21, 28, 28)).astype(np.float32)
+    problem = OPERATOR.problem_for([x], mode="linear", sizes=[1, 21, 224, 224],
+                                   coordinate_transformation_mode=transform)
+    assert PARALLEL.unusable_reason(problem) is None
+    assert_matches_reference(OPERATOR, PARALLEL, problem, [x], PARALLEL.run(problem, [x], None))
+
+
 @pytest.mark.parametrize("algorithm", ALGORITHMS, ids=lambda a: a.desc.text)
 def test_allocates_only_its_workspace(algorithm):
     x = np.random.default_rng(1).standard_normal((1, 4, 32, 32)).astype(np.float32)

@@ -146,9 +146,13 @@ class AxisTable:
 
     @property
     def identity(self) -> bool:
-        """Whether the axis is copied as it is (same size, each output its own input)."""
-        return (self.outside is None and self.index.shape == (self.size_in, 1)
-                and np.array_equal(self.index[:, 0], np.arange(self.size_in)))
+        """Whether the axis is copied as it is: same size, and each output all of its own input
+        (one tap, or a linear axis at scale 1, whose two taps weigh 0 and 1)."""
+        if self.outside is not None or self.index.shape[0] != self.size_in:
+            return False
+        own = self.index == np.arange(self.size_in)[:, None]
+        return bool(np.all(np.where(own, True, self.weight == 0))
+                    and np.all(np.where(own, self.weight, 0).sum(axis=1) == 1))
 
 
 def original_coordinates(problem: Problem, axis: int) -> np.ndarray:
