@@ -1,9 +1,12 @@
 """The ``conv_transpose`` operator (ONNX's ConvTranspose, 1-D and 2-D, groups, dilations,
 output padding and shape) and its CPU algorithms: ``per_tap`` (one BLAS product per kernel
 tap, first in the rule of thumb for kernels of up to four taps) and ``col2im`` (one product for
-every tap, then a parallel gather); Fast Run measures which wins."""
+every tap, then a parallel gather); Fast Run measures which wins; ``cl_direct`` on an OpenCL
+device (:mod:`.opencl`)."""
 
 from __future__ import annotations
+
+import importlib.util
 
 from fastrun.registry import Registry
 from fastrun_algorithms.conv_transpose.algorithms import Col2imConvTranspose, PerTapConvTranspose
@@ -17,3 +20,9 @@ def register(registry: Registry) -> None:
     registry.register_operator(ConvTransposeOperator())
     registry.register_algorithm(PerTapConvTranspose())
     registry.register_algorithm(Col2imConvTranspose())
+    # where pyopencl is installed (not imported here), as every OpenCL algorithm
+    if importlib.util.find_spec("pyopencl") is not None:
+        from fastrun_algorithms.conv_transpose import opencl
+
+        for algorithm in opencl.algorithms():
+            registry.register_algorithm(algorithm)

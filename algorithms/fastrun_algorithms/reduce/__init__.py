@@ -2,9 +2,12 @@
 algorithms: ``numpy`` for any axes and dtype, ``parallel`` (numba) for adjacent reduced axes
 of float inputs, first in the rule of thumb from
 :data:`~fastrun_algorithms.reduce.operator.PARALLEL_MIN_BYTES` of input; Fast Run measures
-which wins.  And ``arg_reduce`` (ArgMax, ArgMin; :mod:`.arg`), with its numpy algorithm."""
+which wins; ``cl_reduce`` on an OpenCL device (:mod:`.opencl`).  And ``arg_reduce`` (ArgMax,
+ArgMin; :mod:`.arg`), with its numpy algorithm."""
 
 from __future__ import annotations
+
+import importlib.util
 
 from fastrun.registry import Registry
 from fastrun_algorithms.reduce.algorithms import NumpyReduce, ParallelReduce
@@ -20,5 +23,11 @@ def register(registry: Registry) -> None:
     operator = registry.register_operator(ReduceOperator())
     registry.register_algorithm(NumpyReduce())
     registry.register_algorithm(ParallelReduce(operator.parallel_pays))
+    # where pyopencl is installed (not imported here), as every OpenCL algorithm
+    if importlib.util.find_spec("pyopencl") is not None:
+        from fastrun_algorithms.reduce import opencl
+
+        for algorithm in opencl.algorithms():
+            registry.register_algorithm(algorithm)
     registry.register_operator(ArgReduceOperator())
     registry.register_algorithm(NumpyArgReduce())

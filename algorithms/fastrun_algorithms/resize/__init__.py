@@ -2,9 +2,11 @@
 algorithms: ``numpy`` for any rank and dtype, ``parallel`` (numba) for NCHW inputs resized in H
 and W, first in the rule of thumb from
 :data:`~fastrun_algorithms.resize.operator.PARALLEL_MIN_BYTES` of output; Fast Run measures
-which wins."""
+which wins; ``cl_resize`` on an OpenCL device (:mod:`.opencl`)."""
 
 from __future__ import annotations
+
+import importlib.util
 
 from fastrun.registry import Registry
 from fastrun_algorithms.resize.algorithms import NumpyResize, ParallelResize
@@ -18,3 +20,9 @@ def register(registry: Registry) -> None:
     operator = registry.register_operator(ResizeOperator())
     registry.register_algorithm(NumpyResize())
     registry.register_algorithm(ParallelResize(operator.parallel_pays))
+    # where pyopencl is installed (not imported here), as every OpenCL algorithm
+    if importlib.util.find_spec("pyopencl") is not None:
+        from fastrun_algorithms.resize import opencl
+
+        for algorithm in opencl.algorithms():
+            registry.register_algorithm(algorithm)

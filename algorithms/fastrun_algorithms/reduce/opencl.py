@@ -1,0 +1,119 @@
+"""The ``reduce`` operator on an OpenCL device: ``cl_reduce``, one work-item per output element.
+
+The models' reductions run over adjacent axes (a pool's plane, a norm's row, the channels), so
+X is viewed as (outer, reduced, inner) (:func:`~fastrun_algorithms.reduce.operator.blocks`);
+output element (o, i) walks its run with a stride of ``inner``, and neighbouring work-items
+take neighbouring ``i``, so the reads coalesce whenever inner > 1.  Sums (sum, mean, l1, l2,
+sum_square) are compensated (Kahan): the CPU algorithms sum float32 in float64 and round once,
+and a compensated float32 sum keeps about that accuracy without needing ``cl_khr_fp64``.
+max and min let a NaN win, as numpy's maximum does; over an empty run they give -inf and
++inf, the mean NaN, the sums 0, prod 1, as the operator defines.
+
+Float inputs only (the integer and bool reductions stay on the CPU's ``numpy``).  REPRODUCIBLE:
+each output is reduced by one work-item in index order; no workspace.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from fastrun.algorithm import Algorithm, RunContext
+from fastrun.attribute import AlgoAttribute
+from fastrun.operator import Problem
+from fastrun_algorithms import _opencl_common as common
+from fastrun_algorithms.activation.opencl._kernels import PRELUDE
+from fastrun_algorithms.reduce.operator import MODES, blocks, output_shape
+
+REDUCE = PRELUDE + r"""
+/* MODE: the index in reduce.operator.MODES (sum, mean, max, min, prod, l1, l2, sum_square). */
+__kernel void reduce(const long outputs, const long count, const long inner,
+                     __global const real* x, const long x_off,
+                     __global real* out, const long o_off) {
+    const long i = get_global_id(0);
+    if (i >= outputs) return;
+    const long o = i / inner;
+    __global const real* run = x + x_off + o * count * inner + (i - o * inner);
+#if MODE == 2 || MODE == 3
+    real acc = MODE == 2 ? (real)(-INFINITY) : (real)INFINITY;
+    for (long r = 0; r < count; ++r) {
+        const real v = run[r * inner];
+#if MODE == 2
+        acc = (v > acc || isnan(v)) ? v : acc;
+#else
+        acc = (v < acc || isnan(v)) ? v : acc;
+#endif
+    }
+#elif MODE == 4
+    real acc = (real)1;
+    for (long r = 0; r < count; ++r) acc *= run[r * inner];
+#else
+    real acc = (real)0, carry = (real)0;
+    for (long r = 0; r < count; ++r) {
+        const real v = run[r * inner];
+#if MODE == 5
+        const real term = fabs(v) - carry;
+#elif MODE == 6 || MODE == 7
+        const real term = v * v - carry;
+#else
+        const real term = v - carry;
+#endif
+        const real next = acc + term;
+        carry = (next - acc) - term;
+        acc = next;
+    }
+#if MODE == 1
+    acc = acc / (real)count;
+#elif MODE == 6
+    acc = sqrt(acc);
+#endif
+#endif
+    out[o_off + i] = acc;
+}
+"""
+
+
+class OpenCLReduce(Algorithm):
+    """A work-item per output element over adjacent reduced axes, float inputs (see the
+    module docstring)."""
+
+    operator = "reduce"
+    name = "cl_reduce"
+    device_kind = "opencl"
+    attributes = AlgoAttribute.REPRODUCIBLE | AlgoAttribute.USABLE_DEPEND_ON_SHAPE
+
+    def unusable_reason(self, problem: Problem) -> str | None:
+        if np.dtype(problem.dtypes[0]).kind != "f":
+            return "cl_reduce reduces float inputs only"
+        if blocks(problem) is None:
+            return (f"cl_reduce needs adjacent reduced axes, got {problem.param('axes')} of a "
+                    f"rank-{len(problem.shapes[0])} input")
+        return None
+
+    def device_unusable_reason(self, device: Any, problem: Problem) -> str | None:
+        return common.fp64_reason(device, problem.dtypes)
+
+    def run(self, problem: Problem, inputs: Sequence[Any], ctx: RunContext,
+            prepared: Any = None) -> Any:
+        device = ctx.device
+        dtype = np.dtype(problem.dtypes[0])
+        out = device.empty(output_shape(problem), dtype)
+        outer, count, inner = blocks(problem)
+        outputs = outer * inner
+        if outputs == 0:
+            return out
+        kernel = device.kernel(REDUCE, "reduce", common.options(
+            REAL=common.CL_TYPES[dtype.name], FP64=int(dtype == np.float64),
+            MODE=MODES.index(problem.param("mode"))))
+        common.launch(device, kernel, outputs, [
+            np.int64(outputs), np.int64(count), np.int64(inner),
+            *common.buffer(inputs[0], "X"), *common.buffer(out, "output")])
+        return out
+
+
+def algorithms() -> list[Algorithm]:
+    return [OpenCLReduce()]
+
+
