@@ -115,7 +115,7 @@ def bench(name: str, batch: int, threads: int, rounds: int, budget: float,
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--models", default="resnet18,mobilenet_v2,squeezenet,resnet50,vgg16,"
-                        "vit_ti16,bert_base")
+                        "mobilenet_v3_large,convnext_tiny,fcn_resnet18,vit_ti16,bert_base")
     parser.add_argument("--batches", default="1,8")
     parser.add_argument("--rounds", type=int, default=9)
     parser.add_argument("--budget", type=float, default=None,

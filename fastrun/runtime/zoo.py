@@ -10,7 +10,8 @@ range through the whole network: outputs are finite and spread enough to compare
 runtime with a relative tolerance.  They are not trained: the "classes" mean nothing.
 
 Every model has one input ``"input"`` (float32, ``["N", 3, 224, 224]``, symbolic batch ``N``) and
-one output ``"output"`` (float32, ``["N", 1000]``).  The models that end in a global pool (all but
+one output ``"output"`` (float32, ``["N", 1000]``), except ``bert_base`` (embedded tokens in and
+out, ``["N", 128, 768]``) and the segmentation model ``fcn_resnet18`` (``["N", 21, 224, 224]``).  The models that end in a global pool (all but
 vgg16, whose classifier fixes 7x7 features) are also built for other square images:
 ``build("resnet18", image_size=160)``, or the spec ``zoo:resnet18@160``, with the same weights (the
 weights do not depend on the image size), for a deployment whose inputs vary in size.
@@ -227,6 +228,32 @@ class _Writer:
         a = self.constant(f"{name}.axes", np.array(axes, dtype=np.int64))
         return self.node("Unsqueeze", [x, a], name)
 
+    def hardsigmoid(self, name: str, x: str) -> str:
+        """torch's Hardsigmoid: relu6(x + 3) / 6, HardSigmoid with alpha 1/6."""
+        return self.node("HardSigmoid", [x], name, alpha=1.0 / 6.0, beta=0.5)
+
+    def hardswish(self, name: str, x: str) -> str:
+        """HardSwish from opset 14 on; before it torch exported x * HardSigmoid(x)."""
+        if self.opset >= 14:
+            return self.node("HardSwish", [x], name)
+        return self.node("Mul", [x, self.hardsigmoid(f"{name}.gate", x)], name)
+
+    def squeeze_excitation(self, name: str, x: str, channels: int, squeezed: int) -> str:
+        """torchvision's SqueezeExcitation with MobileNetV3's gate: the global mean, a 1x1
+        conv down with Relu, a 1x1 conv up with Hardsigmoid, the input scaled by it."""
+        s = self.node("GlobalAveragePool", [x], f"{name}.avgpool")
+        s = self.relu(f"{name}.relu", self.conv(f"{name}.fc1", s, channels, squeezed, 1,
+                                                bias=True))
+        s = self.conv(f"{name}.fc2", s, squeezed, channels, 1, bias=True, gain=1.0)
+        return self.node("Mul", [x, self.hardsigmoid(f"{name}.hardsigmoid", s)], f"{name}.scale")
+
+    def channel_layer_norm(self, name: str, x: str, channels: int, epsilon: float) -> str:
+        """torchvision's LayerNorm2d: an NCHW tensor permuted to NHWC, normalised over the
+        channels, permuted back."""
+        nhwc = self.node("Transpose", [x], f"{name}.to_nhwc", perm=[0, 2, 3, 1])
+        normed = self.layer_norm(name, nhwc, channels, epsilon)
+        return self.node("Transpose", [normed], f"{name}.to_nchw", perm=[0, 3, 1, 2])
+
     # -- transformer layers -------------------------------------------------------------------
     def linear(self, name: str, x: str, fan_in: int, fan_out: int) -> str:
         """nn.Linear on a (N, S, fan_in) tensor as torch exports it: MatMul by W^T (in, out),
@@ -424,6 +451,124 @@ def _mobilenet_v2(w: _Writer) -> str:
     return w.gemm("classifier.1", x, 1280, NUM_CLASSES, output=OUTPUT_NAME)
 
 
+def _make_divisible(value: float, divisor: int = 8) -> int:
+    """torchvision's channel rounding: to a multiple of ``divisor``, never below 90%."""
+    rounded = max(divisor, int(value + divisor / 2) // divisor * divisor)
+    return rounded + divisor if rounded < 0.9 * value else rounded
+
+
+def _mobilenet_v3_large(w: _Writer) -> str:
+    """torchvision's mobilenet_v3_large: Hardswish, squeeze-excitation with a Hardsigmoid
+    gate, 3x3 and 5x5 depthwise convs, a Linear + Hardswish + Linear classifier."""
+    def conv_bn(p: str, x: str, cin: int, cout: int, kernel: int, stride: int = 1,
+                group: int = 1, activation: str | None = None, bn_scale: float = 1.0) -> str:
+        x = w.conv(f"{p}0", x, cin, cout, kernel, stride=stride, pad=(kernel - 1) // 2,
+                   group=group, gain=2.0 if activation else 1.0)
+        x = w.batchnorm(f"{p}1", x, cout, scale=bn_scale)
+        if activation == "RE":
+            return w.relu(f"{p}2", x)
+        return w.hardswish(f"{p}2", x) if activation == "HS" else x
+
+    x = conv_bn("features.0.", INPUT_NAME, 3, 16, 3, stride=2, activation="HS")
+    # (input, kernel, expanded, output, squeeze-excitation, activation, stride): torchvision's
+    # table for the large model
+    table = ((16, 3, 16, 16, False, "RE", 1), (16, 3, 64, 24, False, "RE", 2),
+             (24, 3, 72, 24, False, "RE", 1), (24, 5, 72, 40, True, "RE", 2),
+             (40, 5, 120, 40, True, "RE", 1), (40, 5, 120, 40, True, "RE", 1),
+             (40, 3, 240, 80, False, "HS", 2), (80, 3, 200, 80, False, "HS", 1),
+             (80, 3, 184, 80, False, "HS", 1), (80, 3, 184, 80, False, "HS", 1),
+             (80, 3, 480, 112, True, "HS", 1), (112, 3, 672, 112, True, "HS", 1),
+             (112, 5, 672, 160, True, "HS", 2), (160, 5, 960, 160, True, "HS", 1),
+             (160, 5, 960, 160, True, "HS", 1))
+    for index, (cin, kernel, expanded, cout, se, act, stride) in enumerate(table, 1):
+        p = f"features.{index}.block."
+        y, part = x, 0
+        if expanded != cin:
+            y = conv_bn(f"{p}{part}.", y, cin, expanded, 1, activation=act)
+            part += 1
+        y = conv_bn(f"{p}{part}.", y, expanded, expanded, kernel, stride=stride, group=expanded,
+                    activation=act)
+        part += 1
+        if se:
+            y = w.squeeze_excitation(f"{p}{part}", y, expanded, _make_divisible(expanded // 4))
+            part += 1
+        residual = stride == 1 and cin == cout
+        y = conv_bn(f"{p}{part}.", y, expanded, cout, 1,
+                    bn_scale=_RESIDUAL_BN_SCALE if residual else 1.0)
+        x = w.node("Add", [x, y], f"features.{index}.add") if residual else y
+    x = conv_bn("features.16.", x, 160, 960, 1, activation="HS")
+    x = w.node("Flatten", [w.node("GlobalAveragePool", [x], "avgpool")], "flatten", axis=1)
+    x = w.hardswish("classifier.1", w.gemm("classifier.0", x, 960, 1280, relu_follows=True))
+    x = w.dropout("classifier.2", x, 0.2)
+    return w.gemm("classifier.3", x, 1280, NUM_CLASSES, output=OUTPUT_NAME)
+
+
+def _convnext_tiny(w: _Writer) -> str:
+    """torchvision's convnext_tiny: a 4x4 patchify stem, stages of (3, 3, 9, 3) blocks of 96
+    to 768 channels (7x7 depthwise conv, LayerNorm over the channels in NHWC, Linear 4x
+    up, exact GELU, Linear down, a per-channel layer scale, the residual), LayerNorm2d + 2x2
+    convs between stages, and a LayerNorm2d + Linear head after the global pool."""
+    dims, depths = (96, 192, 384, 768), (3, 3, 9, 3)
+    x = w.conv("features.0.0", INPUT_NAME, 3, dims[0], 4, stride=4, bias=True, gain=1.0)
+    x = w.channel_layer_norm("features.0.1", x, dims[0], 1e-6)
+    for stage, (dim, depth) in enumerate(zip(dims, depths, strict=True)):
+        index = 2 * stage + 1
+        for b in range(depth):
+            p = f"features.{index}.{b}.block"
+            y = w.conv(f"{p}.0", x, dim, dim, 7, pad=3, group=dim, bias=True, gain=1.0)
+            y = w.node("Transpose", [y], f"{p}.1", perm=[0, 2, 3, 1])
+            y = w.layer_norm(f"{p}.2", y, dim, 1e-6)
+            y = w.linear(f"{p}.5", w.gelu(f"{p}.4", w.linear(f"{p}.3", y, dim, 4 * dim)),
+                         4 * dim, dim)
+            y = w.node("Transpose", [y], f"{p}.6", perm=[0, 3, 1, 2])
+            # torchvision starts the layer scale at 1e-6; 0.1 keeps each block's share visible
+            scale = w.initializer(f"features.{index}.{b}.layer_scale",
+                                  w.uniform((dim, 1, 1), 0.05, 0.15))
+            y = w.node("Mul", [scale, y], f"features.{index}.{b}.scaled")
+            x = w.node("Add", [y, x], f"features.{index}.{b}.add")
+        if stage < 3:
+            p = f"features.{index + 1}"
+            x = w.channel_layer_norm(f"{p}.0", x, dim, 1e-6)
+            x = w.conv(f"{p}.1", x, dim, dims[stage + 1], 2, stride=2, bias=True, gain=1.0)
+    x = w.node("GlobalAveragePool", [x], "avgpool")
+    x = w.channel_layer_norm("classifier.0", x, dims[-1], 1e-6)
+    x = w.node("Flatten", [x], "classifier.1", axis=1)
+    return w.gemm("classifier.2", x, dims[-1], NUM_CLASSES, output=OUTPUT_NAME)
+
+
+#: The classes of the segmentation models (Pascal VOC's 20 and the background).
+SEGMENTATION_CLASSES = 21
+
+
+def _fcn_resnet18(w: _Writer) -> str:
+    """torchvision's FCN head (3x3 conv to 128 channels, BN, Relu, Dropout, 1x1 conv to the
+    classes) on a ResNet-18 backbone (its stride-32 features), then the logits upsampled
+    bilinearly to the image, as F.interpolate(align_corners=False) exports: Resize in linear
+    mode, pytorch_half_pixel, its sizes the input's batch and channels and the image's size."""
+    x = w.conv("backbone.conv1", INPUT_NAME, 3, 64, 7, stride=2, pad=3)
+    x = w.relu("backbone.relu", w.batchnorm("backbone.bn1", x, 64))
+    x = w.maxpool("backbone.maxpool", x, 3, 2, 1)
+    channels = 64
+    for i, planes in enumerate((64, 128, 256, 512), 1):
+        for b in range(2):
+            stride = 2 if i > 1 and b == 0 else 1
+            x, channels = _basic_block(w, f"backbone.layer{i}.{b}.", x, channels, planes,
+                                       stride)
+    x = w.relu("classifier.2", w.batchnorm("classifier.1", w.conv(
+        "classifier.0", x, 512, 128, 3, pad=1), 128))
+    x = w.dropout("classifier.3", x, 0.1)
+    x = w.conv("classifier.4", x, 128, SEGMENTATION_CLASSES, 1, bias=True, gain=1.0)
+    leading = w.node("Slice", [w.node("Shape", [x], "upsample.shape"),
+                               w.constant("upsample.start", np.array([0], np.int64)),
+                               w.constant("upsample.end", np.array([2], np.int64))],
+                     "upsample.leading")
+    sizes = w.node("Concat", [leading, w.constant(
+        "upsample.image", np.array([w.image_size, w.image_size], np.int64))],
+        "upsample.sizes", axis=0)
+    return w.node("Resize", [x, "", "", sizes], "upsample", output=OUTPUT_NAME, mode="linear",
+                  coordinate_transformation_mode="pytorch_half_pixel")
+
+
 def _vgg16(w: _Writer) -> str:
     # torchvision's configuration "D"; its AdaptiveAvgPool2d((7, 7)) is the identity at 224x224
     # and is left out, as the exporter leaves it out when it can prove so.
@@ -571,6 +716,18 @@ _MODELS: dict[str, _Model] = {
     "squeezenet": _Model(_squeezenet, "torchvision SqueezeNet 1.1 (Fire modules with Concat, "
                                       "ceil-mode MaxPool, Dropout), 1.2M parameters, "
                                       "1000 Softmax probabilities"),
+    "mobilenet_v3_large": _Model(_mobilenet_v3_large, "torchvision MobileNetV3-Large "
+                                 "(Hardswish, squeeze-excitation with Hardsigmoid, 5x5 "
+                                 "depthwise), 5.5M parameters, 1000 logits",
+                                 default_opset=17),
+    "convnext_tiny": _Model(_convnext_tiny, "torchvision ConvNeXt-T (7x7 depthwise, "
+                                            "LayerNorm over channels, GELU MLP, layer scale), "
+                                            "28.6M parameters, 1000 logits", default_opset=17),
+    "fcn_resnet18": _Model(_fcn_resnet18, "torchvision's FCN head on a ResNet-18 backbone, "
+                                          "bilinear Resize to the image, 11.8M parameters, "
+                                          "21 class planes", default_opset=17,
+                           output_dims=(SEGMENTATION_CLASSES, IMAGE_SIZE, IMAGE_SIZE),
+                           fixed_size=True),
     "vit_ti16": _Model(_vit_ti16, "ViT-Ti/16 (12 pre-norm layers, hidden 192, 3 heads, exact "
                                   "GELU, class token), 5.7M parameters, 1000 logits",
                        fixed_size=True, default_opset=17),

@@ -692,7 +692,8 @@ def zoo_models():
 
 
 @pytest.mark.parametrize("name", ["resnet18", "resnet50", "mobilenet_v2", "vgg16", "squeezenet",
-                                  "vit_ti16", "bert_base"])
+                                  "vit_ti16", "bert_base", "mobilenet_v3_large",
+                                  "convnext_tiny", "fcn_resnet18"])
 def test_zoo_models_match_onnxruntime(zoo_models, name):
     model = load(zoo_models[name], heuristic_session())
     assert_matches_onnxruntime(zoo_models[name], model, model.random_inputs(seed=3), rtol=1e-4)

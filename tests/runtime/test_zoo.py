@@ -7,6 +7,8 @@ exactly once at batch 1.
 
 from __future__ import annotations
 
+import collections
+
 import numpy as np
 import onnx
 import onnxruntime as ort
@@ -15,15 +17,21 @@ import pytest
 import fastrun
 from fastrun.runtime import zoo
 
-ALL = ["bert_base", "mobilenet_v2", "resnet18", "resnet50", "squeezenet", "vgg16", "vit_b16",
-       "vit_ti16"]
-SMALL = [n for n in ALL if n not in ("vgg16", "bert_base", "vit_b16")]
+ALL = ["bert_base", "convnext_tiny", "fcn_resnet18", "mobilenet_v2", "mobilenet_v3_large",
+       "resnet18", "resnet50", "squeezenet", "vgg16", "vit_b16", "vit_ti16"]
+SMALL = [n for n in ALL if n not in ("vgg16", "bert_base", "vit_b16", "convnext_tiny")]
 TRANSFORMERS = ("bert_base", "vit_b16", "vit_ti16")
+#: the models written at opset 17 unless told otherwise (LayerNormalization, HardSwish)
+OPSET_17 = (*TRANSFORMERS, "convnext_tiny", "fcn_resnet18", "mobilenet_v3_large")
 
 # trainable parameter counts of the models they follow (BN running statistics excluded):
-# torchvision's (vit_b_16 too), timm's vit_tiny_patch16_224, and BERT-base's encoder layers
+# torchvision's (vit_b_16 too), timm's vit_tiny_patch16_224, BERT-base's encoder layers, and
+# for fcn_resnet18 torchvision's resnet18 without its fc plus torchvision's FCNHead (21 classes)
 TORCHVISION_PARAMS = {
     "bert_base": 85_054_464,
+    "convnext_tiny": 28_589_128,
+    "fcn_resnet18": 11_769_301,
+    "mobilenet_v3_large": 5_483_032,
     "mobilenet_v2": 3_504_872,
     "resnet18": 11_689_512,
     "resnet50": 25_557_032,
@@ -155,7 +163,7 @@ def test_model_is_valid_onnx(models, name):
     model = models(name)
     onnx.checker.check_model(model, full_check=True)
     assert model.producer_name == "fastrun.zoo"
-    opset = 17 if name in TRANSFORMERS else zoo.DEFAULT_OPSET
+    opset = 17 if name in OPSET_17 else zoo.DEFAULT_OPSET
     assert model.ir_version == 8
     assert [(o.domain, o.version) for o in model.opset_import] == [("", opset)]
 
@@ -165,6 +173,8 @@ def test_model_is_valid_onnx(models, name):
     out_dims = [d.dim_param or d.dim_value for d in out.type.tensor_type.shape.dim]
     if name == "bert_base":
         assert dims == out_dims == ["N", 128, 768]
+    elif name == "fcn_resnet18":
+        assert dims == ["N", 3, 224, 224] and out_dims == ["N", 21, 224, 224]
     else:
         assert dims == ["N", 3, 224, 224] and out_dims == ["N", 1000]
 
@@ -241,6 +251,29 @@ def test_mobilenet_v2_patterns(models):
     assert len(dropout.input) == 2 and float(inits[dropout.input[1]]) == pytest.approx(0.2)
 
 
+def test_mobilenet_v3_convnext_and_fcn_patterns(models):
+    """What the three bring that the older models do not: Hardswish and squeeze-excitation
+    gates, LayerNorm over the channels between transposes with a GELU MLP and a layer
+    scale, and a bilinear Resize whose sizes come from the tensor's shape."""
+    kinds = {name: collections.Counter(n.op_type for n in models(name).graph.node)
+             for name in ("mobilenet_v3_large", "convnext_tiny", "fcn_resnet18")}
+    v3 = kinds["mobilenet_v3_large"]
+    assert v3["HardSwish"] == 21 and v3["HardSigmoid"] == 8 and v3["GlobalAveragePool"] == 9
+    convnext = kinds["convnext_tiny"]
+    assert convnext["LayerNormalization"] == 18 + 3 + 2 and convnext["Erf"] == 18
+    assert convnext["Transpose"] == 2 * (18 + 3 + 2)
+    resize = next(n for n in models("fcn_resnet18").graph.node if n.op_type == "Resize")
+    attrs = {a.name: a for a in resize.attribute}
+    assert attrs["mode"].s == b"linear"
+    assert attrs["coordinate_transformation_mode"].s == b"pytorch_half_pixel"
+    older = zoo.build("mobilenet_v3_large", opset=13)
+    assert "HardSwish" not in {n.op_type for n in older.graph.node}
+    image = _image(1)
+    np.testing.assert_allclose(_session(older).run(None, {"input": image})[0],
+                               _session(models("mobilenet_v3_large")).run(
+                                   None, {"input": image})[0], rtol=1e-4, atol=1e-5)
+
+
 def test_vgg16_and_squeezenet_patterns(models):
     vgg = [n.op_type for n in models("vgg16").graph.node]
     assert vgg.count("Dropout") == 2 and vgg.count("Gemm") == 3 and vgg.count("Conv") == 13
@@ -267,7 +300,8 @@ def test_runs_under_onnxruntime(models, name):
         return
     outputs = _session(models(name), extra).run(None, {"input": _image(1)})
     out = outputs[0]
-    assert out.shape == (1, 1000) and out.dtype == np.float32
+    assert out.shape == ((1, 21, 224, 224) if name == "fcn_resnet18" else (1, 1000))
+    assert out.dtype == np.float32
     assert np.isfinite(out).all()
     logits = outputs[-1]
     assert np.isfinite(logits).all()
