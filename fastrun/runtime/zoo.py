@@ -9,9 +9,10 @@ but deterministic (``numpy.random.default_rng(seed)``) and scaled so that activa
 range through the whole network: outputs are finite and spread enough to compare against another
 runtime with a relative tolerance.  They are not trained: the "classes" mean nothing.
 
-Every model has one input ``"input"`` (float32, ``["N", 3, 224, 224]``, symbolic batch ``N``) and
-one output ``"output"`` (float32, ``["N", 1000]``), except ``bert_base`` (embedded tokens in and
-out, ``["N", 128, 768]``) and the segmentation model ``fcn_resnet18`` (``["N", 21, 224, 224]``).  The models that end in a global pool (all but
+Every model has one input ``"input"`` (float32, ``["N", 3, 224, 224]``, symbolic batch ``N``)
+and one output ``"output"`` (float32, ``["N", 1000]``), except ``bert_base`` (embedded tokens
+in and out, ``["N", 128, 768]``) and the segmentation model ``fcn_resnet18`` (``["N", 21,
+224, 224]``).  The models that end in a global pool (all but
 vgg16, whose classifier fixes 7x7 features) are also built for other square images:
 ``build("resnet18", image_size=160)``, or the spec ``zoo:resnet18@160``, with the same weights (the
 weights do not depend on the image size), for a deployment whose inputs vary in size.
