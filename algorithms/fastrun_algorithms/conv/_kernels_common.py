@@ -63,7 +63,7 @@ import numba
 import numpy as np
 from numba import types
 
-from fastrun_algorithms._common import CACHE, FASTMATH, U, floor_div, round_up
+from fastrun_algorithms._common import CACHE, FASTMATH, U, floor_div, round_up, stack_buffer
 from fastrun_algorithms.conv.epilogue import (
     epilogue_args,
     epilogue_residual,
@@ -417,11 +417,18 @@ def store_rows(out, n, k, oh0, rows, acc, t, g, wq, bias_k, code, low, high, z, 
                                                           low_v, high_v)
 
 
+#: Outputs of a row that :func:`store_taps3x3` sums before it stores them (a stack buffer).
+ROW_CHUNK = 128
+
+
 @numba.njit(cache=CACHE, fastmath=FASTMATH, inline="always")
 def store_taps3x3(out, n, k, oh0, rows, w, i, xs, d, wq, bias_k, code, low, high):
     """For a 3x3 kernel in one pass: ``out[n, k, oh0 + r, o] = epilogue(sum of the nine taps)``
-    straight from the staged block, without an accumulator buffer (taps (i..i+2, 0..2) in
-    row-major order, tap (i+a, b) reading at offset ``d[3*a + b]``)."""
+    from the staged block (taps (i..i+2, 0..2) in row-major order, tap (i+a, b) reading at
+    offset ``d[3*a + b]``).  Each row is summed in chunks of :data:`ROW_CHUNK` into a stack
+    buffer, then stored through the epilogue: with the epilogue (whose sigmoid and silu call
+    exp) in the summing loop, LLVM left the nine taps scalar, and MobileNetV2's depthwise
+    layers ran 2-4x behind onnxruntime's on the 2-core VM."""
     w00, w01, w02 = w[k, 0, i, 0], w[k, 0, i, 1], w[k, 0, i, 2]
     w10, w11, w12 = w[k, 0, i + 1, 0], w[k, 0, i + 1, 1], w[k, 0, i + 1, 2]
     w20, w21, w22 = w[k, 0, i + 2, 0], w[k, 0, i + 2, 1], w[k, 0, i + 2, 2]
@@ -429,13 +436,20 @@ def store_taps3x3(out, n, k, oh0, rows, w, i, xs, d, wq, bias_k, code, low, high
     low_v = out.dtype.type(low)
     high_v = out.dtype.type(high)
     out_w = out.shape[3]
+    sums = numba.carray(stack_buffer(ROW_CHUNK, out.dtype), ROW_CHUNK)
     for r in range(rows):
-        for o in range(out_w):
-            p = r * wq + o
-            s = (w00 * xs[U(p + d00)] + w01 * xs[U(p + d01)]) + w02 * xs[U(p + d02)]
-            s = ((s + w10 * xs[U(p + d10)]) + w11 * xs[U(p + d11)]) + w12 * xs[U(p + d12)]
-            s = ((s + w20 * xs[U(p + d20)]) + w21 * xs[U(p + d21)]) + w22 * xs[U(p + d22)]
-            out[n, k, oh0 + r, U(o)] = epilogue_value(s, bias_k, code, low_v, high_v)
+        for o0 in range(0, out_w, ROW_CHUNK):
+            count = min(ROW_CHUNK, out_w - o0)
+            p0 = r * wq + o0
+            for u in range(count):
+                p = p0 + u
+                s = (w00 * xs[U(p + d00)] + w01 * xs[U(p + d01)]) + w02 * xs[U(p + d02)]
+                s = ((s + w10 * xs[U(p + d10)]) + w11 * xs[U(p + d11)]) + w12 * xs[U(p + d12)]
+                sums[U(u)] = ((s + w20 * xs[U(p + d20)]) + w21 * xs[U(p + d21)]) \
+                    + w22 * xs[U(p + d22)]
+            for u in range(count):
+                out[n, k, oh0 + r, U(o0 + u)] = epilogue_value(sums[U(u)], bias_k, code, low_v,
+                                                               high_v)
 
 
 @numba.njit(cache=CACHE, fastmath=FASTMATH, inline="always")
