@@ -818,6 +818,26 @@ def _gather(b: Builder, node: Node, ins: list[Value | None]) -> list[Value | Non
     return [b.op("gather", ins[:2], axis=int(node.attr("axis", 0)))]
 
 
+@lowers("GatherElements")
+def _gather_elements(b: Builder, node: Node, ins: list[Value | None]) -> list[Value | None]:
+    return [b.op("gather_elements", ins[:2], axis=int(node.attr("axis", 0)))]
+
+
+@lowers("TopK")
+def _topk(b: Builder, node: Node, ins: list[Value | None]) -> list[Value | None]:
+    """TopK as the ``topk`` operator's indices and a ``gather_elements`` of X by them (the
+    values): two single-output steps.  K must be constant (the outputs' shapes depend on it);
+    before opset 10 it is an attribute."""
+    x = ins[0]
+    if b.opset < 10:
+        k = int(node.attr("k"))
+    else:
+        k = int(np.asarray(b.constant_input(ins[1], "K")).reshape(-1)[0])
+    axis = _axis(int(node.attr("axis", -1)), len(x.shape), b)
+    indices = b.op("topk", [x], k=k, axis=axis, largest=bool(node.attr("largest", 1)))
+    return [b.op("gather_elements", [x, indices], axis=axis), indices]
+
+
 @lowers("Slice")
 def _slice(b: Builder, node: Node, ins: list[Value | None]) -> list[Value | None]:
     if b.opset < 10:

@@ -167,3 +167,53 @@ def test_arg_reduce_picks_the_first_or_last_tie_and_a_nan():
 def test_arg_reduce_bad_problems_say_what_is_wrong(params, shape, message):
     with pytest.raises(ValueError, match=message):
         ARG.problem([shape], ["float32"], **params)
+
+
+# -- topk (TopK's indices) --------------------------------------------------------------------
+TOPK = REGISTRY.operator("topk")
+TOPK_ALGORITHMS = REGISTRY.algorithms("topk")
+
+
+@st.composite
+def topk_problems(draw):
+    rank = draw(st.integers(1, 3))
+    shape = tuple(draw(st.lists(st.integers(1, 6), min_size=rank, max_size=rank)))
+    dtype = draw(st.sampled_from(["float32", "float64", "int32", "int64", "uint8"]))
+    rng = np.random.default_rng(draw(st.integers(0, 2**32 - 1)))
+    x = rng.integers(0 if dtype == "uint8" else -3, 3, size=shape).astype(dtype)  # many ties
+    if dtype.startswith("float") and draw(st.booleans()):
+        x.flat[rng.integers(0, x.size)] = draw(st.sampled_from([np.nan, np.inf, -np.inf]))
+    axis = draw(st.integers(-rank, rank - 1))
+    params = {"axis": axis, "k": draw(st.integers(0, shape[axis])),
+              "largest": draw(st.booleans())}
+    return TOPK.problem_for([x], **params), x
+
+
+@pytest.mark.parametrize("algorithm", TOPK_ALGORITHMS, ids=lambda a: a.desc.text)
+@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(drawn=topk_problems())
+def test_topk_matches_reference(algorithm, drawn):
+    """Ties by the lower index, NaN above every number, the infinities in place."""
+    problem, x = drawn
+    TOPK.validate(problem)
+    out = algorithm.run(problem, [x], None)
+    assert out.dtype == np.int64 and out.shape == TOPK.output_shape(problem)
+    np.testing.assert_array_equal(out, TOPK.reference(problem, [x]))
+
+
+def test_topk_of_extreme_integers_does_not_wrap():
+    x = np.array([np.iinfo(np.int64).min, 0, np.iinfo(np.int64).max, 0], np.int64)
+    for algorithm in TOPK_ALGORITHMS:
+        largest = algorithm.run(TOPK.problem_for([x], k=4, axis=0), [x], None)
+        np.testing.assert_array_equal(largest, [2, 1, 3, 0])
+
+
+@pytest.mark.parametrize("params, shape, message", [
+    ({"k": 4, "axis": 1}, (2, 3), "k must be an integer in 0..3"),
+    ({"k": 1, "axis": 2}, (2, 3), "out of range"),
+    ({"axis": 1}, (2, 3), "k must be an integer"),
+    ({"k": 1, "sorted": 1}, (2, 3), r"no parameter\(s\) sorted"),
+])
+def test_topk_bad_problems_say_what_is_wrong(params, shape, message):
+    with pytest.raises(ValueError, match=message):
+        TOPK.problem([shape], ["float32"], **params)

@@ -395,8 +395,8 @@ def test_pad_crops_before_it_reflects() -> None:
 # -- registration and the framework ------------------------------------------------------------
 
 def test_registered_operators_and_algorithms() -> None:
-    assert REGISTRY.operators() == sorted([*OP_NAMES, "where", "expand"])
-    for op in [*OP_NAMES, "where", "expand"]:
+    assert REGISTRY.operators() == sorted([*OP_NAMES, "where", "expand", "gather_elements"])
+    for op in [*OP_NAMES, "where", "expand", "gather_elements"]:
         expected = ["numpy", "parallel"] if op in ("concat", "transpose") else ["numpy"]
         assert [a.desc.text for a in REGISTRY.algorithms(op)] == expected
         for algorithm in REGISTRY.algorithms(op):
@@ -555,3 +555,31 @@ def test_expand_refuses_shapes_that_do_not_broadcast() -> None:
     with pytest.raises(ValueError, match="negative size"):
         REGISTRY.operator("expand").problem([(3,)], ["float32"], shape=(-1,))
 
+
+
+def test_gather_elements_matches_its_reference_on_every_axis():
+    """Negative indices count from the end; indices may be shorter than data on any axis."""
+    operator = REGISTRY.operator("gather_elements")
+    (algorithm,) = REGISTRY.algorithms("gather_elements")
+    rng = np.random.default_rng(9)
+    for axis in range(3):
+        for dtype in ("float32", "int64", "bool"):
+            shapes = [(3, 4, 5), (2, 3, 4)]
+            problem = operator.problem(shapes, [dtype, "int32"], axis=axis)
+            inputs = operator.random_inputs(problem, rng)
+            out = algorithm.run(problem, inputs, None)
+            np.testing.assert_array_equal(out, operator.reference(problem, inputs))
+            assert out.shape == (2, 3, 4) and out.dtype == np.dtype(dtype)
+
+
+def test_gather_elements_names_what_is_wrong():
+    operator = REGISTRY.operator("gather_elements")
+    (algorithm,) = REGISTRY.algorithms("gather_elements")
+    with pytest.raises(ValueError, match="indices of the same rank"):
+        operator.problem([(3, 4), (3,)], ["float32", "int64"])
+    with pytest.raises(ValueError, match="exceed data"):
+        operator.problem([(3, 4), (2, 5)], ["float32", "int64"], axis=0)
+    data, indices = np.zeros((2, 3), np.float32), np.array([[0, 5, 1]], np.int64)
+    problem = operator.problem_for([data, indices], axis=1)
+    with pytest.raises(IndexError, match="index 5 is out of range for axis 1 of size 3"):
+        algorithm.run(problem, [data, indices], None)

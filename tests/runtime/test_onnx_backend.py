@@ -61,7 +61,7 @@ NODE_CASE_MODULES = {
     "ReduceMin": "reducemin", "ReduceProd": "reduceprod", "ReduceL1": "reducel1",
     "ReduceL2": "reducel2", "ReduceSumSquare": "reducesumsquare",
     "Resize": "resize", "Upsample": "upsample", "InstanceNormalization": "instance_normalization",
-    "ArgMax": "argmax", "ArgMin": "argmin",
+    "ArgMax": "argmax", "ArgMin": "argmin", "TopK": "topk", "GatherElements": "gatherelements",
     "Shape": "shape", "Sigmoid": "sigmoid", "Size": "size", "Slice": "slice",
     "Softmax": "softmax", "Split": "split", "Squeeze": "squeeze", "Sub": "sub", "Sum": "sum",
     "Tanh": "tanh", "Tile": "tile", "Transpose": "transpose", "Unsqueeze": "unsqueeze",

@@ -3,7 +3,8 @@ algorithms: ``numpy`` for any axes and dtype, ``parallel`` (numba) for adjacent 
 of float inputs, first in the rule of thumb from
 :data:`~fastrun_algorithms.reduce.operator.PARALLEL_MIN_BYTES` of input; Fast Run measures
 which wins; ``cl_reduce`` on an OpenCL device (:mod:`.opencl`).  And ``arg_reduce`` (ArgMax,
-ArgMin; :mod:`.arg`), with its numpy algorithm."""
+ArgMin; :mod:`.arg`) and ``topk`` (TopK's indices; :mod:`.topk`), each with its numpy
+algorithm."""
 
 from __future__ import annotations
 
@@ -13,9 +14,10 @@ from fastrun.registry import Registry
 from fastrun_algorithms.reduce.algorithms import NumpyReduce, ParallelReduce
 from fastrun_algorithms.reduce.arg import ArgReduceOperator, NumpyArgReduce
 from fastrun_algorithms.reduce.operator import MODES, ReduceOperator, blocks
+from fastrun_algorithms.reduce.topk import NumpyTopK, TopKOperator
 
-__all__ = ["MODES", "ArgReduceOperator", "NumpyArgReduce", "NumpyReduce", "ParallelReduce",
-           "ReduceOperator", "blocks", "register"]
+__all__ = ["MODES", "ArgReduceOperator", "NumpyArgReduce", "NumpyReduce", "NumpyTopK",
+           "ParallelReduce", "ReduceOperator", "TopKOperator", "blocks", "register"]
 
 
 def register(registry: Registry) -> None:
@@ -31,3 +33,5 @@ def register(registry: Registry) -> None:
             registry.register_algorithm(algorithm)
     registry.register_operator(ArgReduceOperator())
     registry.register_algorithm(NumpyArgReduce())
+    registry.register_operator(TopKOperator())
+    registry.register_algorithm(NumpyTopK())

@@ -26,7 +26,20 @@ ARG_DTYPES = ("float32", "float64", "int32", "int64", "uint8", "int8")
 KNOWN = ("mode", "axis", "keepdims", "select_last_index")
 
 
-class ArgReduceOperator(CanonicalOperator):
+class IndexOutput:
+    """Mixin of the operators whose output is int64 indices: exact, 8 bytes each."""
+
+    def output_dtype(self, problem: Problem) -> np.dtype:
+        return np.dtype(np.int64)
+
+    def output_bytes(self, problem: Problem) -> int:
+        return math.prod(self.output_shape(problem)) * 8
+
+    def tolerance(self, problem: Problem) -> float:
+        return 0.0  # indices: exact
+
+
+class ArgReduceOperator(IndexOutput, CanonicalOperator):
     """int64 index of the extreme of X along ``axis`` (see the module docstring)."""
 
     name = "arg_reduce"
@@ -62,12 +75,6 @@ class ArgReduceOperator(CanonicalOperator):
             del shape[axis]
         return tuple(shape)
 
-    def output_dtype(self, problem: Problem) -> np.dtype:
-        return np.dtype(np.int64)
-
-    def output_bytes(self, problem: Problem) -> int:
-        return math.prod(self.output_shape(problem)) * 8
-
     def reference(self, problem: Problem, inputs: Sequence[np.ndarray]) -> np.ndarray:
         """Where each run equals its extreme (a NaN is the extreme of a run that holds one),
         the first or last such place."""
@@ -82,9 +89,6 @@ class ArgReduceOperator(CanonicalOperator):
         else:
             index = np.argmax(hits, axis=-1)
         return index.astype(np.int64).reshape(self.output_shape(problem))
-
-    def tolerance(self, problem: Problem) -> float:
-        return 0.0  # indices: exact
 
 
 def arg_extreme(problem: Problem, x: np.ndarray) -> np.ndarray:

@@ -1,5 +1,6 @@
 """Tensor (data movement) operators with ONNX semantics: ``transpose``, ``concat``,
-``slice``, ``pad``, ``gather``, ``where`` and ``expand``, and their CPU algorithms.
+``slice``, ``pad``, ``gather``, ``gather_elements``, ``where`` and ``expand``, and their CPU
+algorithms.
 
 ``register(registry)`` adds every operator with its ``numpy`` algorithm, and the OpenCL ones
 (``tensor/opencl``) where pyopencl is installed.  Outputs are new
@@ -15,6 +16,7 @@ from fastrun_algorithms.tensor.numpy_impl import (
     NumpyConcat,
     NumpyExpand,
     NumpyGather,
+    NumpyGatherElements,
     NumpyPad,
     NumpySlice,
     NumpyTranspose,
@@ -26,6 +28,7 @@ from fastrun_algorithms.tensor.operator import (
     SUPPORTED_DTYPES,
     ConcatOperator,
     ExpandOperator,
+    GatherElementsOperator,
     GatherOperator,
     PadOperator,
     SliceOperator,
@@ -41,10 +44,12 @@ __all__ = [
     "SUPPORTED_DTYPES",
     "ConcatOperator",
     "ExpandOperator",
+    "GatherElementsOperator",
     "GatherOperator",
     "NumpyConcat",
     "NumpyExpand",
     "NumpyGather",
+    "NumpyGatherElements",
     "NumpyPad",
     "NumpySlice",
     "NumpyTranspose",
@@ -67,6 +72,7 @@ def register(registry: Registry) -> None:
                                 (SliceOperator(), NumpySlice()),
                                 (PadOperator(), NumpyPad()),
                                 (GatherOperator(), NumpyGather()),
+                                (GatherElementsOperator(), NumpyGatherElements()),
                                 (WhereOperator(), NumpyWhere()),
                                 (ExpandOperator(), NumpyExpand())):
         registry.register_operator(operator)

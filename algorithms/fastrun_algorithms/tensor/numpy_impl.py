@@ -17,7 +17,7 @@ from fastrun.algorithm import Algorithm, RunContext
 from fastrun.attribute import AlgoAttribute
 from fastrun.operator import Problem
 from fastrun_algorithms._common import NumpyRanked
-from fastrun_algorithms.tensor.operator import check_indices
+from fastrun_algorithms.tensor.operator import check_indices, positive_indices
 
 
 class _Numpy(NumpyRanked, Algorithm):
@@ -121,6 +121,25 @@ class NumpyGather(_Numpy):
             check_indices(indices, data.shape, axis)
             raise
         return out if type(out) is np.ndarray else np.asarray(out)
+
+
+class NumpyGatherElements(_Numpy):
+    """``np.take_along_axis`` over the corner of data the indices cover, negative indices made
+    positive; an index out of range is an IndexError that names the axis and the allowed
+    range."""
+
+    operator = "gather_elements"
+
+    def run(self, problem: Problem, inputs: Sequence[Any], ctx: RunContext,
+            prepared: Any = None) -> np.ndarray:
+        data, indices = np.asarray(inputs[0]), np.asarray(inputs[1])
+        axis = problem.param("axis")
+        index = positive_indices(indices, data.shape, axis)
+        # indices may be shorter than data on the other axes: only that corner is read
+        corner = tuple(slice(None) if a == axis else slice(0, size)
+                       for a, size in enumerate(indices.shape))
+        return np.ascontiguousarray(np.take_along_axis(data[corner], index.astype(np.intp),
+                                                       axis=axis))
 
 
 class NumpyWhere(_Numpy):

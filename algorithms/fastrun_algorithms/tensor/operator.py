@@ -476,9 +476,7 @@ class GatherOperator(TensorOperator):
     def reference(self, problem, inputs):
         data, indices = (np.asarray(a) for a in inputs)
         axis = problem.param("axis")
-        check_indices(indices, data.shape, axis)
-        index = indices.astype(np.int64)
-        index = np.where(index < 0, index + data.shape[axis], index)
+        index = positive_indices(indices, data.shape, axis)
         return np.array(data[(slice(None),) * axis + (index,)], order="C")
 
     def random_inputs(self, problem, rng):
@@ -487,6 +485,48 @@ class GatherOperator(TensorOperator):
         n = problem.shapes[0][problem.param("axis")]
         indices = rng.integers(-n, max(n, 1), size=problem.shapes[1]).astype(problem.dtypes[1])
         return [data, indices]
+
+
+class GatherElementsOperator(GatherOperator):
+    """ONNX GatherElements: ``out[..., i, ...] = data[..., indices[..., i, ...], ...]`` along
+    ``axis``; indices (int32 or int64, negative values count from the end) have data's rank
+    and at most its size on every other axis, and the output their shape.  What TopK's values
+    are made of: X gathered by the indices of the ``topk`` operator."""
+
+    name = "gather_elements"
+
+    def canonical_params(self, shapes, dtypes, params):
+        if len(shapes) == 2 and (not shapes[0] or len(shapes[1]) != len(shapes[0])):
+            raise ValueError(f"{self.name} needs data of rank >= 1 and indices of the same "
+                             f"rank, got shapes {shapes[0]} and {shapes[1]}")
+        canonical = super().canonical_params(shapes, dtypes, params)  # inputs, dtypes, axis
+        data, indices, axis = shapes[0], shapes[1], canonical["axis"]
+        if any(i > d for a, (i, d) in enumerate(zip(indices, data, strict=True)) if a != axis):
+            raise ValueError(f"{self.name} indices {indices} exceed data {data} on an axis "
+                             f"other than {axis}")
+        return canonical
+
+    def output_shape(self, problem):
+        return tuple(problem.shapes[1])
+
+    def reference(self, problem, inputs):
+        data, indices = (np.asarray(a) for a in inputs)
+        axis = problem.param("axis")
+        index = positive_indices(indices, data.shape, axis)
+        out = np.empty(index.shape, data.dtype)
+        for position in np.ndindex(*index.shape):
+            source = list(position)
+            source[axis] = index[position]
+            out[position] = data[tuple(source)]
+        return out
+
+
+def positive_indices(indices: np.ndarray, shape: Shape, axis: int) -> np.ndarray:
+    """``indices`` as int64 in [0, n) along ``axis`` (negative ones count from the end), after
+    :func:`check_indices`."""
+    check_indices(indices, shape, axis)
+    index = indices.astype(np.int64)
+    return np.where(index < 0, index + shape[axis], index)
 
 
 def check_indices(indices: np.ndarray, shape: Shape, axis: int) -> None:
