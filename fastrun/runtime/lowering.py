@@ -823,6 +823,14 @@ def _gather_elements(b: Builder, node: Node, ins: list[Value | None]) -> list[Va
     return [b.op("gather_elements", ins[:2], axis=int(node.attr("axis", 0)))]
 
 
+@lowers("ScatterND")
+def _scatter_nd(b: Builder, node: Node, ins: list[Value | None]) -> list[Value | None]:
+    reduction = node.attr("reduction", "none")
+    if isinstance(reduction, bytes):
+        reduction = reduction.decode()
+    return [b.op("scatter_nd", ins[:3], reduction=reduction)]
+
+
 @lowers("TopK")
 def _topk(b: Builder, node: Node, ins: list[Value | None]) -> list[Value | None]:
     """TopK as the ``topk`` operator's indices and a ``gather_elements`` of X by them (the

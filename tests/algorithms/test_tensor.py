@@ -395,8 +395,9 @@ def test_pad_crops_before_it_reflects() -> None:
 # -- registration and the framework ------------------------------------------------------------
 
 def test_registered_operators_and_algorithms() -> None:
-    assert REGISTRY.operators() == sorted([*OP_NAMES, "where", "expand", "gather_elements"])
-    for op in [*OP_NAMES, "where", "expand", "gather_elements"]:
+    others = ["where", "expand", "gather_elements", "scatter_nd"]
+    assert REGISTRY.operators() == sorted([*OP_NAMES, *others])
+    for op in [*OP_NAMES, *others]:
         expected = ["numpy", "parallel"] if op in ("concat", "transpose") else ["numpy"]
         assert [a.desc.text for a in REGISTRY.algorithms(op)] == expected
         for algorithm in REGISTRY.algorithms(op):
@@ -583,3 +584,38 @@ def test_gather_elements_names_what_is_wrong():
     problem = operator.problem_for([data, indices], axis=1)
     with pytest.raises(IndexError, match="index 5 is out of range for axis 1 of size 3"):
         algorithm.run(problem, [data, indices], None)
+
+
+@pytest.mark.parametrize("reduction", ["none", "add", "mul", "max", "min"])
+def test_scatter_nd_matches_its_reference(reduction):
+    """Rows addressing whole slices, single elements and everything between, negative ones
+    included (random_inputs draws them); repeated rows where they must repeat."""
+    operator = REGISTRY.operator("scatter_nd")
+    (algorithm,) = REGISTRY.algorithms("scatter_nd")
+    rng = np.random.default_rng(10)
+    for data, indices in [((4, 3, 2), (2, 1)), ((4, 3, 2), (5, 3)), ((4, 3), (3, 2)),
+                          ((5,), (7, 1)), ((2, 3), (0, 1))]:
+        updates = indices[:-1] + data[indices[-1]:]
+        for dtype in ("float32", "int64"):
+            problem = operator.problem([data, indices, updates], [dtype, "int64", dtype],
+                                       reduction=reduction)
+            inputs = operator.random_inputs(problem, rng)
+            out = algorithm.run(problem, inputs, None)
+            np.testing.assert_array_equal(out, operator.reference(problem, inputs))
+            assert out.dtype == np.dtype(dtype) and out.shape == data
+
+
+def test_scatter_nd_names_what_is_wrong():
+    operator = REGISTRY.operator("scatter_nd")
+    (algorithm,) = REGISTRY.algorithms("scatter_nd")
+    with pytest.raises(ValueError, match=r"updates must have shape \(2, 3\)"):
+        operator.problem([(4, 3), (2, 1), (2, 4)], ["float32", "int64", "float32"])
+    with pytest.raises(ValueError, match=r"last axis is 1\.\.2 long"):
+        operator.problem([(4, 3), (2, 3), (2,)], ["float32", "int64", "float32"])
+    with pytest.raises(ValueError, match="reduction must be one of"):
+        operator.problem([(4, 3), (2, 1), (2, 3)], ["float32", "int64", "float32"],
+                         reduction="mean")
+    data, indices = np.zeros((4, 3), np.float32), np.array([[1], [4]], np.int64)
+    problem = operator.problem_for([data, indices, np.ones((2, 3), np.float32)])
+    with pytest.raises(IndexError, match=r"index \[4\] is out of range for axis 0 of size 4"):
+        algorithm.run(problem, [data, indices, np.ones((2, 3), np.float32)], None)

@@ -62,6 +62,7 @@ NODE_CASE_MODULES = {
     "ReduceL2": "reducel2", "ReduceSumSquare": "reducesumsquare",
     "Resize": "resize", "Upsample": "upsample", "InstanceNormalization": "instance_normalization",
     "ArgMax": "argmax", "ArgMin": "argmin", "TopK": "topk", "GatherElements": "gatherelements",
+    "ScatterND": "scatternd",
     "Shape": "shape", "Sigmoid": "sigmoid", "Size": "size", "Slice": "slice",
     "Softmax": "softmax", "Split": "split", "Squeeze": "squeeze", "Sub": "sub", "Sum": "sum",
     "Tanh": "tanh", "Tile": "tile", "Transpose": "transpose", "Unsqueeze": "unsqueeze",

@@ -1,6 +1,6 @@
 """Tensor (data movement) operators with ONNX semantics: ``transpose``, ``concat``,
-``slice``, ``pad``, ``gather``, ``gather_elements``, ``where`` and ``expand``, and their CPU
-algorithms.
+``slice``, ``pad``, ``gather``, ``gather_elements``, ``scatter_nd``, ``where`` and ``expand``,
+and their CPU algorithms.
 
 ``register(registry)`` adds every operator with its ``numpy`` algorithm, and the OpenCL ones
 (``tensor/opencl``) where pyopencl is installed.  Outputs are new
@@ -18,6 +18,7 @@ from fastrun_algorithms.tensor.numpy_impl import (
     NumpyGather,
     NumpyGatherElements,
     NumpyPad,
+    NumpyScatterND,
     NumpySlice,
     NumpyTranspose,
     NumpyWhere,
@@ -31,6 +32,7 @@ from fastrun_algorithms.tensor.operator import (
     GatherElementsOperator,
     GatherOperator,
     PadOperator,
+    ScatterNDOperator,
     SliceOperator,
     TensorOperator,
     TransposeOperator,
@@ -51,10 +53,12 @@ __all__ = [
     "NumpyGather",
     "NumpyGatherElements",
     "NumpyPad",
+    "NumpyScatterND",
     "NumpySlice",
     "NumpyTranspose",
     "NumpyWhere",
     "PadOperator",
+    "ScatterNDOperator",
     "SliceOperator",
     "TensorOperator",
     "TransposeOperator",
@@ -73,6 +77,7 @@ def register(registry: Registry) -> None:
                                 (PadOperator(), NumpyPad()),
                                 (GatherOperator(), NumpyGather()),
                                 (GatherElementsOperator(), NumpyGatherElements()),
+                                (ScatterNDOperator(), NumpyScatterND()),
                                 (WhereOperator(), NumpyWhere()),
                                 (ExpandOperator(), NumpyExpand())):
         registry.register_operator(operator)

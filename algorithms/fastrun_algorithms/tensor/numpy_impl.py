@@ -17,7 +17,12 @@ from fastrun.algorithm import Algorithm, RunContext
 from fastrun.attribute import AlgoAttribute
 from fastrun.operator import Problem
 from fastrun_algorithms._common import NumpyRanked
-from fastrun_algorithms.tensor.operator import check_indices, positive_indices
+from fastrun_algorithms.tensor.operator import (
+    SCATTER_COMBINE,
+    check_indices,
+    positive_indices,
+    scatter_rows,
+)
 
 
 class _Numpy(NumpyRanked, Algorithm):
@@ -140,6 +145,34 @@ class NumpyGatherElements(_Numpy):
                        for a, size in enumerate(indices.shape))
         return np.ascontiguousarray(np.take_along_axis(data[corner], index.astype(np.intp),
                                                        axis=axis))
+
+
+class NumpyScatterND(_Numpy):
+    """A copy of data, then numpy's fancy assignment of every update at once where the
+    reduction is none and no index row repeats, else the rows one after another."""
+
+    operator = "scatter_nd"
+
+    def workspace_bytes(self, problem: Problem) -> int:
+        """The index rows, made non-negative (int64 per entry of indices)."""
+        return math.prod(problem.shapes[1]) * 8
+
+    def run(self, problem: Problem, inputs: Sequence[Any], ctx: RunContext,
+            prepared: Any = None) -> np.ndarray:
+        data, indices, updates = (np.asarray(a) for a in inputs)
+        out = np.array(data, order="C")
+        rows = scatter_rows(indices, data.shape)
+        reduction = problem.param("reduction")
+        q = indices.shape[-1]
+        blocks = updates.reshape(len(rows), *data.shape[q:])
+        if reduction == "none" and len(set(rows)) == len(rows):
+            if rows:
+                out[tuple(np.array(rows, np.int64).T)] = blocks
+            return out
+        combine = SCATTER_COMBINE[reduction]
+        for row, block in zip(rows, blocks, strict=True):
+            out[row] = combine(out[row], block)
+        return out
 
 
 class NumpyWhere(_Numpy):

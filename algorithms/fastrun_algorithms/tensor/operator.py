@@ -521,6 +521,97 @@ class GatherElementsOperator(GatherOperator):
         return out
 
 
+#: ScatterND's ways of combining an update with what is there
+SCATTER_REDUCTIONS = ("none", "add", "mul", "max", "min")
+
+
+class ScatterNDOperator(TensorOperator):
+    """ONNX ScatterND: a copy of ``data`` with ``updates`` written at the index tuples of
+    ``indices`` (int64, shape ``(..., q)``: each row addresses data's first q axes; negative
+    values count from the end), or combined with what is there by ``reduction`` (add, mul,
+    max, min; ``none`` replaces).  updates has shape ``indices.shape[:-1] + data.shape[q:]``.
+    Rows are applied in order, so with ``none`` a repeated index keeps its last update (ONNX
+    leaves that case undefined).  What a model's slice assignment (``x[i] = y``) exports to."""
+
+    name = "scatter_nd"
+
+    def canonical_params(self, shapes, dtypes, params):
+        check_known_params(self.name, params, ("reduction",))
+        if len(shapes) != 3:
+            raise ValueError(f"{self.name} takes exactly 3 inputs (data, indices, updates), got "
+                             f"{len(shapes)}")
+        if dtypes[1] not in INDEX_DTYPES:
+            raise ValueError(f"{self.name} indices must be int32 or int64, got {dtypes[1]}")
+        if dtypes[2] != dtypes[0]:
+            raise ValueError(f"{self.name} updates must be {dtypes[0]} like data, got "
+                             f"{dtypes[2]}")
+        data, indices, updates = (tuple(s) for s in shapes)
+        if not data or not indices or not 1 <= indices[-1] <= len(data):
+            raise ValueError(f"{self.name} needs data of rank >= 1 and indices whose last axis "
+                             f"is 1..{len(data)} long, got shapes {data} and {indices}")
+        expected = indices[:-1] + data[indices[-1]:]
+        if updates != expected:
+            raise ValueError(f"{self.name} updates must have shape {expected} (indices' "
+                             f"{indices[:-1]} then data's {data[indices[-1]:]}), got {updates}")
+        reduction = params.get("reduction") or "none"
+        if isinstance(reduction, bytes):
+            reduction = reduction.decode()
+        if reduction not in SCATTER_REDUCTIONS:
+            raise ValueError(f"{self.name} reduction must be one of "
+                             f"{', '.join(SCATTER_REDUCTIONS)}, got {reduction!r}")
+        return {"reduction": reduction}
+
+    def output_shape(self, problem):
+        return tuple(problem.shapes[0])
+
+    def reference(self, problem, inputs):
+        data, indices, updates = (np.asarray(a) for a in inputs)
+        out = np.array(data, order="C")
+        rows = scatter_rows(indices, data.shape)
+        combine = SCATTER_COMBINE[problem.param("reduction")]
+        for row, update in zip(rows, updates.reshape(len(rows), *data.shape[indices.shape[-1]:]),
+                               strict=True):
+            out[row] = combine(out[row], update)
+        return out
+
+    def random_inputs(self, problem, rng):
+        """Index rows drawn without repeats where there are enough (a repeat's result with
+        ``none`` is the last update's, which ONNX leaves open), negative ones included."""
+        data_shape, indices_shape = problem.shapes[0], problem.shapes[1]
+        q = indices_shape[-1]
+        count = math.prod(indices_shape[:-1])
+        space = math.prod(data_shape[:q])
+        flat = rng.permutation(space)[:count] if count <= space else rng.integers(0, space, count)
+        rows = np.stack(np.unravel_index(flat, data_shape[:q]), axis=-1) if count else \
+            np.zeros((0, q), np.int64)
+        negative = rng.random(rows.shape) < 0.3
+        rows = np.where(negative, rows - np.array(data_shape[:q]), rows)
+        indices = rows.reshape(indices_shape).astype(problem.dtypes[1])
+        return [_random(data_shape, problem.dtypes[0], rng), indices,
+                _random(problem.shapes[2], problem.dtypes[2], rng)]
+
+
+#: How ScatterND combines an update with what is there, per reduction
+SCATTER_COMBINE = {"none": lambda old, new: new, "add": np.add, "mul": np.multiply,
+                   "max": np.maximum, "min": np.minimum}
+
+
+def scatter_rows(indices: np.ndarray, shape: Shape) -> list[tuple[int, ...]]:
+    """ScatterND's index rows as tuples of non-negative indices, each checked to be inside
+    data (an IndexError naming the row otherwise)."""
+    q = indices.shape[-1]
+    rows = []
+    for row in indices.reshape(-1, q).astype(np.int64):
+        fixed = []
+        for axis, (i, n) in enumerate(zip(row, shape[:q], strict=True)):
+            if not -n <= i < n:
+                raise IndexError(f"scatter_nd index {list(map(int, row))} is out of range for "
+                                 f"axis {axis} of size {n} (data shape {tuple(shape)})")
+            fixed.append(int(i) + n if i < 0 else int(i))
+        rows.append(tuple(fixed))
+    return rows
+
+
 def positive_indices(indices: np.ndarray, shape: Shape, axis: int) -> np.ndarray:
     """``indices`` as int64 in [0, n) along ``axis`` (negative ones count from the end), after
     :func:`check_indices`."""
