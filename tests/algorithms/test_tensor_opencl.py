@@ -50,6 +50,33 @@ def test_matches_reference(device, op: str, data: st.DataObject) -> None:
     assert operator.error(problem, got, operator.reference(problem, inputs)) == 0.0, problem
 
 
+@pytest.mark.parametrize("dtype", ["float32", "int64", "bool", "float16"])
+def test_expand_and_where_broadcast_as_numpy_does(device, dtype):
+    """Expand's broadcast axes are read with stride 0; Where reads the condition, x and y each
+    through its own broadcast strides, scalars (0-d) and size-1 axes included."""
+    rng = np.random.default_rng(12)
+    expand = REGISTRY.operator("expand")
+    (cl_expand,) = [a for a in REGISTRY.algorithms("expand") if a.device_kind == "opencl"]
+    where = REGISTRY.operator("where")
+    (cl_where,) = [a for a in REGISTRY.algorithms("where") if a.device_kind == "opencl"]
+    for shape, target in [((3, 1), (2, 3, 4)), ((1,), (5,)), ((), (2, 2)), ((2, 1, 3), (2, 4, 3)),
+                          ((4,), (0, 4))]:
+        x = rng.standard_normal(shape).astype(dtype) if dtype != "bool" else \
+            rng.random(shape) < 0.5
+        problem = expand.problem_for([x], shape=target)
+        got = cl_expand.run(problem, [device.to_device(x)], DeviceContext(device)).get()
+        np.testing.assert_array_equal(got, expand.reference(problem, [x]))
+    for shapes in [((2, 3), (2, 3), (2, 3)), ((3, 1), (1, 4), ()), ((), (2, 1, 3), (4, 1)),
+                   ((1, 5), (5,), (3, 1))]:
+        cond = rng.random(shapes[0]) < 0.5
+        x, y = (rng.standard_normal(s).astype(dtype) if dtype != "bool" else
+                rng.random(s) < 0.5 for s in shapes[1:])
+        problem = where.problem_for([cond, x, y])
+        got = cl_where.run(problem, [device.to_device(np.asarray(a)) for a in (cond, x, y)],
+                           DeviceContext(device)).get()
+        np.testing.assert_array_equal(got, where.reference(problem, [cond, x, y]))
+
+
 def test_views_inside_a_larger_buffer(device):
     """Inputs are read through their offset and strides: a row range of a device array
     (offset into its buffer) needs no copy first."""

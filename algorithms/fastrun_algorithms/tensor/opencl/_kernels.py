@@ -56,6 +56,22 @@ __kernel void strided_copy(__global T* dst, const long dst_base,
 """
 
 
+def where(rank: int) -> str:
+    """``dst[gid] = cond[ci] ? x[xi] : y[yi]`` over the (contiguous) output's iteration space,
+    each operand read through its own strides, 0 where it is broadcast; ``cond`` is bool, one
+    byte per element."""
+    return rf"""
+__kernel void where(__global T* dst, __global const uchar* cond, const long c_base,
+                    __global const T* x, const long x_base, __global const T* y,
+                    const long y_base, {_args(rank, "n", "a", "b", "e")}) {{
+    const long gid = get_global_id(0);
+    long ci = c_base, xi = x_base, yi = y_base;
+{_decompose(rank, "ci += c * a{k}; xi += c * b{k}; yi += c * e{k};")}
+    dst[gid] = cond[ci] ? x[xi] : y[yi];
+}}
+"""
+
+
 def pad(rank: int) -> str:
     """One output element of a pad per work-item, written contiguously.
 

@@ -1,5 +1,5 @@
-"""OpenCL algorithms of the tensor operators: ``cl_copy`` (transpose, slice, concat),
-``cl_pad`` and ``cl_gather``.
+"""OpenCL algorithms of the tensor operators: ``cl_copy`` (transpose, slice, concat, expand),
+``cl_pad``, ``cl_gather`` and ``cl_where``.
 
 They run on an OpenCL device (``device_kind = "opencl"``): inputs are ``pyopencl.array.Array``
 values on ``ctx.device`` and the output is a new C-contiguous one, as the numpy algorithms'
@@ -26,14 +26,17 @@ from fastrun.operator import Problem
 from fastrun_algorithms.tensor.opencl import _kernels
 from fastrun_algorithms.tensor.operator import (
     ConcatOperator,
+    ExpandOperator,
     GatherOperator,
     PadOperator,
     SliceOperator,
     TransposeOperator,
+    WhereOperator,
 )
 
 _SHAPES = {op.name: op for op in (TransposeOperator(), ConcatOperator(), SliceOperator(),
-                                  PadOperator(), GatherOperator())}
+                                  PadOperator(), GatherOperator(), ExpandOperator(),
+                                  WhereOperator())}
 
 
 def _elements(x: Any) -> tuple[tuple[int, ...], int]:
@@ -261,6 +264,55 @@ class CLGather(OpenCLTensor):
         return out
 
 
+def broadcast_strides(x: Any, shape: Sequence[int]) -> list[int]:
+    """``x``'s element strides as it is read over ``shape`` (numpy's broadcasting: axes
+    aligned at the end, 0 where x has size 1 or no axis)."""
+    strides, _ = _elements(x)
+    pad = len(shape) - x.ndim
+    return [0] * pad + [0 if x.shape[i] == 1 else strides[i] for i in range(x.ndim)]
+
+
+class CLExpand(OpenCLTensor):
+    """A strided copy whose source strides are 0 on the broadcast axes."""
+
+    operator, name = "expand", "cl_copy"
+
+    def run(self, problem: Problem, inputs: Sequence[Any], ctx: RunContext,
+            prepared: Any = None) -> Any:
+        x = inputs[0]
+        out = self.output(ctx, problem)
+        out_strides, out_offset = _elements(out)
+        self.copy(ctx.device, out, out_offset, out_strides, x, _elements(x)[1],
+                  broadcast_strides(x, out.shape), out.shape)
+        return out
+
+
+class CLWhere(OpenCLTensor):
+    """One output element per work-item, the condition, x and y each read through its own
+    broadcast strides (no operand is expanded first)."""
+
+    operator, name = "where", "cl_where"
+
+    def run(self, problem: Problem, inputs: Sequence[Any], ctx: RunContext,
+            prepared: Any = None) -> Any:
+        cond, x, y = inputs
+        out = ctx.device.empty(tuple(_SHAPES["where"].output_shape(problem)),
+                               np.dtype(problem.dtypes[1]))  # x's and y's type
+        if out.size == 0:
+            return out
+        sizes, (_, *operand_strides) = merge_axes(
+            out.shape, _contiguous_strides(out.shape),
+            *(broadcast_strides(a, out.shape) for a in (cond, x, y)))
+        kernel = self.kernel(ctx.device, _kernels.where(len(sizes)), "where",
+                             out.dtype.itemsize)
+        _launch(ctx.device, kernel, out.size,
+                [out.base_data, cond.base_data, np.int64(_elements(cond)[1]),
+                 x.base_data, np.int64(_elements(x)[1]), y.base_data,
+                 np.int64(_elements(y)[1]), *_longs(sizes),
+                 *(v for strides in operand_strides for v in _longs(strides))])
+        return out
+
+
 def opencl_algorithms() -> list[Algorithm]:
     """One OpenCL algorithm per tensor operator."""
-    return [CLTranspose(), CLSlice(), CLConcat(), CLPad(), CLGather()]
+    return [CLTranspose(), CLSlice(), CLConcat(), CLPad(), CLGather(), CLExpand(), CLWhere()]
