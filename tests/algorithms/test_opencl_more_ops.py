@@ -77,6 +77,22 @@ def test_cl_reduce_lets_nan_win_and_sums_without_losing_digits(device):
     check(device, operator.problem_for([long], mode="mean", axes=(1,), keepdims=False), [long])
 
 
+@pytest.mark.parametrize("mode", ["max", "min"])
+@pytest.mark.parametrize("last", [False, True])
+def test_cl_arg_reduce_matches_the_reference(device, mode, last):
+    """Ties (few distinct values), NaN counting as the extreme, every axis."""
+    operator = REGISTRY.operator("arg_reduce")
+    assert [a.name for a in opencl("arg_reduce")] == ["cl_arg_reduce"]
+    rng = np.random.default_rng(13)
+    x = rng.integers(-2, 3, (3, 4, 5)).astype(np.float32)
+    x[1, 2, 3] = x[2, 0, 1] = x[2, 0, 4] = np.nan
+    for axis in range(3):
+        for keepdims in (True, False):
+            problem = operator.problem_for([x], mode=mode, axis=axis, keepdims=keepdims,
+                                           select_last_index=last)
+            assert check(device, problem, [x]) == 1
+
+
 def test_cl_reduce_refuses_what_it_does_not_reduce():
     operator = REGISTRY.operator("reduce")
     (algorithm,) = opencl("reduce")

@@ -25,13 +25,13 @@ def register(registry: Registry) -> None:
     operator = registry.register_operator(ReduceOperator())
     registry.register_algorithm(NumpyReduce())
     registry.register_algorithm(ParallelReduce(operator.parallel_pays))
+    registry.register_operator(ArgReduceOperator())
+    registry.register_algorithm(NumpyArgReduce())
+    registry.register_operator(TopKOperator())
+    registry.register_algorithm(NumpyTopK())
     # where pyopencl is installed (not imported here), as every OpenCL algorithm
     if importlib.util.find_spec("pyopencl") is not None:
         from fastrun_algorithms.reduce import opencl
 
         for algorithm in opencl.algorithms():
             registry.register_algorithm(algorithm)
-    registry.register_operator(ArgReduceOperator())
-    registry.register_algorithm(NumpyArgReduce())
-    registry.register_operator(TopKOperator())
-    registry.register_algorithm(NumpyTopK())

@@ -1,4 +1,5 @@
-"""The ``reduce`` operator on an OpenCL device: ``cl_reduce``, one work-item per output element.
+"""The ``reduce`` and ``arg_reduce`` operators on an OpenCL device: ``cl_reduce`` and
+``cl_arg_reduce``, one work-item per output element.
 
 The models' reductions run over adjacent axes (a pool's plane, a norm's row, the channels), so
 X is viewed as (outer, reduced, inner) (:func:`~fastrun_algorithms.reduce.operator.blocks`);
@@ -9,12 +10,17 @@ and a compensated float32 sum keeps about that accuracy without needing ``cl_khr
 max and min let a NaN win, as numpy's maximum does; over an empty run they give -inf and
 +inf, the mean NaN, the sums 0, prod 1, as the operator defines.
 
+``cl_arg_reduce`` walks its run the same way and keeps the index of the extreme: the first
+of equal extremes, or the last with ``select_last_index``, a NaN counting as the extreme (the
+first NaN, or the last), as numpy's argmax does.
+
 Float inputs only (the integer and bool reductions stay on the CPU's ``numpy``).  REPRODUCIBLE:
 each output is reduced by one work-item in index order; no workspace.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from typing import Any
 
@@ -25,6 +31,7 @@ from fastrun.attribute import AlgoAttribute
 from fastrun.operator import Problem
 from fastrun_algorithms import _opencl_common as common
 from fastrun_algorithms.activation.opencl._kernels import PRELUDE
+from fastrun_algorithms.reduce.arg import ArgReduceOperator
 from fastrun_algorithms.reduce.operator import MODES, blocks, output_shape
 
 REDUCE = PRELUDE + r"""
@@ -75,6 +82,74 @@ __kernel void reduce(const long outputs, const long count, const long inner,
 """
 
 
+ARG_REDUCE = PRELUDE + r"""
+/* MAX: 1 for argmax, 0 for argmin; LAST: 1 to keep the last of equal extremes.  A NaN is the
+   extreme: once one is held, only a later NaN (with LAST) replaces it. */
+__kernel void arg_reduce(const long outputs, const long count, const long inner,
+                         __global const real* x, const long x_off,
+                         __global long* out, const long o_off) {
+    const long i = get_global_id(0);
+    if (i >= outputs) return;
+    const long o = i / inner;
+    __global const real* run = x + x_off + o * count * inner + (i - o * inner);
+    real best = run[0];
+    long at = 0;
+    for (long r = 1; r < count; ++r) {
+        const real v = run[r * inner];
+        int better;
+        if (isnan(best)) {
+            better = LAST && isnan(v);
+        } else if (isnan(v)) {
+            better = 1;
+        } else {
+            better = MAX ? (LAST ? v >= best : v > best) : (LAST ? v <= best : v < best);
+        }
+        if (better) {
+            best = v;
+            at = r;
+        }
+    }
+    out[o_off + i] = at;
+}
+"""
+
+
+class OpenCLArgReduce(Algorithm):
+    """ArgMax and ArgMin, a work-item per output (see the module docstring)."""
+
+    operator = "arg_reduce"
+    name = "cl_arg_reduce"
+    device_kind = "opencl"
+    attributes = AlgoAttribute.REPRODUCIBLE
+
+    def unusable_reason(self, problem: Problem) -> str | None:
+        if np.dtype(problem.dtypes[0]).kind != "f":
+            return "cl_arg_reduce takes float inputs only"
+        return None
+
+    def device_unusable_reason(self, device: Any, problem: Problem) -> str | None:
+        return common.fp64_reason(device, problem.dtypes)
+
+    def run(self, problem: Problem, inputs: Sequence[Any], ctx: RunContext,
+            prepared: Any = None) -> Any:
+        device = ctx.device
+        dtype = np.dtype(problem.dtypes[0])
+        out = device.empty(ArgReduceOperator().output_shape(problem), np.dtype(np.int64))
+        shape, axis = problem.shapes[0], problem.param("axis")
+        outer, count = math.prod(shape[:axis]), shape[axis]
+        inner = math.prod(shape[axis + 1:])
+        if outer * inner == 0:
+            return out
+        kernel = device.kernel(ARG_REDUCE, "arg_reduce", common.options(
+            REAL=common.CL_TYPES[dtype.name], FP64=int(dtype == np.float64),
+            MAX=int(problem.param("mode") == "max"),
+            LAST=int(problem.param("select_last_index"))))
+        common.launch(device, kernel, outer * inner, [
+            np.int64(outer * inner), np.int64(count), np.int64(inner),
+            *common.buffer(inputs[0], "X"), *common.buffer(out, "output")])
+        return out
+
+
 class OpenCLReduce(Algorithm):
     """A work-item per output element over adjacent reduced axes, float inputs (see the
     module docstring)."""
@@ -114,6 +189,6 @@ class OpenCLReduce(Algorithm):
 
 
 def algorithms() -> list[Algorithm]:
-    return [OpenCLReduce()]
+    return [OpenCLReduce(), OpenCLArgReduce()]
 
 
