@@ -1,4 +1,5 @@
-"""What the OpenCL algorithms of the elementwise, activation and pooling operators share.
+"""What the OpenCL algorithms of the elementwise, activation, pooling, reduce, resize, linear and
+conv_transpose operators share.
 
 pyopencl is imported inside functions only: the algorithm modules import this one when the
 plugin registers them, which must stay cheap and work without an OpenCL platform.
@@ -16,6 +17,8 @@ from typing import Any
 
 import numpy as np
 
+from fastrun.algorithm import Algorithm
+from fastrun.attribute import AlgoAttribute
 from fastrun_algorithms._common import round_up
 
 #: Work-items per work-group of the element-per-work-item kernels (or the device's maximum
@@ -29,6 +32,17 @@ CL_TYPES = {
     "int32": "int", "int64": "long", "uint8": "uchar", "uint16": "ushort",
     "uint32": "uint", "uint64": "ulong", "bool": "uchar",
 }
+
+
+class OpenCLAlgorithm(Algorithm):
+    """An algorithm of these kernels: a candidate on OpenCL devices only, REPRODUCIBLE (no
+    atomics, a fixed order per shape), and float64 only where the device has cl_khr_fp64."""
+
+    device_kind = "opencl"
+    attributes = AlgoAttribute.REPRODUCIBLE
+
+    def device_unusable_reason(self, device: Any, problem: Any) -> str | None:
+        return fp64_reason(device, problem.dtypes)
 
 
 def has_fp64(device: Any) -> bool:

@@ -18,7 +18,6 @@ from typing import Any
 import numpy as np
 
 from fastrun.algorithm import Algorithm, RunContext
-from fastrun.attribute import AlgoAttribute
 from fastrun.operator import Problem
 from fastrun_algorithms import _opencl_common as common
 from fastrun_algorithms.activation.opencl._kernels import PRELUDE
@@ -68,21 +67,16 @@ __kernel void conv_transpose(const long total, __global const long* geo,
 """
 
 
-class OpenCLConvTranspose(Algorithm):
+class OpenCLConvTranspose(common.OpenCLAlgorithm):
     """The gather formulation, a work-item per output (see the module docstring)."""
 
     operator = "conv_transpose"
     name = "cl_direct"
-    device_kind = "opencl"
-    attributes = AlgoAttribute.REPRODUCIBLE
 
     def __init__(self) -> None:
         super().__init__()
         #: (device, problem key) -> the geometry as a device array, uploaded once
         self._geometry: dict[tuple[int, str], Any] = {}
-
-    def device_unusable_reason(self, device: Any, problem: Problem) -> str | None:
-        return common.fp64_reason(device, problem.dtypes)
 
     def run(self, problem: Problem, inputs: Sequence[Any], ctx: RunContext,
             prepared: Any = None) -> Any:

@@ -18,8 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from fastrun.algorithm import Algorithm, RunContext
-from fastrun.attribute import AlgoAttribute
+from fastrun.algorithm import RunContext
 from fastrun.operator import Problem
 from fastrun_algorithms import _opencl_common as common
 from fastrun_algorithms.activation.opencl._kernels import GELU_EXACT, PRELUDE
@@ -48,14 +47,12 @@ __kernel void linear_epilogue(const long total, const long cols,
 """
 
 
-class OpenCLLinear(Algorithm):
+class OpenCLLinear(common.OpenCLAlgorithm):
     """The product through the matmul sub-problem, then the bias and activation kernel (see
     the module docstring)."""
 
     operator = "linear"
     name = "cl_linear"
-    device_kind = "opencl"
-    attributes = AlgoAttribute.REPRODUCIBLE
     sub_operators = ("matmul",)
 
     @staticmethod
@@ -64,9 +61,6 @@ class OpenCLLinear(Algorithm):
 
     def sub_problems(self, problem: Problem) -> Sequence[Problem]:
         return [self._product(problem)]
-
-    def device_unusable_reason(self, device: Any, problem: Problem) -> str | None:
-        return common.fp64_reason(device, problem.dtypes)
 
     def run(self, problem: Problem, inputs: Sequence[Any], ctx: RunContext,
             prepared: Any = None) -> Any:

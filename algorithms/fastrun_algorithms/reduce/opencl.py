@@ -114,21 +114,16 @@ __kernel void arg_reduce(const long outputs, const long count, const long inner,
 """
 
 
-class OpenCLArgReduce(Algorithm):
+class OpenCLArgReduce(common.OpenCLAlgorithm):
     """ArgMax and ArgMin, a work-item per output (see the module docstring)."""
 
     operator = "arg_reduce"
     name = "cl_arg_reduce"
-    device_kind = "opencl"
-    attributes = AlgoAttribute.REPRODUCIBLE
 
     def unusable_reason(self, problem: Problem) -> str | None:
         if np.dtype(problem.dtypes[0]).kind != "f":
             return "cl_arg_reduce takes float inputs only"
         return None
-
-    def device_unusable_reason(self, device: Any, problem: Problem) -> str | None:
-        return common.fp64_reason(device, problem.dtypes)
 
     def run(self, problem: Problem, inputs: Sequence[Any], ctx: RunContext,
             prepared: Any = None) -> Any:
@@ -150,13 +145,12 @@ class OpenCLArgReduce(Algorithm):
         return out
 
 
-class OpenCLReduce(Algorithm):
+class OpenCLReduce(common.OpenCLAlgorithm):
     """A work-item per output element over adjacent reduced axes, float inputs (see the
     module docstring)."""
 
     operator = "reduce"
     name = "cl_reduce"
-    device_kind = "opencl"
     attributes = AlgoAttribute.REPRODUCIBLE | AlgoAttribute.USABLE_DEPEND_ON_SHAPE
 
     def unusable_reason(self, problem: Problem) -> str | None:
@@ -166,9 +160,6 @@ class OpenCLReduce(Algorithm):
             return (f"cl_reduce needs adjacent reduced axes, got {problem.param('axes')} of a "
                     f"rank-{len(problem.shapes[0])} input")
         return None
-
-    def device_unusable_reason(self, device: Any, problem: Problem) -> str | None:
-        return common.fp64_reason(device, problem.dtypes)
 
     def run(self, problem: Problem, inputs: Sequence[Any], ctx: RunContext,
             prepared: Any = None) -> Any:

@@ -64,13 +64,12 @@ __kernel void resize2d(const long total, const long out_h, const long out_w,
 """
 
 
-class OpenCLResize(Algorithm):
+class OpenCLResize(common.OpenCLAlgorithm):
     """Taps from per-axis tables, for the last two axes, float inputs (see the module
     docstring)."""
 
     operator = "resize"
     name = "cl_resize"
-    device_kind = "opencl"
     attributes = AlgoAttribute.REPRODUCIBLE | AlgoAttribute.USABLE_DEPEND_ON_SHAPE
 
     def __init__(self) -> None:
@@ -88,9 +87,6 @@ class OpenCLResize(Algorithm):
         if not math.prod(problem.shapes[0]):
             return "cl_resize needs a non-empty input"
         return None
-
-    def device_unusable_reason(self, device: Any, problem: Problem) -> str | None:
-        return common.fp64_reason(device, problem.dtypes)
 
     def _device_tables(self, device: Any, problem: Problem, dtype: np.dtype) -> tuple[Any, ...]:
         key = (id(device), problem.key)

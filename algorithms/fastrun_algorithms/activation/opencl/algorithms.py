@@ -32,15 +32,9 @@ def _fp64_define(dtypes: Sequence[Any]) -> int:
     return int(any(np.dtype(d) == np.float64 for d in dtypes))
 
 
-class _OpenCLActivation(Algorithm):
+class _OpenCLActivation(common.OpenCLAlgorithm):
     """What the OpenCL activation algorithms share: the device kind, attributes and the
-    float64 check."""
-
-    device_kind = "opencl"
-    attributes = AlgoAttribute.REPRODUCIBLE
-
-    def device_unusable_reason(self, device: Any, problem: Problem) -> str | None:
-        return common.fp64_reason(device, problem.dtypes)
+    float64 check (:class:`~fastrun_algorithms._opencl_common.OpenCLAlgorithm`)."""
 
 
 class OpenCLUnary(_OpenCLActivation):
