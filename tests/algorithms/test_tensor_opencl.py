@@ -77,6 +77,43 @@ def test_expand_and_where_broadcast_as_numpy_does(device, dtype):
         np.testing.assert_array_equal(got, where.reference(problem, [cond, x, y]))
 
 
+def test_gather_elements_and_scatter_nd(device):
+    """GatherElements on every axis with negative indices and indices shorter than data;
+    ScatterND with every reduction, whole-slice and single-element rows, and a repeated row
+    (applied in order, as the CPU algorithm does)."""
+    rng = np.random.default_rng(14)
+    gather = REGISTRY.operator("gather_elements")
+    (cl_gather,) = [a for a in REGISTRY.algorithms("gather_elements")
+                    if a.device_kind == "opencl"]
+    for axis in range(3):
+        for dtype, index in (("float32", "int64"), ("int64", "int32"), ("bool", "int64")):
+            problem = gather.problem([(3, 4, 5), (2, 3, 4)], [dtype, index], axis=axis)
+            inputs = gather.random_inputs(problem, rng)
+            got = cl_gather.run(problem, [device.to_device(x) for x in inputs],
+                                DeviceContext(device)).get()
+            np.testing.assert_array_equal(got, gather.reference(problem, inputs))
+    scatter = REGISTRY.operator("scatter_nd")
+    (cl_scatter,) = [a for a in REGISTRY.algorithms("scatter_nd") if a.device_kind == "opencl"]
+    for reduction in ("none", "add", "mul", "max", "min"):
+        for data, indices in (((4, 3, 2), (2, 1)), ((4, 3, 2), (5, 3)), ((5,), (7, 1))):
+            updates = indices[:-1] + data[indices[-1]:]
+            for dtype in ("float32", "int32"):
+                problem = scatter.problem([data, indices, updates], [dtype, "int64", dtype],
+                                          reduction=reduction)
+                inputs = scatter.random_inputs(problem, rng)
+                got = cl_scatter.run(problem, [device.to_device(x) for x in inputs],
+                                     DeviceContext(device)).get()
+                np.testing.assert_array_equal(got, scatter.reference(problem, inputs))
+    data = np.zeros(4, np.float32)
+    repeated = np.array([[1], [1], [3]], np.int64)
+    updates = np.array([1.0, 2.0, 5.0], np.float32)
+    for reduction, expected in (("none", [0, 2, 0, 5]), ("add", [0, 3, 0, 5])):
+        problem = scatter.problem_for([data, repeated, updates], reduction=reduction)
+        got = cl_scatter.run(problem, [device.to_device(x) for x in (data, repeated, updates)],
+                             DeviceContext(device)).get()
+        np.testing.assert_array_equal(got, expected)
+
+
 def test_views_inside_a_larger_buffer(device):
     """Inputs are read through their offset and strides: a row range of a device array
     (offset into its buffer) needs no copy first."""

@@ -118,3 +118,72 @@ __kernel void gather(__global T* dst, __global const T* src, const long src_base
     dst[gid] = (k >= 0 && k < n) ? src[src_base + (o * n + k) * inner + r] : (T)0;
 }
 """
+
+
+def gather_elements(rank: int) -> str:
+    """``dst[gid] = src[...]`` at the output's coordinates with the axis' one replaced by the
+    index (negative ones from the end): ``s_k`` are data's strides over the indices' shape
+    with the axis' set to 0, ``axis_stride`` the axis' own; an index outside [-len, len)
+    yields zero bits (the kernel cannot raise)."""
+    return rf"""
+__kernel void gather_elements(__global T* dst, __global const T* src, const long src_base,
+                              __global const IDX* idx, const long idx_base,
+                              const long len, const long axis_stride,
+                              {_args(rank, "n", "s")}) {{
+    const long gid = get_global_id(0);
+    long si = src_base;
+{_decompose(rank, "si += c * s{k};")}
+    long k = (long)idx[idx_base + gid];
+    if (k < 0) k += len;
+    dst[gid] = (k >= 0 && k < len) ? src[si + k * axis_stride] : (T)0;
+}}
+"""
+
+
+#: ScatterND on a copy of data: work-item e updates element e of every index row's block, the
+#: rows in order (so a repeated row keeps ONNX's sequential result without atomics).  R is
+#: the element's OpenCL type (FLOAT 1 for floats), IDX the indices' type, RED the reduction
+#: (0 none, 1 add, 2 mul, 3 max, 4 min; max and min let NaN win, as numpy's maximum does);
+#: a row outside data is skipped (the kernel cannot raise).  ``geo`` holds data's first q
+#: sizes, then their (element) strides.
+SCATTER_ND = r"""
+#if FP64
+#pragma OPENCL EXTENSION cl_khr_fp64 : enable
+#endif
+#if FLOAT
+#define IS_NAN(v) isnan(v)
+#else
+#define IS_NAN(v) 0
+#endif
+__kernel void scatter_nd(__global R* out, __global const IDX* rows, const long rows_base,
+                         const long q, __global const long* geo,
+                         __global const R* upd, const long upd_base, const long count,
+                         const long block) {
+    const long e = get_global_id(0);
+    if (e >= block) return;
+    for (long r = 0; r < count; ++r) {
+        long at = 0;
+        int inside = 1;
+        for (long j = 0; j < q; ++j) {
+            long i = (long)rows[rows_base + r * q + j];
+            if (i < 0) i += geo[j];
+            if (i < 0 || i >= geo[j]) inside = 0;
+            at += i * geo[q + j];
+        }
+        if (!inside) continue;
+        const R u = upd[upd_base + r * block + e];
+        const R o = out[at + e];
+#if RED == 0
+        out[at + e] = u;
+#elif RED == 1
+        out[at + e] = o + u;
+#elif RED == 2
+        out[at + e] = o * u;
+#elif RED == 3
+        out[at + e] = IS_NAN(o) ? o : (IS_NAN(u) ? u : (o > u ? o : u));
+#else
+        out[at + e] = IS_NAN(o) ? o : (IS_NAN(u) ? u : (o < u ? o : u));
+#endif
+    }
+}
+"""

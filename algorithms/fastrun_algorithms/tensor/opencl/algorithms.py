@@ -1,5 +1,5 @@
 """OpenCL algorithms of the tensor operators: ``cl_copy`` (transpose, slice, concat, expand),
-``cl_pad``, ``cl_gather`` and ``cl_where``.
+``cl_pad``, ``cl_gather``, ``cl_gather_elements``, ``cl_scatter_nd`` and ``cl_where``.
 
 They run on an OpenCL device (``device_kind = "opencl"``): inputs are ``pyopencl.array.Array``
 values on ``ctx.device`` and the output is a new C-contiguous one, as the numpy algorithms'
@@ -23,12 +23,16 @@ import numpy as np
 from fastrun.algorithm import Algorithm, RunContext
 from fastrun.attribute import AlgoAttribute
 from fastrun.operator import Problem
+from fastrun_algorithms import _opencl_common as common
 from fastrun_algorithms.tensor.opencl import _kernels
 from fastrun_algorithms.tensor.operator import (
+    SCATTER_REDUCTIONS,
     ConcatOperator,
     ExpandOperator,
+    GatherElementsOperator,
     GatherOperator,
     PadOperator,
+    ScatterNDOperator,
     SliceOperator,
     TransposeOperator,
     WhereOperator,
@@ -36,7 +40,8 @@ from fastrun_algorithms.tensor.operator import (
 
 _SHAPES = {op.name: op for op in (TransposeOperator(), ConcatOperator(), SliceOperator(),
                                   PadOperator(), GatherOperator(), ExpandOperator(),
-                                  WhereOperator())}
+                                  WhereOperator(), GatherElementsOperator(),
+                                  ScatterNDOperator())}
 
 
 def _elements(x: Any) -> tuple[tuple[int, ...], int]:
@@ -72,6 +77,15 @@ def merge_axes(sizes: Sequence[int], *strides: Sequence[int]
         merged = [(1, *(0 for _ in strides))]
     return (tuple(a[0] for a in merged),
             tuple(tuple(a[i] for a in merged) for i in range(1, len(strides) + 1)))
+
+
+def require_contiguous(operator: str, **arrays: Any) -> None:
+    """The kernels that index an operand flat need it C-contiguous: a ValueError naming the
+    operand otherwise (a hidden copy would be workspace nobody declared)."""
+    for which, array in arrays.items():
+        if not array.flags.c_contiguous:
+            raise ValueError(f"OpenCL {operator} needs contiguous {which}; got strides "
+                             f"{array.strides}")
 
 
 def _launch(device: Any, kernel: Any, count: int, args: Sequence[Any]) -> None:
@@ -247,10 +261,7 @@ class CLGather(OpenCLTensor):
         out = self.output(ctx, problem)
         if out.size == 0:
             return out
-        for which, array in (("data", data), ("indices", indices)):
-            if not array.flags.c_contiguous:
-                raise ValueError(f"OpenCL gather needs contiguous {which}; got strides "
-                                 f"{array.strides}")
+        require_contiguous("gather", data=data, indices=indices)
         axis = problem.param("axis")
         shape = data.shape
         inner = math.prod(shape[axis + 1:])
@@ -313,6 +324,89 @@ class CLWhere(OpenCLTensor):
         return out
 
 
+class CLGatherElements(OpenCLTensor):
+    """One work-item per output element; as ``cl_gather``, an index out of range yields zero
+    bits where numpy's algorithm raises (checking would cost a read-back per call)."""
+
+    operator, name = "gather_elements", "cl_gather_elements"
+
+    def run(self, problem: Problem, inputs: Sequence[Any], ctx: RunContext,
+            prepared: Any = None) -> Any:
+        data, indices = inputs
+        out = self.output(ctx, problem)
+        if out.size == 0:
+            return out
+        require_contiguous("gather_elements", indices=indices)
+        axis = problem.param("axis")
+        strides, base = _elements(data)
+        walk = [0 if k == axis else strides[k] for k in range(data.ndim)]
+        index_type = "int" if indices.dtype.itemsize == 4 else "long"
+        kernel = self.kernel(ctx.device, _kernels.gather_elements(data.ndim), "gather_elements",
+                             data.dtype.itemsize, [f"-DIDX={index_type}"])
+        _launch(ctx.device, kernel, out.size,
+                [out.base_data, data.base_data, np.int64(base), indices.base_data,
+                 np.int64(_elements(indices)[1]), np.int64(data.shape[axis]),
+                 np.int64(strides[axis]), *_longs(indices.shape), *_longs(walk)])
+        return out
+
+
+class CLScatterND(OpenCLTensor):
+    """A copy of data, then one work-item per element of an update block, walking the index
+    rows in order (see ``_kernels.SCATTER_ND``): repeated rows need no atomics.  A row outside
+    data is skipped where numpy's algorithm raises.  Data's sizes and strides go to the
+    device once per problem."""
+
+    operator, name = "scatter_nd", "cl_scatter_nd"
+
+    def __init__(self) -> None:
+        super().__init__()
+        #: (device, problem key) -> data's first q sizes and strides on the device
+        self._geometry: dict[tuple[int, str], Any] = {}
+
+    def unusable_reason(self, problem: Problem) -> str | None:
+        dtype = np.dtype(problem.dtypes[0]).name
+        if dtype not in common.CL_TYPES:
+            return f"cl_scatter_nd computes in OpenCL C's types, which have no {dtype}"
+        if dtype == "bool" and problem.param("reduction") != "none":
+            return "cl_scatter_nd combines bool values only by replacing them (reduction none)"
+        return super().unusable_reason(problem)
+
+    def device_unusable_reason(self, device: Any, problem: Problem) -> str | None:
+        return common.fp64_reason(device, problem.dtypes[:1])
+
+    def run(self, problem: Problem, inputs: Sequence[Any], ctx: RunContext,
+            prepared: Any = None) -> Any:
+        data, indices, updates = inputs
+        device = ctx.device
+        out = self.output(ctx, problem)
+        if out.size:
+            out_strides, out_offset = _elements(out)
+            strides, base = _elements(data)
+            self.copy(device, out, out_offset, out_strides, data, base, strides, data.shape)
+        q = indices.shape[-1]
+        count = math.prod(indices.shape[:-1])
+        block = math.prod(data.shape[q:])
+        if count == 0 or block == 0:
+            return out
+        require_contiguous("scatter_nd", indices=indices, updates=updates)
+        key = (id(device), problem.key)
+        if key not in self._geometry:
+            self._geometry[key] = device.to_device(np.array(
+                [*data.shape[:q], *_contiguous_strides(data.shape)[:q]], np.int64))
+        dtype = np.dtype(problem.dtypes[0])
+        kernel = device.kernel(_kernels.SCATTER_ND, "scatter_nd", [
+            f"-DR={common.CL_TYPES[dtype.name]}", f"-DFP64={int(dtype == np.float64)}",
+            f"-DFLOAT={int(dtype.kind == 'f')}",
+            f"-DIDX={'int' if indices.dtype.itemsize == 4 else 'long'}",
+            f"-DRED={SCATTER_REDUCTIONS.index(problem.param('reduction'))}"])
+        _launch(device, kernel, block,
+                [out.base_data, indices.base_data, np.int64(_elements(indices)[1]),
+                 np.int64(q), self._geometry[key].base_data, updates.base_data,
+                 np.int64(_elements(updates)[1]), np.int64(count), np.int64(block)])
+        return out
+
+
 def opencl_algorithms() -> list[Algorithm]:
     """One OpenCL algorithm per tensor operator."""
-    return [CLTranspose(), CLSlice(), CLConcat(), CLPad(), CLGather(), CLExpand(), CLWhere()]
+    return [CLTranspose(), CLSlice(), CLConcat(), CLPad(), CLGather(), CLExpand(), CLWhere(),
+            CLGatherElements(), CLScatterND()]
