@@ -93,6 +93,22 @@ def test_cl_arg_reduce_matches_the_reference(device, mode, last):
             assert check(device, problem, [x]) == 1
 
 
+@pytest.mark.parametrize("largest", [True, False])
+def test_cl_topk_matches_the_reference(device, largest):
+    """Ties (few distinct values), NaN and the infinities, every axis, k from 1 to the whole
+    run, floats and integers."""
+    operator = REGISTRY.operator("topk")
+    assert [a.name for a in opencl("topk")] == ["cl_topk"]
+    rng = np.random.default_rng(15)
+    x = rng.integers(-2, 3, (3, 4, 5)).astype(np.float32)
+    x[1, 2, 3], x[2, 0, 1], x[0, 1, 1], x[0, 3, 2] = np.nan, np.nan, np.inf, -np.inf
+    for values in (x, np.nan_to_num(x, posinf=7, neginf=-7).astype(np.int64)):
+        for axis in range(3):
+            for k in (1, 2, values.shape[axis]):
+                problem = operator.problem_for([values], k=k, axis=axis, largest=largest)
+                assert check(device, problem, [values]) == 1
+
+
 def test_cl_reduce_refuses_what_it_does_not_reduce():
     operator = REGISTRY.operator("reduce")
     (algorithm,) = opencl("reduce")

@@ -1,5 +1,5 @@
-"""The ``reduce`` and ``arg_reduce`` operators on an OpenCL device: ``cl_reduce`` and
-``cl_arg_reduce``, one work-item per output element.
+"""The ``reduce``, ``arg_reduce`` and ``topk`` operators on an OpenCL device: ``cl_reduce``,
+``cl_arg_reduce`` and ``cl_topk``, one work-item per output element (per run for topk).
 
 The models' reductions run over adjacent axes (a pool's plane, a norm's row, the channels), so
 X is viewed as (outer, reduced, inner) (:func:`~fastrun_algorithms.reduce.operator.blocks`);
@@ -14,7 +14,13 @@ max and min let a NaN win, as numpy's maximum does; over an empty run they give 
 of equal extremes, or the last with ``select_last_index``, a NaN counting as the extreme (the
 first NaN, or the last), as numpy's argmax does.
 
-Float inputs only (the integer and bool reductions stay on the CPU's ``numpy``).  REPRODUCIBLE:
+``cl_topk`` gives each run to one work-item, which picks its k indices one after another: each
+the first, in the order the operator defines (NaN above every number, then by value, ties by
+the lower index), of the elements that come after the one picked before.  That is k passes
+over the run, made for a classifier's top-5, not for sorting long runs.
+
+Float inputs only for reduce and arg_reduce (the integer and bool reductions stay on the
+CPU's ``numpy``); topk takes integers too.  REPRODUCIBLE:
 each output is reduced by one work-item in index order; no workspace.
 """
 
@@ -33,6 +39,7 @@ from fastrun_algorithms import _opencl_common as common
 from fastrun_algorithms.activation.opencl._kernels import PRELUDE
 from fastrun_algorithms.reduce.arg import ArgReduceOperator
 from fastrun_algorithms.reduce.operator import MODES, blocks, output_shape
+from fastrun_algorithms.reduce.topk import TopKOperator
 
 REDUCE = PRELUDE + r"""
 /* MODE: the index in reduce.operator.MODES (sum, mean, max, min, prod, l1, l2, sum_square). */
@@ -114,6 +121,92 @@ __kernel void arg_reduce(const long outputs, const long count, const long inner,
 """
 
 
+TOPK = r"""
+#if FP64
+#pragma OPENCL EXTENSION cl_khr_fp64 : enable
+#endif
+#if FLOAT
+#define IS_NAN(v) isnan(v)
+#else
+#define IS_NAN(v) 0
+#endif
+/* Whether element a (value va) comes before b (value vb) in topk's order; LARGEST 1 for the
+   largest first.  NaN is above every number; equal values go by the lower index. */
+int before(const R va, const long a, const R vb, const long b) {
+    const int na = IS_NAN(va), nb = IS_NAN(vb);
+    if (na != nb) return LARGEST ? na : nb;
+    if (!na && va != vb) return LARGEST ? va > vb : va < vb;
+    return a < b;
+}
+
+__kernel void topk(const long runs, const long count, const long inner, const long k,
+                   __global const R* x, const long x_off, __global long* out,
+                   const long o_off) {
+    const long i = get_global_id(0);
+    if (i >= runs) return;
+    const long o = i / inner;
+    const long within = i - o * inner;
+    __global const R* run = x + x_off + o * count * inner + within;
+    __global long* dst = out + o_off + o * k * inner + within;
+    long prev = -1;
+    R prev_v = (R)0;
+    for (long j = 0; j < k; ++j) {
+        long best = -1;
+        R best_v = (R)0;
+        for (long r = 0; r < count; ++r) {
+            const R v = run[r * inner];
+            if (prev >= 0 && !before(prev_v, prev, v, r)) continue;
+            if (best < 0 || before(v, r, best_v, best)) {
+                best = r;
+                best_v = v;
+            }
+        }
+        dst[j * inner] = best;
+        prev = best;
+        prev_v = best_v;
+    }
+}
+"""
+
+
+def axis_runs(problem: Problem) -> tuple[int, int, int]:
+    """(outer, count, inner): X as runs of ``count`` values along the problem's ``axis``,
+    ``inner`` apart."""
+    shape, axis = problem.shapes[0], problem.param("axis")
+    return math.prod(shape[:axis]), shape[axis], math.prod(shape[axis + 1:])
+
+
+class OpenCLTopK(common.OpenCLAlgorithm):
+    """topk's indices, a work-item per run, k passes (see the module docstring)."""
+
+    operator = "topk"
+    name = "cl_topk"
+
+    def unusable_reason(self, problem: Problem) -> str | None:
+        dtype = np.dtype(problem.dtypes[0]).name
+        if dtype not in common.CL_TYPES:
+            return f"cl_topk compares in OpenCL C's types, which have no {dtype}"
+        return None
+
+    def run(self, problem: Problem, inputs: Sequence[Any], ctx: RunContext,
+            prepared: Any = None) -> Any:
+        device = ctx.device
+        dtype = np.dtype(problem.dtypes[0])
+        out = device.empty(TopKOperator().output_shape(problem), np.dtype(np.int64))
+        outer, count, inner = axis_runs(problem)
+        k = problem.param("k")
+        if outer * inner * k == 0:
+            return out
+        kernel = device.kernel(TOPK, "topk", [
+            f"-DR={common.CL_TYPES[dtype.name]}", f"-DFP64={int(dtype == np.float64)}",
+            f"-DFLOAT={int(dtype.kind == 'f')}",
+            f"-DLARGEST={int(problem.param('largest'))}"])
+        common.launch(device, kernel, outer * inner, [
+            np.int64(outer * inner), np.int64(count), np.int64(inner), np.int64(k),
+            *common.buffer(inputs[0], "X"), *common.buffer(out, "output")])
+        return out
+
+
 class OpenCLArgReduce(common.OpenCLAlgorithm):
     """ArgMax and ArgMin, a work-item per output (see the module docstring)."""
 
@@ -130,9 +223,7 @@ class OpenCLArgReduce(common.OpenCLAlgorithm):
         device = ctx.device
         dtype = np.dtype(problem.dtypes[0])
         out = device.empty(ArgReduceOperator().output_shape(problem), np.dtype(np.int64))
-        shape, axis = problem.shapes[0], problem.param("axis")
-        outer, count = math.prod(shape[:axis]), shape[axis]
-        inner = math.prod(shape[axis + 1:])
+        outer, count, inner = axis_runs(problem)
         if outer * inner == 0:
             return out
         kernel = device.kernel(ARG_REDUCE, "arg_reduce", common.options(
@@ -180,6 +271,6 @@ class OpenCLReduce(common.OpenCLAlgorithm):
 
 
 def algorithms() -> list[Algorithm]:
-    return [OpenCLReduce(), OpenCLArgReduce()]
+    return [OpenCLReduce(), OpenCLArgReduce(), OpenCLTopK()]
 
 
