@@ -107,6 +107,37 @@ def options(**defines: Any) -> list[str]:
     return [f"-D{key}={value}" for key, value in sorted(defines.items())]
 
 
+#: The start of a program over one element type ``R`` of any kind (:func:`any_type_options`):
+#: cl_khr_fp64 where it is double, and ``IS_NAN(v)``, which is 0 for integer types (``v != v``
+#: there draws a compiler warning).
+ANY_TYPE_PRELUDE = r"""
+#if FP64
+#pragma OPENCL EXTENSION cl_khr_fp64 : enable
+#endif
+#if FLOAT
+#define IS_NAN(v) isnan(v)
+#else
+#define IS_NAN(v) 0
+#endif
+"""
+
+
+def any_type_reason(algorithm: str, dtype: Any) -> str | None:
+    """Why an :data:`ANY_TYPE_PRELUDE` program cannot take ``dtype`` (OpenCL C has no type for
+    it, float16 say), or None."""
+    name = np.dtype(dtype).name
+    if name not in CL_TYPES:
+        return f"{algorithm} computes in OpenCL C's types, which have no {name}"
+    return None
+
+
+def any_type_options(dtype: Any, **defines: Any) -> list[str]:
+    """The build options of an :data:`ANY_TYPE_PRELUDE` program for ``dtype``."""
+    dtype = np.dtype(dtype)
+    return options(R=CL_TYPES[dtype.name], FP64=int(dtype == np.float64),
+                   FLOAT=int(dtype.kind == "f"), **defines)
+
+
 def launch(device: Any, kernel: Any, work_items: int, args: Sequence[Any],
            local: int | None = None) -> None:
     """Enqueue ``kernel`` over ``work_items`` (at least one) on the device's queue, 1-D."""

@@ -27,6 +27,7 @@ from fastrun.operator import Problem
 from fastrun_algorithms._common import CACHE, NumpyRanked, ParallelRanked
 from fastrun_algorithms.reduce.operator import (
     MODES,
+    adjacent_float_reason,
     blocks,
     empty_value,
     kept_shape,
@@ -156,15 +157,10 @@ class ParallelReduce(ParallelRanked, Algorithm):
     attributes = AlgoAttribute.REPRODUCIBLE | AlgoAttribute.USABLE_DEPEND_ON_SHAPE
 
     def unusable_reason(self, problem: Problem) -> str | None:
-        if np.dtype(problem.dtypes[0]).kind != "f":
-            return "parallel reduces float inputs only"
-        view = blocks(problem)
-        if view is None:
-            return (f"parallel needs adjacent reduced axes, got {problem.param('axes')} of a "
-                    f"rank-{len(problem.shapes[0])} input")
-        if view[1] == 0:
+        reason = adjacent_float_reason(problem, "parallel")
+        if reason is None and blocks(problem)[1] == 0:
             return "parallel needs a non-empty reduction"
-        return None
+        return reason
 
     def workspace_bytes(self, problem: Problem) -> int:
         """A float64 row of inner positions per numba thread (none when inner == 1)."""

@@ -38,7 +38,7 @@ from fastrun.operator import Problem
 from fastrun_algorithms import _opencl_common as common
 from fastrun_algorithms.activation.opencl._kernels import PRELUDE
 from fastrun_algorithms.reduce.arg import ArgReduceOperator
-from fastrun_algorithms.reduce.operator import MODES, blocks, output_shape
+from fastrun_algorithms.reduce.operator import MODES, adjacent_float_reason, blocks, output_shape
 from fastrun_algorithms.reduce.topk import TopKOperator
 
 REDUCE = PRELUDE + r"""
@@ -121,15 +121,7 @@ __kernel void arg_reduce(const long outputs, const long count, const long inner,
 """
 
 
-TOPK = r"""
-#if FP64
-#pragma OPENCL EXTENSION cl_khr_fp64 : enable
-#endif
-#if FLOAT
-#define IS_NAN(v) isnan(v)
-#else
-#define IS_NAN(v) 0
-#endif
+TOPK = common.ANY_TYPE_PRELUDE + r"""
 /* Whether element a (value va) comes before b (value vb) in topk's order; LARGEST 1 for the
    largest first.  NaN is above every number; equal values go by the lower index. */
 int before(const R va, const long a, const R vb, const long b) {
@@ -183,10 +175,7 @@ class OpenCLTopK(common.OpenCLAlgorithm):
     name = "cl_topk"
 
     def unusable_reason(self, problem: Problem) -> str | None:
-        dtype = np.dtype(problem.dtypes[0]).name
-        if dtype not in common.CL_TYPES:
-            return f"cl_topk compares in OpenCL C's types, which have no {dtype}"
-        return None
+        return common.any_type_reason("cl_topk", problem.dtypes[0])
 
     def run(self, problem: Problem, inputs: Sequence[Any], ctx: RunContext,
             prepared: Any = None) -> Any:
@@ -197,10 +186,8 @@ class OpenCLTopK(common.OpenCLAlgorithm):
         k = problem.param("k")
         if outer * inner * k == 0:
             return out
-        kernel = device.kernel(TOPK, "topk", [
-            f"-DR={common.CL_TYPES[dtype.name]}", f"-DFP64={int(dtype == np.float64)}",
-            f"-DFLOAT={int(dtype.kind == 'f')}",
-            f"-DLARGEST={int(problem.param('largest'))}"])
+        kernel = device.kernel(TOPK, "topk", common.any_type_options(
+            dtype, LARGEST=int(problem.param("largest"))))
         common.launch(device, kernel, outer * inner, [
             np.int64(outer * inner), np.int64(count), np.int64(inner), np.int64(k),
             *common.buffer(inputs[0], "X"), *common.buffer(out, "output")])
@@ -245,12 +232,7 @@ class OpenCLReduce(common.OpenCLAlgorithm):
     attributes = AlgoAttribute.REPRODUCIBLE | AlgoAttribute.USABLE_DEPEND_ON_SHAPE
 
     def unusable_reason(self, problem: Problem) -> str | None:
-        if np.dtype(problem.dtypes[0]).kind != "f":
-            return "cl_reduce reduces float inputs only"
-        if blocks(problem) is None:
-            return (f"cl_reduce needs adjacent reduced axes, got {problem.param('axes')} of a "
-                    f"rank-{len(problem.shapes[0])} input")
-        return None
+        return adjacent_float_reason(problem, "cl_reduce")
 
     def run(self, problem: Problem, inputs: Sequence[Any], ctx: RunContext,
             prepared: Any = None) -> Any:

@@ -132,6 +132,17 @@ def blocks(problem: Problem) -> tuple[int, int, int] | None:
             math.prod(shape[axes[-1] + 1:]))
 
 
+def adjacent_float_reason(problem: Problem, algorithm: str) -> str | None:
+    """Why ``algorithm``, which reduces float inputs over the (outer, reduced, inner) view of
+    :func:`blocks`, cannot take ``problem``; None when it can."""
+    if np.dtype(problem.dtypes[0]).kind != "f":
+        return f"{algorithm} reduces float inputs only"
+    if blocks(problem) is None:
+        return (f"{algorithm} needs adjacent reduced axes, got {problem.param('axes')} of a "
+                f"rank-{len(problem.shapes[0])} input")
+    return None
+
+
 def empty_value(mode: str, dtype: np.dtype) -> Any:
     """What max or min of no values is: the identity of the reduction."""
     dtype = np.dtype(dtype)

@@ -15,6 +15,8 @@ copies run at rank 1 to 3 whatever the tensor's rank.  Indices are ``long``: ten
 
 from __future__ import annotations
 
+from fastrun_algorithms._opencl_common import ANY_TYPE_PRELUDE
+
 #: The largest (merged) rank the kernels are generated for.
 MAX_RANK = 8
 
@@ -142,19 +144,11 @@ __kernel void gather_elements(__global T* dst, __global const T* src, const long
 
 #: ScatterND on a copy of data: work-item e updates element e of every index row's block, the
 #: rows in order (so a repeated row keeps ONNX's sequential result without atomics).  R is
-#: the element's OpenCL type (FLOAT 1 for floats), IDX the indices' type, RED the reduction
+#: the element's OpenCL type (``ANY_TYPE_PRELUDE``), IDX the indices' type, RED the reduction
 #: (0 none, 1 add, 2 mul, 3 max, 4 min; max and min let NaN win, as numpy's maximum does);
 #: a row outside data is skipped (the kernel cannot raise).  ``geo`` holds data's first q
 #: sizes, then their (element) strides.
-SCATTER_ND = r"""
-#if FP64
-#pragma OPENCL EXTENSION cl_khr_fp64 : enable
-#endif
-#if FLOAT
-#define IS_NAN(v) isnan(v)
-#else
-#define IS_NAN(v) 0
-#endif
+SCATTER_ND = ANY_TYPE_PRELUDE + r"""
 __kernel void scatter_nd(__global R* out, __global const IDX* rows, const long rows_base,
                          const long q, __global const long* geo,
                          __global const R* upd, const long upd_base, const long count,

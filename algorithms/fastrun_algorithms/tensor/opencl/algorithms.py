@@ -138,6 +138,14 @@ class OpenCLTensor(Algorithm):
                  *_longs(sizes), *_longs(dst_strides), *_longs(src_strides)])
 
 
+    def fill(self, device: Any, out: Any, src: Any, src_base: int,
+             src_strides: Sequence[int]) -> None:
+        """Enqueue the copy of all of ``out`` from ``src`` read at ``src_base`` through
+        ``src_strides`` (one per axis of ``out``)."""
+        out_strides, out_offset = _elements(out)
+        self.copy(device, out, out_offset, out_strides, src, src_base, src_strides, out.shape)
+
+
 class CLTranspose(OpenCLTensor):
     """One work-item per output element, reading the input through its permuted strides."""
 
@@ -148,9 +156,7 @@ class CLTranspose(OpenCLTensor):
         x = inputs[0]
         out = self.output(ctx, problem)
         strides, offset = _elements(x)
-        out_strides, out_offset = _elements(out)
-        self.copy(ctx.device, out, out_offset, out_strides, x, offset,
-                  [strides[p] for p in problem.param("perm")], out.shape)
+        self.fill(ctx.device, out, x, offset, [strides[p] for p in problem.param("perm")])
         return out
 
 
@@ -168,10 +174,8 @@ class CLSlice(OpenCLTensor):
         slices = problem.param("slices")
         if out.size:
             offset += sum(start * s for (start, _, _), s in zip(slices, strides, strict=True))
-        out_strides, out_offset = _elements(out)
-        self.copy(ctx.device, out, out_offset, out_strides, x, offset,
-                  [step * s for (_, _, step), s in zip(slices, strides, strict=True)],
-                  out.shape)
+        self.fill(ctx.device, out, x, offset,
+                  [step * s for (_, _, step), s in zip(slices, strides, strict=True)])
         return out
 
 
@@ -292,9 +296,7 @@ class CLExpand(OpenCLTensor):
             prepared: Any = None) -> Any:
         x = inputs[0]
         out = self.output(ctx, problem)
-        out_strides, out_offset = _elements(out)
-        self.copy(ctx.device, out, out_offset, out_strides, x, _elements(x)[1],
-                  broadcast_strides(x, out.shape), out.shape)
+        self.fill(ctx.device, out, x, _elements(x)[1], broadcast_strides(x, out.shape))
         return out
 
 
@@ -364,10 +366,10 @@ class CLScatterND(OpenCLTensor):
         self._geometry: dict[tuple[int, str], Any] = {}
 
     def unusable_reason(self, problem: Problem) -> str | None:
-        dtype = np.dtype(problem.dtypes[0]).name
-        if dtype not in common.CL_TYPES:
-            return f"cl_scatter_nd computes in OpenCL C's types, which have no {dtype}"
-        if dtype == "bool" and problem.param("reduction") != "none":
+        reason = common.any_type_reason("cl_scatter_nd", problem.dtypes[0])
+        if reason is not None:
+            return reason
+        if problem.dtypes[0] == "bool" and problem.param("reduction") != "none":
             return "cl_scatter_nd combines bool values only by replacing them (reduction none)"
         return super().unusable_reason(problem)
 
@@ -379,10 +381,8 @@ class CLScatterND(OpenCLTensor):
         data, indices, updates = inputs
         device = ctx.device
         out = self.output(ctx, problem)
-        if out.size:
-            out_strides, out_offset = _elements(out)
-            strides, base = _elements(data)
-            self.copy(device, out, out_offset, out_strides, data, base, strides, data.shape)
+        strides, base = _elements(data)
+        self.fill(device, out, data, base, strides)
         q = indices.shape[-1]
         count = math.prod(indices.shape[:-1])
         block = math.prod(data.shape[q:])
@@ -394,11 +394,9 @@ class CLScatterND(OpenCLTensor):
             self._geometry[key] = device.to_device(np.array(
                 [*data.shape[:q], *_contiguous_strides(data.shape)[:q]], np.int64))
         dtype = np.dtype(problem.dtypes[0])
-        kernel = device.kernel(_kernels.SCATTER_ND, "scatter_nd", [
-            f"-DR={common.CL_TYPES[dtype.name]}", f"-DFP64={int(dtype == np.float64)}",
-            f"-DFLOAT={int(dtype.kind == 'f')}",
-            f"-DIDX={'int' if indices.dtype.itemsize == 4 else 'long'}",
-            f"-DRED={SCATTER_REDUCTIONS.index(problem.param('reduction'))}"])
+        kernel = device.kernel(_kernels.SCATTER_ND, "scatter_nd", common.any_type_options(
+            dtype, IDX="int" if indices.dtype.itemsize == 4 else "long",
+            RED=SCATTER_REDUCTIONS.index(problem.param("reduction"))))
         _launch(device, kernel, block,
                 [out.base_data, indices.base_data, np.int64(_elements(indices)[1]),
                  np.int64(q), self._geometry[key].base_data, updates.base_data,
