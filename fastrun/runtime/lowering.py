@@ -457,9 +457,7 @@ def _gelu(b: Builder, node: Node, ins: list[Value | None]) -> list[Value | None]
     sqrt(2)))``, or with ``approximate="tanh"``, ``x / 2 * (1 + tanh(sqrt(2 / pi) * (x +
     0.044715 x^3)))``; older exports spell these out themselves."""
     x = ins[0]
-    approximate = node.attr("approximate", "none")
-    if isinstance(approximate, bytes):
-        approximate = approximate.decode()
+    approximate = node.attr("approximate", "none")  # string attributes arrive decoded
     if approximate == "tanh":
         cube = b.op("mul", [b.op("mul", [x, x]), x])
         inner = b.op("add", [x, b.op("mul", [cube, _scalar(b, 0.044715, x.dtype)])])
@@ -676,8 +674,7 @@ def _einsum(b: Builder, node: Node, ins: list[Value | None]) -> list[Value | Non
     one operand has and the output lacks are summed first; the operands are then transposed
     and viewed as (batch, rows, K) and (batch, K, columns) for one batched ``matmul``, whose
     result is viewed and transposed into the output's order."""
-    equation = node.attr("equation", "")
-    equation = (equation.decode() if isinstance(equation, bytes) else equation).replace(" ", "")
+    equation = node.attr("equation", "").replace(" ", "")  # string attributes arrive decoded
     operands = [v for v in ins if v is not None]
     lhs, arrow, output = equation.partition("->")
     terms = lhs.split(",")
@@ -825,10 +822,7 @@ def _gather_elements(b: Builder, node: Node, ins: list[Value | None]) -> list[Va
 
 @lowers("ScatterND")
 def _scatter_nd(b: Builder, node: Node, ins: list[Value | None]) -> list[Value | None]:
-    reduction = node.attr("reduction", "none")
-    if isinstance(reduction, bytes):
-        reduction = reduction.decode()
-    return [b.op("scatter_nd", ins[:3], reduction=reduction)]
+    return [b.op("scatter_nd", ins[:3], reduction=node.attr("reduction", "none"))]
 
 
 @lowers("TopK")

@@ -18,9 +18,9 @@ from fastrun.attribute import AlgoAttribute
 from fastrun.operator import Problem
 from fastrun_algorithms._common import NumpyRanked
 from fastrun_algorithms.tensor.operator import (
-    SCATTER_COMBINE,
     check_indices,
     positive_indices,
+    scatter_in_order,
     scatter_rows,
 )
 
@@ -169,9 +169,7 @@ class NumpyScatterND(_Numpy):
             if rows:
                 out[tuple(np.array(rows, np.int64).T)] = blocks
             return out
-        combine = SCATTER_COMBINE[reduction]
-        for row, block in zip(rows, blocks, strict=True):
-            out[row] = combine(out[row], block)
+        scatter_in_order(out, rows, blocks, reduction)
         return out
 
 

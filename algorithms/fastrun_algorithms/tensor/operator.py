@@ -568,10 +568,8 @@ class ScatterNDOperator(TensorOperator):
         data, indices, updates = (np.asarray(a) for a in inputs)
         out = np.array(data, order="C")
         rows = scatter_rows(indices, data.shape)
-        combine = SCATTER_COMBINE[problem.param("reduction")]
-        for row, update in zip(rows, updates.reshape(len(rows), *data.shape[indices.shape[-1]:]),
-                               strict=True):
-            out[row] = combine(out[row], update)
+        scatter_in_order(out, rows, updates.reshape(len(rows), *data.shape[indices.shape[-1]:]),
+                         problem.param("reduction"))
         return out
 
     def random_inputs(self, problem, rng):
@@ -594,6 +592,15 @@ class ScatterNDOperator(TensorOperator):
 #: How ScatterND combines an update with what is there, per reduction
 SCATTER_COMBINE = {"none": lambda old, new: new, "add": np.add, "mul": np.multiply,
                    "max": np.maximum, "min": np.minimum}
+
+
+def scatter_in_order(out: np.ndarray, rows: list[tuple[int, ...]], blocks: np.ndarray,
+                     reduction: str) -> None:
+    """ScatterND's definition: each row's block combined into ``out`` by ``reduction``, the
+    rows one after another."""
+    combine = SCATTER_COMBINE[reduction]
+    for row, block in zip(rows, blocks, strict=True):
+        out[row] = combine(out[row], block)
 
 
 def scatter_rows(indices: np.ndarray, shape: Shape) -> list[tuple[int, ...]]:
