@@ -422,17 +422,29 @@ ROW_CHUNK = 128
 
 
 @numba.njit(cache=CACHE, fastmath=FASTMATH, inline="always")
-def store_taps3x3(out, n, k, oh0, rows, w, i, xs, d, wq, bias_k, code, low, high):
-    """For a 3x3 kernel in one pass: ``out[n, k, oh0 + r, o] = epilogue(sum of the nine taps)``
-    from the staged block (taps (i..i+2, 0..2) in row-major order, tap (i+a, b) reading at
-    offset ``d[3*a + b]``).  Each row is summed in chunks of :data:`ROW_CHUNK` into a stack
-    buffer, then stored through the epilogue: with the epilogue (whose sigmoid and silu call
-    exp) in the summing loop, LLVM left the nine taps scalar, and MobileNetV2's depthwise
-    layers ran 2-4x behind onnxruntime's on the 2-core VM."""
+def sum_taps3x3(dst, xs, w, k, i, d, p0, count):
+    """``dst[u] = sum of the nine taps`` at staged position ``p0 + u`` for ``u < count``: taps
+    (i..i+2, 0..2) of weight plane ``w[k, 0]`` in row-major order, tap (i+a, b) reading at
+    offset ``d[3*a + b]``.  One loop with no call and no store but ``dst``'s, which LLVM
+    vectorises; flat mode (:mod:`.depthwise`) runs it over a whole block at once."""
     w00, w01, w02 = w[k, 0, i, 0], w[k, 0, i, 1], w[k, 0, i, 2]
     w10, w11, w12 = w[k, 0, i + 1, 0], w[k, 0, i + 1, 1], w[k, 0, i + 1, 2]
     w20, w21, w22 = w[k, 0, i + 2, 0], w[k, 0, i + 2, 1], w[k, 0, i + 2, 2]
     d00, d01, d02, d10, d11, d12, d20, d21, d22 = d
+    for u in range(count):
+        p = p0 + u
+        s = (w00 * xs[U(p + d00)] + w01 * xs[U(p + d01)]) + w02 * xs[U(p + d02)]
+        s = ((s + w10 * xs[U(p + d10)]) + w11 * xs[U(p + d11)]) + w12 * xs[U(p + d12)]
+        dst[U(u)] = ((s + w20 * xs[U(p + d20)]) + w21 * xs[U(p + d21)]) + w22 * xs[U(p + d22)]
+
+
+@numba.njit(cache=CACHE, fastmath=FASTMATH, inline="always")
+def store_taps3x3(out, n, k, oh0, rows, w, i, xs, d, wq, bias_k, code, low, high):
+    """For a 3x3 kernel in one pass: ``out[n, k, oh0 + r, o] = epilogue(sum of the nine taps)``
+    (:func:`sum_taps3x3`).  Each row is summed in chunks of :data:`ROW_CHUNK` into a stack
+    buffer, then stored through the epilogue: with the epilogue (whose sigmoid and silu call
+    exp) in the summing loop, LLVM left the nine taps scalar, and MobileNetV2's depthwise
+    layers ran 2-4x behind onnxruntime's on the 2-core VM."""
     low_v = out.dtype.type(low)
     high_v = out.dtype.type(high)
     out_w = out.shape[3]
@@ -440,29 +452,7 @@ def store_taps3x3(out, n, k, oh0, rows, w, i, xs, d, wq, bias_k, code, low, high
     for r in range(rows):
         for o0 in range(0, out_w, ROW_CHUNK):
             count = min(ROW_CHUNK, out_w - o0)
-            p0 = r * wq + o0
-            for u in range(count):
-                p = p0 + u
-                s = (w00 * xs[U(p + d00)] + w01 * xs[U(p + d01)]) + w02 * xs[U(p + d02)]
-                s = ((s + w10 * xs[U(p + d10)]) + w11 * xs[U(p + d11)]) + w12 * xs[U(p + d12)]
-                sums[U(u)] = ((s + w20 * xs[U(p + d20)]) + w21 * xs[U(p + d21)]) \
-                    + w22 * xs[U(p + d22)]
+            sum_taps3x3(sums, xs, w, k, i, d, r * wq + o0, count)
             for u in range(count):
                 out[n, k, oh0 + r, U(o0 + u)] = epilogue_value(sums[U(u)], bias_k, code, low_v,
                                                                high_v)
-
-
-@numba.njit(cache=CACHE, fastmath=FASTMATH, inline="always")
-def flat_taps3x3(acc, w, k, xs, d, n):
-    """``acc[0, 0, u] = sum of the nine taps`` of weight plane ``w[k, 0]`` (a 3x3 kernel, taps
-    in row-major order, tap (a, b) reading at offset ``d[3*a + b]``) over ``n`` flat
-    positions: :func:`store_taps3x3` as one long loop, for planes whose rows are too short for
-    a vector loop of their own."""
-    w00, w01, w02 = w[k, 0, 0, 0], w[k, 0, 0, 1], w[k, 0, 0, 2]
-    w10, w11, w12 = w[k, 0, 1, 0], w[k, 0, 1, 1], w[k, 0, 1, 2]
-    w20, w21, w22 = w[k, 0, 2, 0], w[k, 0, 2, 1], w[k, 0, 2, 2]
-    d00, d01, d02, d10, d11, d12, d20, d21, d22 = d
-    for o in range(n):
-        s = (w00 * xs[U(o + d00)] + w01 * xs[U(o + d01)]) + w02 * xs[U(o + d02)]
-        s = ((s + w10 * xs[U(o + d10)]) + w11 * xs[U(o + d11)]) + w12 * xs[U(o + d12)]
-        acc[0, 0, U(o)] = ((s + w20 * xs[U(o + d20)]) + w21 * xs[U(o + d21)]) + w22 * xs[U(o + d22)]

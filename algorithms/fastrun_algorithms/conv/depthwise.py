@@ -49,7 +49,6 @@ from fastrun_algorithms.conv._kernels_common import (
     block_positions,
     block_width,
     chunk_taps,
-    flat_taps3x3,
     kernel_signature,
     layout,
     next_tap,
@@ -60,6 +59,7 @@ from fastrun_algorithms.conv._kernels_common import (
     staged_size,
     store_rows,
     store_taps3x3,
+    sum_taps3x3,
     tap_after_pass,
     tap_offset,
 )
@@ -132,7 +132,7 @@ def _depthwise_tasks(first, last, x, w, bias, out, sh, sw, dh, dw, pt, pl, group
         length = -(-((t_rows - 1) * wq + out_w) // LANES) * LANES
         for k in range(c * multiplier, (c + 1) * multiplier):
             if three:
-                flat_taps3x3(acc, w, k, xs, d9, length)
+                sum_taps3x3(acc[0, 0], xs, w, k, 0, d9, 0, length)
             else:
                 for u in range(length):
                     acc[0, 0, u] = 0
