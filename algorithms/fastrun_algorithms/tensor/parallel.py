@@ -28,6 +28,7 @@ every thread.  Working on bytes makes one compiled kernel serve every dtype.
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -157,6 +158,22 @@ class ParallelTranspose(ParallelRanked, Algorithm):
                     f"(after merging); the kernel walks at most {MAX_AXES}")
         return None
 
+    @staticmethod
+    @functools.lru_cache(maxsize=1024)
+    def _walk(problem: Problem) -> tuple[np.ndarray, np.ndarray] | None:
+        """The kernel's (dims, strides) for ``problem``, made once per problem: a model runs
+        the same transposes every inference, and a small one's call is mostly this setup.
+        None when every axis has size 1 (one element)."""
+        shape, reduced = reduced_permutation(problem.shapes[0], problem.param("perm"))
+        if not shape:
+            return None
+        steps = [math.prod(shape[i + 1:]) for i in range(len(shape))]
+        pad = MAX_AXES - len(shape)
+        dims = np.array([1] * pad + [shape[p] for p in reduced], dtype=np.int64)
+        strides = np.array([0] * pad + [steps[p] for p in reduced], dtype=np.int64)
+        dims.flags.writeable = strides.flags.writeable = False
+        return dims, strides
+
     def workspace_bytes(self, problem: Problem) -> int:
         return 0
 
@@ -167,15 +184,12 @@ class ParallelTranspose(ParallelRanked, Algorithm):
         out = np.empty(tuple(problem.shapes[0][p] for p in perm), dtype=dtype)
         if out.size == 0:
             return out
-        shape, reduced = reduced_permutation(problem.shapes[0], perm)
+        walk = self._walk(problem)
         x = np.ascontiguousarray(inputs[0]).reshape(-1)
-        if not shape:  # every axis of size 1: one element
+        if walk is None:  # every axis of size 1: one element
             out.reshape(-1)[0] = x[0]
             return out
-        steps = [math.prod(shape[i + 1:]) for i in range(len(shape))]
-        pad = MAX_AXES - len(shape)
-        dims = np.array([1] * pad + [shape[p] for p in reduced], dtype=np.int64)
-        strides = np.array([0] * pad + [steps[p] for p in reduced], dtype=np.int64)
+        dims, strides = walk
         bits = _UNSIGNED[dtype.itemsize]
         _transpose_rows(x.view(bits), out.reshape(-1).view(bits), dims, strides)
         return out
