@@ -45,6 +45,11 @@ from fastrun.runtime.lowering import Step, Value, lower
 
 log = logging.getLogger(__name__)
 
+#: Whole runs of each kind :meth:`Model._time_plan_and_steps` times before a launch plan is
+#: kept: enough for a median over a device's stray slow run, few enough that a large model's
+#: load stays short (ViT-B/16 at batch 32: about 1.2 s on the H200).
+PLAN_TIMING_ROUNDS = 5
+
 
 @dataclass(frozen=True)
 class RunTrace:
@@ -457,11 +462,42 @@ class Model:
                         "the device's launch())", self.graph.name, self.replay_note)
             return False
         timings = plan.choose_enqueue()
+        replay_s, steps_s = self._time_plan_and_steps(plan, check)
+        if steps_s < replay_s:
+            self.replay_note = (f"step by step: {steps_s * 1e3:.3f} ms a run against "
+                                f"{replay_s * 1e3:.3f} ms for a replay of the "
+                                f"{plan.launch_count} recorded launches")
+            log.info("running %s %s", self.graph.name, self.replay_note)
+            return False
         self.replay_note = (f"{plan.launch_count} launches replayed ({plan.enqueue} enqueue; "
                             + ", ".join(f"{name} {seconds * 1e6:.0f} us"
-                                        for name, seconds in timings.items()) + ")")
+                                        for name, seconds in timings.items())
+                            + f"; run {replay_s * 1e3:.3f} ms, step by step "
+                            f"{steps_s * 1e3:.3f} ms)")
         log.info("%s: %s", self.graph.name, self.replay_note)
         return plan
+
+    def _time_plan_and_steps(self, plan: Any, feeds: Mapping[str, Any],
+                             rounds: int = PLAN_TIMING_ROUNDS) -> tuple[float, float]:
+        """(seconds of a replayed run, seconds of a step-by-step run), each the median of
+        ``rounds`` whole runs, inputs uploaded and outputs downloaded, alternating.  A replay
+        saves the host's per-step work, but it also keeps every value in the buffer it was
+        recorded in, where a step-by-step run reuses buffers it freed a moment before; which
+        wins is not known in advance (ViT-B/16 at batch 32 on H200 hosts: 55 ms step by step
+        against 70 ms replayed in one call, 52 against 50 in another; docs/performance.md,
+        "OpenCL transformers").  So the plan is kept only where it is measured faster."""
+        plan_feeds = self._plan_feeds(feeds)
+        times: dict[str, list[float]] = {"replay": [], "steps": []}
+        for _ in range(rounds):
+            started = time.perf_counter()
+            plan.run(plan_feeds)
+            times["replay"].append(time.perf_counter() - started)
+            started = time.perf_counter()
+            env = self._start(feeds)
+            self._issue(env)
+            self._finish(env)
+            times["steps"].append(time.perf_counter() - started)
+        return statistics.median(times["replay"]), statistics.median(times["steps"])
 
     def _plan_feeds(self, feeds: Mapping[str, Any] | np.ndarray | None) -> list[Any]:
         """The inputs checked, in the plan's order, not uploaded (the plan copies them into
