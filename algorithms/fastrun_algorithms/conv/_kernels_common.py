@@ -417,8 +417,9 @@ def store_rows(out, n, k, oh0, rows, acc, t, g, wq, bias_k, code, low, high, z, 
                                                           low_v, high_v)
 
 
-#: Outputs of a row that :func:`store_taps3x3` sums before it stores them (a stack buffer).
-ROW_CHUNK = 128
+#: Staged positions :func:`store_taps3x3` sums before it stores them (a stack buffer of 4 KB
+#: for float32, in L1 while it is stored).
+SUM_CHUNK = 1024
 
 
 @numba.njit(cache=CACHE, fastmath=FASTMATH, inline="always")
@@ -441,18 +442,30 @@ def sum_taps3x3(dst, xs, w, k, i, d, p0, count):
 @numba.njit(cache=CACHE, fastmath=FASTMATH, inline="always")
 def store_taps3x3(out, n, k, oh0, rows, w, i, xs, d, wq, bias_k, code, low, high):
     """For a 3x3 kernel in one pass: ``out[n, k, oh0 + r, o] = epilogue(sum of the nine taps)``
-    (:func:`sum_taps3x3`).  Each row is summed in chunks of :data:`ROW_CHUNK` into a stack
-    buffer, then stored through the epilogue: with the epilogue (whose sigmoid and silu call
-    exp) in the summing loop, LLVM left the nine taps scalar, and MobileNetV2's depthwise
-    layers ran 2-4x behind onnxruntime's on the 2-core VM."""
+    (:func:`sum_taps3x3`).  As many whole rows as fit in :data:`SUM_CHUNK` positions (their
+    junk columns included) are summed by one flat loop into a stack buffer, then stored through
+    the epilogue.  Why: with the epilogue (whose sigmoid and silu call exp) in the summing loop,
+    LLVM left the nine taps scalar; and a loop per row of 28 or 56 outputs spends a third or
+    more of them in the vector loop's scalar remainder (LLVM unrolls it to 32 or 64 values).
+    ``benchmarks/bench_conv_layers.py`` times the layers."""
     low_v = out.dtype.type(low)
     high_v = out.dtype.type(high)
     out_w = out.shape[3]
-    sums = numba.carray(stack_buffer(ROW_CHUNK, out.dtype), ROW_CHUNK)
-    for r in range(rows):
-        for o0 in range(0, out_w, ROW_CHUNK):
-            count = min(ROW_CHUNK, out_w - o0)
-            sum_taps3x3(sums, xs, w, k, i, d, r * wq + o0, count)
-            for u in range(count):
-                out[n, k, oh0 + r, U(o0 + u)] = epilogue_value(sums[U(u)], bias_k, code, low_v,
-                                                               high_v)
+    sums = numba.carray(stack_buffer(SUM_CHUNK, out.dtype), SUM_CHUNK)
+    if wq > SUM_CHUNK:
+        for r in range(rows):
+            for o0 in range(0, out_w, SUM_CHUNK):
+                count = min(SUM_CHUNK, out_w - o0)
+                sum_taps3x3(sums, xs, w, k, i, d, r * wq + o0, count)
+                for u in range(count):
+                    out[n, k, oh0 + r, U(o0 + u)] = epilogue_value(sums[U(u)], bias_k, code,
+                                                                   low_v, high_v)
+        return
+    per_chunk = SUM_CHUNK // wq
+    for r0 in range(0, rows, per_chunk):
+        chunk_rows = min(per_chunk, rows - r0)
+        sum_taps3x3(sums, xs, w, k, i, d, r0 * wq, (chunk_rows - 1) * wq + out_w)
+        for r in range(chunk_rows):
+            for o in range(out_w):
+                out[n, k, oh0 + r0 + r, U(o)] = epilogue_value(sums[U(r * wq + o)], bias_k,
+                                                               code, low_v, high_v)

@@ -229,6 +229,9 @@ class DepthwiseConv(ConvAlgorithm):
             return "depthwise does not add a residual (its 3x3 and flat paths store directly)"
         return None
 
+    def conv_rank(self, geo: ConvGeometry) -> tuple[float, ...]:
+        return (0, 0)  # first wherever usable: made for these layers
+
     @staticmethod
     def row_block(geo: ConvGeometry) -> int:
         """Output rows per task: at most :data:`BLOCK_LENGTH` outputs."""
@@ -316,9 +319,6 @@ def _unused_2d(dtype: np.dtype) -> np.ndarray:
 def _unused_map() -> np.ndarray:
     """Placeholder for the index maps outside flat mode: empty means "not flat"."""
     return np.zeros(0, dtype=np.int64)
-
-    def conv_rank(self, geo: ConvGeometry) -> tuple[float, ...]:
-        return (0, 0)  # first wherever usable: made for these layers
 
 
 def algorithms() -> list[Algorithm]:
