@@ -9,9 +9,13 @@ For every model and batch (default: resnet18, resnet50 and mobilenet_v2 at batch
 2. ``--pairs`` rounds of two processes, alternating: fastrun running the model from that cache
    (nothing searched), and torch running the same ONNX graph op by op with its eager calls
    on CUDA (``Conv`` as ``conv2d``, ``BatchNormalization`` as ``batch_norm``, ...: what a
-   torchvision model in eval mode does), with ``cudnn.benchmark = True`` and TF32 off.  Each
-   process warms up, then times ``--iters`` inferences one by one, inputs uploaded and the
-   output downloaded in every one, as a serving loop does;
+   torchvision model in eval mode does), with ``cudnn.benchmark = True`` and TF32 off; a
+   zoo model whose graph that interpreter does not run (``vit_b16``) runs as torchvision's
+   model of the same layout (:data:`TORCHVISION`).  Each process warms up, then times
+   ``--iters`` inferences one by one, inputs uploaded and the output downloaded in every one,
+   as a serving loop does; the torch process also times the network with its input resident
+   on the card, eager and as a CUDA graph replay (columns of their own; the ratio is against
+   the serving loop, as fastrun's figure is one);
 3. the ratio of the medians of the process medians (targets: resnet18 <= 1.0 at batch 1 and
    <= 1.1 at 8 and 32; resnet50 and mobilenet_v2 <= 1.2), and fastrun's host microseconds per
    step: the time the host spends issuing the model's steps, before waiting for the output,
@@ -35,8 +39,12 @@ import time
 
 from benchmarks._common import header, model_proto, model_spec, run_worker, steady_loop
 
-#: ratio targets of issue 18 by model (batch 1, larger batches)
-TARGETS = {"resnet18": (1.0, 1.1), "resnet50": (1.2, 1.2), "mobilenet_v2": (1.2, 1.2)}
+#: ratio targets by model (batch 1, larger batches): issue 18's CNNs, issue 34's ViT-B/16
+TARGETS = {"resnet18": (1.0, 1.1), "resnet50": (1.2, 1.2), "mobilenet_v2": (1.2, 1.2),
+           "vit_b16": (1.0, 1.0)}
+#: zoo models whose graphs the node-by-node peer does not run, by torchvision's name for the
+#: same layout
+TORCHVISION = {"vit_b16": "vit_b_16"}
 HOST_TARGET_US = 10.0
 
 
@@ -181,7 +189,25 @@ def worker_fastrun(args: argparse.Namespace) -> dict:
     return result
 
 
+def _torch_network(proto, model: str, torch):
+    """(the network, whether it computes this ONNX graph's weights): the graph run node by node
+    (:class:`TorchGraph`), or for a zoo model whose graph has nodes it does not run (a
+    transformer's), torchvision's model of the same layout with random weights, as a PyTorch
+    user would run it (the times do not depend on the weights)."""
+    try:
+        return TorchGraph(proto, torch), True
+    except SystemExit:
+        if model not in TORCHVISION:
+            raise
+    import torchvision
+
+    return getattr(torchvision.models, TORCHVISION[model])().eval().cuda(), False
+
+
 def worker_torch(args: argparse.Namespace) -> dict:
+    """Serving loops of torch eager (input uploaded, output downloaded: ``median_ms``), and
+    with the input resident on the card, eager and as a CUDA graph replay (captured once from
+    the same eager calls, then replayed), the three a PyTorch user would compare."""
     import numpy as np
 
     torch = _torch_cuda()
@@ -189,7 +215,7 @@ def worker_torch(args: argparse.Namespace) -> dict:
     torch.backends.cudnn.allow_tf32 = False
     torch.backends.cuda.matmul.allow_tf32 = False
     proto = model_proto(model_spec(args.model))
-    graph = TorchGraph(proto, torch)
+    graph, same_weights = _torch_network(proto, args.model, torch)
     dims = proto.graph.input[0].type.tensor_type.shape.dim
     shape = [args.batch, *(d.dim_value for d in dims[1:])]
     x = np.random.default_rng(1).uniform(-1, 1, shape).astype(np.float32)
@@ -199,6 +225,9 @@ def worker_torch(args: argparse.Namespace) -> dict:
             return graph(torch.from_numpy(x).cuda()).cpu().numpy()
 
     result = steady_loop(run, args.iters, args.warmup)
+    result.update(_torch_resident(torch, graph, x, args.iters, args.warmup))
+    if not same_weights:
+        return result
     try:  # the peer computes the model: its output against onnxruntime's
         import onnxruntime as ort
     except ImportError:
@@ -209,6 +238,34 @@ def worker_torch(args: argparse.Namespace) -> dict:
     result["error_vs_ort"] = float(np.abs(run() - reference).max()
                                    / max(np.abs(reference).max(), 1e-30))
     return result
+
+
+def _torch_resident(torch, network, x, iters: int, warmup: int) -> dict:
+    """Medians with the input already on the card and the output left there: eager, and a
+    CUDA graph of the same calls replayed (``graph_ms``), each run waited for."""
+    resident = torch.from_numpy(x).cuda()
+    with torch.inference_mode():
+        def eager():
+            network(resident)
+            torch.cuda.synchronize()
+
+        eager_ms = steady_loop(eager, iters, warmup)["median_ms"]
+        side = torch.cuda.Stream()  # capture needs warmed-up calls on a side stream
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):
+            for _ in range(3):
+                network(resident)
+        torch.cuda.current_stream().wait_stream(side)
+        captured = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(captured):
+            network(resident)
+
+        def replay():
+            captured.replay()
+            torch.cuda.synchronize()
+
+        graph_ms = steady_loop(replay, iters, warmup)["median_ms"]
+    return {"resident_ms": eager_ms, "graph_ms": graph_ms}
 
 
 WORKERS = {"search": worker_search, "fastrun": worker_fastrun, "torch": worker_torch}
@@ -244,6 +301,8 @@ def measure(model: str, batch: int, args: argparse.Namespace, directory: str,
            "steps": runs["fastrun"][0]["steps"]}
     if peer:
         row["ratio"] = medians["fastrun"] / medians["torch"]
+        row["torch_graph_ms"] = statistics.median(r["graph_ms"] for r in runs["torch"])
+        row["torch_resident_ms"] = statistics.median(r["resident_ms"] for r in runs["torch"])
         errors = [r["error_vs_ort"] for r in runs["torch"] if "error_vs_ort" in r]
         if errors:
             row["torch_error_vs_ort"] = max(errors)
@@ -291,9 +350,9 @@ def main() -> None:
     print(header(f"whole models on {args.device}: {_device_line(args.device)}"))
     print(f"# peer: {'torch ' + torch.__version__ + ' eager, cuDNN ' + str(torch.backends.cudnn.version()) + ' (benchmark mode, TF32 off), ' + torch.cuda.get_device_name() if peer else 'none (no torch with CUDA here)'}")  # noqa: E501
     print(f"# {args.pairs} alternating rounds of processes, {args.iters} inferences each")
-    print("| model | batch | fastrun ms | torch ms | fastrun/torch | target | host us/step "
-          "| steps | search s | problems searched |")
-    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
+    print("| model | batch | fastrun ms | torch ms | fastrun/torch | target | torch resident "
+          "ms | torch CUDA graph ms | host us/step | steps | search s | problems searched |")
+    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
     rows = []
     with tempfile.TemporaryDirectory() as scratch:
         directory = args.cache_dir or scratch
@@ -306,8 +365,10 @@ def main() -> None:
                 fast = ", ".join(f"{r['median_ms']:.2f}" for r in row["runs"]["fastrun"])
                 peer_ms = ", ".join(f"{r['median_ms']:.2f}" for r in row["runs"]["torch"])
                 ratio = f"**{row['ratio']:.2f}**" if "ratio" in row else "-"
+                resident = (f"{row['torch_resident_ms']:.2f} | {row['torch_graph_ms']:.2f}"
+                            if peer else "- | -")
                 print(f"| {model} | {batch} | {fast} | {peer_ms or '-'} | {ratio} | "
-                      f"{'<= ' + str(target) if target else '-'} | "
+                      f"{'<= ' + str(target) if target else '-'} | {resident} | "
                       f"{row['host_us_per_step']:.1f} | {row['steps']} | "
                       f"{row['search']['search_s']:.1f} | {row['search']['profiled']} |",
                       flush=True)
