@@ -47,7 +47,7 @@ log = logging.getLogger(__name__)
 
 #: Whole runs of each kind :meth:`Model._time_plan_and_steps` times before a launch plan is
 #: kept: enough for a median over a device's stray slow run, few enough that a large model's
-#: load stays short (ViT-B/16 at batch 32: about 1.2 s on the H200).
+#: load stays short (ViT-B/16 at batch 32: about 0.5 s on the H200).
 PLAN_TIMING_ROUNDS = 5
 
 
@@ -484,7 +484,7 @@ class Model:
         saves the host's per-step work, but it also keeps every value in the buffer it was
         recorded in, where a step-by-step run reuses buffers it freed a moment before; which
         wins is not known in advance (ViT-B/16 at batch 32 on H200 hosts: 55 ms step by step
-        against 70 ms replayed in one call, 52 against 50 in another; docs/performance.md,
+        against 70 ms replayed in one call, 52-54 against 50-51 in another; docs/performance.md,
         "OpenCL transformers").  So the plan is kept only where it is measured faster."""
         plan_feeds = self._plan_feeds(feeds)
         times: dict[str, list[float]] = {"replay": [], "steps": []}

@@ -447,7 +447,7 @@ def store_taps3x3(out, n, k, oh0, rows, w, i, xs, d, wq, bias_k, code, low, high
     the epilogue.  Why: with the epilogue (whose sigmoid and silu call exp) in the summing loop,
     LLVM left the nine taps scalar; and a loop per row of 28 or 56 outputs spends a third or
     more of them in the vector loop's scalar remainder (LLVM unrolls it to 32 or 64 values).
-    ``benchmarks/bench_conv_layers.py`` times the layers."""
+    ``benchmarks/bench_conv_layers.py --suite mobilenet_v2`` times such layers."""
     low_v = out.dtype.type(low)
     high_v = out.dtype.type(high)
     out_w = out.shape[3]

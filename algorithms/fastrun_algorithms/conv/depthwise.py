@@ -217,6 +217,8 @@ class DepthwiseConv(ConvAlgorithm):
     operator = "conv"
     name = "depthwise"
     attributes = AlgoAttribute.REPRODUCIBLE
+    #: 2: 3x3 taps summed over whole rows at once, up to 2x faster (store_taps3x3)
+    version = 2
     #: where its per-thread buffers are kept between calls
     scratch = _SCRATCH
 
