@@ -440,6 +440,36 @@ def sum_taps3x3(dst, xs, w, k, i, d, p0, count):
 
 
 @numba.njit(cache=CACHE, fastmath=FASTMATH, inline="always")
+def sum_taps5x5(dst, xs, w, k, d, count):
+    """``dst[u] = sum of the 25 taps`` at staged position ``u`` for ``u < count``: weight plane
+    ``w[k, 0]`` in row-major order, tap (a, b) reading at offset ``d[5*a + b]``.  One pass
+    where the general path zeroes an accumulator and makes seven passes over it (four taps
+    each): MobileNetV3's and EfficientNet's 5x5 layers.  The taps are summed a kernel row at
+    a time, in row-major order."""
+    e0, e1, e2, e3, e4, e5, e6, e7, e8, e9 = d[0], d[1], d[2], d[3], d[4], d[5], d[6], d[7], \
+        d[8], d[9]
+    f0, f1, f2, f3, f4, f5, f6, f7, f8, f9 = d[10], d[11], d[12], d[13], d[14], d[15], d[16], \
+        d[17], d[18], d[19]
+    g0, g1, g2, g3, g4 = d[20], d[21], d[22], d[23], d[24]
+    a0, a1, a2, a3, a4 = w[k, 0, 0, 0], w[k, 0, 0, 1], w[k, 0, 0, 2], w[k, 0, 0, 3], w[k, 0, 0, 4]
+    b0, b1, b2, b3, b4 = w[k, 0, 1, 0], w[k, 0, 1, 1], w[k, 0, 1, 2], w[k, 0, 1, 3], w[k, 0, 1, 4]
+    c0, c1, c2, c3, c4 = w[k, 0, 2, 0], w[k, 0, 2, 1], w[k, 0, 2, 2], w[k, 0, 2, 3], w[k, 0, 2, 4]
+    h0, h1, h2, h3, h4 = w[k, 0, 3, 0], w[k, 0, 3, 1], w[k, 0, 3, 2], w[k, 0, 3, 3], w[k, 0, 3, 4]
+    i0, i1, i2, i3, i4 = w[k, 0, 4, 0], w[k, 0, 4, 1], w[k, 0, 4, 2], w[k, 0, 4, 3], w[k, 0, 4, 4]
+    for u in range(count):
+        s = (((a0 * xs[U(u + e0)] + a1 * xs[U(u + e1)]) + a2 * xs[U(u + e2)])
+             + a3 * xs[U(u + e3)]) + a4 * xs[U(u + e4)]
+        s = ((((s + b0 * xs[U(u + e5)]) + b1 * xs[U(u + e6)]) + b2 * xs[U(u + e7)])
+             + b3 * xs[U(u + e8)]) + b4 * xs[U(u + e9)]
+        s = ((((s + c0 * xs[U(u + f0)]) + c1 * xs[U(u + f1)]) + c2 * xs[U(u + f2)])
+             + c3 * xs[U(u + f3)]) + c4 * xs[U(u + f4)]
+        s = ((((s + h0 * xs[U(u + f5)]) + h1 * xs[U(u + f6)]) + h2 * xs[U(u + f7)])
+             + h3 * xs[U(u + f8)]) + h4 * xs[U(u + f9)]
+        dst[U(u)] = ((((s + i0 * xs[U(u + g0)]) + i1 * xs[U(u + g1)]) + i2 * xs[U(u + g2)])
+                     + i3 * xs[U(u + g3)]) + i4 * xs[U(u + g4)]
+
+
+@numba.njit(cache=CACHE, fastmath=FASTMATH, inline="always")
 def store_taps3x3(out, n, k, oh0, rows, w, i, xs, d, wq, bias_k, code, low, high):
     """For a 3x3 kernel in one pass: ``out[n, k, oh0 + r, o] = epilogue(sum of the nine taps)``
     (:func:`sum_taps3x3`).  As many whole rows as fit in :data:`SUM_CHUNK` positions (their
