@@ -131,3 +131,30 @@ def test_check_without_onnxruntime_stops_before_the_search() -> None:
         capture_output=True, text=True, timeout=120, cwd=REPO)
     one_line_error(done, "--check compares with onnxruntime", "fastrun[check]")
     assert "search" not in done.stdout
+
+
+@pytest.mark.parametrize("argv, fragments", [
+    (["--batch", "0"], ["--batch must be >= 1, got 0"]),
+    (["--summary-json", "{tmp}/missing/s.json"], ["--summary-json", "missing", "does not exist"]),
+    (["--profile-json", "{tmp}"], ["--profile-json", "is a directory, not a file"]),
+    (["--dump-output", "{tmp}/missing/out.npz"], ["--dump-output", "does not exist"]),
+    (["--fast-run", "--algo-policy", "{tmp}"], ["--algo-policy", "is a directory",
+                                                 "could not be saved"]),
+    (["--fast-run", "--algo-policy", "{tmp}/notes.txt"], ["--algo-policy", "notes.txt",
+                                                          "not a fastrun cache",
+                                                          "could not be saved"]),
+    (["--fast-run", "--algo-policy", "{tmp}/missing/c.bin"], ["--algo-policy", "does not exist"]),
+])
+def test_load_and_run_refuses_arguments_before_any_work(tmp_path, argv: list[str],
+                                                        fragments: list[str]) -> None:
+    """Issue 37, item 3: an argument that would fail only after the search and the timing (a
+    summary into a missing folder, a cache path that is a directory or a text file) is refused
+    first, in seconds, and no lock file is left beside a path that is not a cache."""
+    (tmp_path / "notes.txt").write_text("my notes\n")
+    started = time.monotonic()
+    done = run("zoo:resnet18", *(a.format(tmp=tmp_path) for a in argv),
+               module="fastrun.cli.load_and_run")
+    one_line_error(done, *fragments)
+    assert time.monotonic() - started < 30, "refused only after loading the model"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["notes.txt"]
+    assert (tmp_path / "notes.txt").read_text() == "my notes\n"

@@ -234,6 +234,51 @@ def _cache_mismatches(session: Any) -> list[str]:
     return lines
 
 
+#: output arguments whose file is written after the run: checked before it starts
+OUTPUT_PATHS = ("summary_json", "profile_json", "dump_output", "record")
+
+
+def argument_error(args: argparse.Namespace) -> str | None:
+    """What is wrong with an argument that would otherwise fail only after the load, the
+    search and the timing (minutes on a large model), or None.  A search's cache path must be
+    one it can write its results to; a cache that is not one fastrun reads is refused here,
+    before its lock file would be made beside it."""
+    if args.batch is not None and args.batch < 1:
+        return f"--batch must be >= 1, got {args.batch}"
+    for name in OUTPUT_PATHS:
+        path = getattr(args, name, None)
+        if path:
+            problem = _unwritable(path)
+            if problem:
+                return f"--{name.replace('_', '-')} {path}: {problem}"
+    if args.algo_policy and (args.fast_run or args.full_run):
+        from fastrun.cache import file as cache_file
+
+        found = cache_file.probe(args.algo_policy)
+        if found.kind in (cache_file.NOT_A_FILE, cache_file.FOREIGN, cache_file.NEWER,
+                          cache_file.TOO_LARGE, cache_file.UNREADABLE):
+            return (f"--algo-policy {args.algo_policy} {found.detail}: the search's results "
+                    "could not be saved there (name a new file, or leave --algo-policy out)")
+        if found.kind == cache_file.MISSING:
+            problem = _unwritable(args.algo_policy)
+            if problem:
+                return f"--algo-policy {args.algo_policy}: {problem}"
+    return None
+
+
+def _unwritable(path: str) -> str | None:
+    """Why a file could not be written at ``path`` (a directory there, or no directory to hold
+    it), or None."""
+    if os.path.isdir(path):
+        return "is a directory, not a file"
+    folder = os.path.dirname(os.path.abspath(path))
+    if not os.path.isdir(folder):
+        return f"its folder {folder} does not exist"
+    if not os.access(folder, os.W_OK | os.X_OK):
+        return f"its folder {folder} is not writable"
+    return None
+
+
 def run(args: argparse.Namespace) -> int:
     from fastrun.api import Session
     from fastrun.cache import InMemoryCache
@@ -405,6 +450,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     if args.iter < 1 or args.warmup_iter < 0:
         print("load_and_run: error: --iter must be >= 1 and --warmup-iter >= 0", file=sys.stderr)
+        return 2
+    problem = argument_error(args)
+    if problem:
+        print(f"load_and_run: error: {problem}", file=sys.stderr)
         return 2
     from fastrun.core.chooser import NoUsableAlgorithmError
     from fastrun.registry import RegistryError
