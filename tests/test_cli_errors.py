@@ -158,3 +158,30 @@ def test_load_and_run_refuses_arguments_before_any_work(tmp_path, argv: list[str
     assert time.monotonic() - started < 30, "refused only after loading the model"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["notes.txt"]
     assert (tmp_path / "notes.txt").read_text() == "my notes\n"
+
+
+def test_save_cache_to_lets_a_search_go_on_beside_a_file_it_cannot_save_to(tmp_path) -> None:
+    """With ``--save-cache-to`` the search's results have somewhere to go: an --algo-policy it
+    cannot write is read (or skipped) as before; the other file must itself be writable."""
+    import os
+
+    from fastrun.cli.load_and_run import argument_error, build_parser
+
+    notes = tmp_path / "notes.txt"
+    notes.write_text("my notes\n")
+    parse = build_parser().parse_args
+    assert argument_error(parse(["m.onnx", "--fast-run", "--algo-policy", str(notes),
+                                 "--save-cache-to", str(tmp_path / "out.bin")])) is None
+    problem = argument_error(parse(["m.onnx", "--fast-run", "--algo-policy", str(notes),
+                                    "--save-cache-to", str(tmp_path / "no" / "out.bin")]))
+    assert problem.startswith("--save-cache-to") and "does not exist" in problem
+    # without a search nothing is saved: the file is only read (and reported as foreign)
+    assert argument_error(parse(["m.onnx", "--algo-policy", str(notes)])) is None
+    if os.geteuid() != 0:  # root writes read-only files
+        cache = tmp_path / "cache.bin"
+        from fastrun.cache.file import header
+
+        cache.write_bytes(header())
+        cache.chmod(0o444)
+        problem = argument_error(parse(["m.onnx", "--fast-run", "--algo-policy", str(cache)]))
+        assert "is read-only" in problem and "--save-cache-to" in problem

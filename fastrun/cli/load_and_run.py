@@ -235,14 +235,15 @@ def _cache_mismatches(session: Any) -> list[str]:
 
 
 #: output arguments whose file is written after the run: checked before it starts
-OUTPUT_PATHS = ("summary_json", "profile_json", "dump_output", "record")
+OUTPUT_PATHS = ("summary_json", "profile_json", "dump_output", "record", "save_cache_to")
 
 
 def argument_error(args: argparse.Namespace) -> str | None:
     """What is wrong with an argument that would otherwise fail only after the load, the
     search and the timing (minutes on a large model), or None.  A search's cache path must be
-    one it can write its results to; a cache that is not one fastrun reads is refused here,
-    before its lock file would be made beside it."""
+    one it can write its results to, unless ``--save-cache-to`` names where they go instead; a
+    file that is not a cache fastrun reads is refused here, before its lock file would be made
+    beside it."""
     if args.batch is not None and args.batch < 1:
         return f"--batch must be >= 1, got {args.batch}"
     for name in OUTPUT_PATHS:
@@ -251,14 +252,19 @@ def argument_error(args: argparse.Namespace) -> str | None:
             problem = _unwritable(path)
             if problem:
                 return f"--{name.replace('_', '-')} {path}: {problem}"
-    if args.algo_policy and (args.fast_run or args.full_run):
+    if args.algo_policy and (args.fast_run or args.full_run) and not args.save_cache_to:
         from fastrun.cache import file as cache_file
 
         found = cache_file.probe(args.algo_policy)
-        if found.kind in (cache_file.NOT_A_FILE, cache_file.FOREIGN, cache_file.NEWER,
-                          cache_file.TOO_LARGE, cache_file.UNREADABLE):
-            return (f"--algo-policy {args.algo_policy} {found.detail}: the search's results "
-                    "could not be saved there (name a new file, or leave --algo-policy out)")
+        unusable = found.detail if found.kind in (
+            cache_file.NOT_A_FILE, cache_file.FOREIGN, cache_file.NEWER, cache_file.TOO_LARGE,
+            cache_file.UNREADABLE) else None
+        if found.kind in cache_file.READABLE and not os.access(args.algo_policy, os.W_OK):
+            unusable = "is read-only"
+        if unusable:
+            return (f"--algo-policy {args.algo_policy} {unusable}: the search's results "
+                    "could not be saved there (name another file, or add --save-cache-to "
+                    "FILE to save them elsewhere)")
         if found.kind == cache_file.MISSING:
             problem = _unwritable(args.algo_policy)
             if problem:
