@@ -405,6 +405,10 @@ class Model:
         if plan is not None:
             outputs, _ = plan.run(self._plan_feeds(feeds))
             return dict(zip(self.graph.outputs, outputs, strict=True))
+        return self._run_steps(feeds)
+
+    def _run_steps(self, feeds: Mapping[str, Any] | np.ndarray | None) -> dict[str, np.ndarray]:
+        """One run issued step by step through each step's algorithm, outputs by name."""
         env = self._start(feeds)
         self._issue(env)
         return self._finish(env)
@@ -438,9 +442,7 @@ class Model:
         # algorithm does once, on its first call (cl_winograd transforms the prepared
         # filters), is done before the recording: the plan holds only what every run repeats.
         check = self.random_inputs(seed=2)
-        env = self._start(check)
-        self._issue(env)
-        expected = list(self._finish(env).values())
+        expected = list(self._run_steps(check).values())
         env = self._start(self.random_inputs(seed=1, on_device=True))
         inputs = [env[index] for index in self._input_slots.values()]
         with recording:
@@ -493,9 +495,7 @@ class Model:
             plan.run(plan_feeds)
             times["replay"].append(time.perf_counter() - started)
             started = time.perf_counter()
-            env = self._start(feeds)
-            self._issue(env)
-            self._finish(env)
+            self._run_steps(feeds)
             times["steps"].append(time.perf_counter() - started)
         return statistics.median(times["replay"]), statistics.median(times["steps"])
 
