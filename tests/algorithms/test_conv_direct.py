@@ -161,6 +161,8 @@ def test_implicit_gemm_wide_and_narrow_rows() -> None:
     ([(1, 3, 9, 40), (3, 1, 3, 3)], {"pads": (0, 1, 2, 1), "group": 3}),
     ([(1, 4, 6, 41), (8, 1, 3, 5), (8,)], {"strides": (1, 2), "dilations": (2, 1),
                                           "pads": (2, 2, 2, 2), "group": 4}),
+    # depthwise 3x3 rows wider than store_taps3x3's buffer: summed in column chunks
+    ([(1, 2, 3, 1100), (2, 1, 3, 3), (2,)], {"pads": (1, 1, 1, 1), "group": 2}),
     # depthwise 5x5 in one pass (sum_taps5x5): rows per task, flat mode, stride 2, dilation
     ([(1, 3, 12, 40), (3, 1, 5, 5), (3,)], {"strides": (2, 1), "dilations": (1, 2),
                                            "pads": (2, 4, 2, 4), "group": 3}),

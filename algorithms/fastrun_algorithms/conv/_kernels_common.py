@@ -482,20 +482,15 @@ def store_taps3x3(out, n, k, oh0, rows, w, i, xs, d, wq, bias_k, code, low, high
     high_v = out.dtype.type(high)
     out_w = out.shape[3]
     sums = numba.carray(stack_buffer(SUM_CHUNK, out.dtype), SUM_CHUNK)
-    if wq > SUM_CHUNK:
-        for r in range(rows):
-            for o0 in range(0, out_w, SUM_CHUNK):
-                count = min(SUM_CHUNK, out_w - o0)
-                sum_taps3x3(sums, xs, w, k, i, d, r * wq + o0, count)
-                for u in range(count):
-                    out[n, k, oh0 + r, U(o0 + u)] = epilogue_value(sums[U(u)], bias_k, code,
-                                                                   low_v, high_v)
-        return
-    per_chunk = SUM_CHUNK // wq
+    # Whole rows per chunk; a row wider than the buffer (wq > SUM_CHUNK) is one chunk per
+    # SUM_CHUNK columns, otherwise the column loop runs once.
+    per_chunk = max(1, SUM_CHUNK // wq)
     for r0 in range(0, rows, per_chunk):
         chunk_rows = min(per_chunk, rows - r0)
-        sum_taps3x3(sums, xs, w, k, i, d, r0 * wq, (chunk_rows - 1) * wq + out_w)
-        for r in range(chunk_rows):
-            for o in range(out_w):
-                out[n, k, oh0 + r0 + r, U(o)] = epilogue_value(sums[U(r * wq + o)], bias_k,
-                                                               code, low_v, high_v)
+        for o0 in range(0, out_w, SUM_CHUNK):
+            width = min(SUM_CHUNK, out_w - o0)
+            sum_taps3x3(sums, xs, w, k, i, d, r0 * wq + o0, (chunk_rows - 1) * wq + width)
+            for r in range(chunk_rows):
+                for o in range(width):
+                    out[n, k, oh0 + r0 + r, U(o0 + o)] = epilogue_value(
+                        sums[U(r * wq + o)], bias_k, code, low_v, high_v)
