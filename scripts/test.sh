@@ -25,7 +25,12 @@ if ! command -v ip >/dev/null 2>&1; then
 fi
 
 python3 -m pip install -q -e ".[test]"
-python3 -m pytest
+# One pytest worker per core, at most 4 (each holds 2-3 GB once numba has compiled its kernels):
+# most of a cold run is numba compiling kernels on one core, so two workers on a 2-core machine
+# cut the suite from 19 to 14 minutes.  Whole files go to one worker (their module fixtures,
+# a Ray cluster, start once).
+workers=$(python3 -c "import os; print(max(1, min(4, len(os.sched_getaffinity(0)))))")
+python3 -m pytest -n "$workers" --dist loadfile
 
 # Rankings of the small CI suite against the shipped baseline (docs/regression.md): single
 # threaded, because parallel kernels' times on a shared 2-core machine are too noisy to compare.

@@ -408,7 +408,8 @@ def test_export_json_round_trip(cache_file: Path, tmp_path: Path, capsys) -> Non
 @pytest.mark.parametrize("content", [b"\xc1 not msgpack",
                                      msgpack.packb({"format": "something-else", "version": 1}),
                                      cachefile.header() + b"damaged",
-                                     cachefile.MAGIC + b"\x07\x00\x00\x00 a newer format"])
+                                     cachefile.MAGIC + b"\x07\x00\x00\x00 a newer format"],
+                         ids=["not-msgpack", "foreign", "damaged", "newer"])
 def test_corrupt_or_foreign_file_is_reported_and_left_alone(argv, content, cache_file: Path,
                                                             tmp_path: Path, capsys) -> None:
     bad = tmp_path / "bad.bin"
