@@ -176,12 +176,33 @@ def test_workspace_counts_the_padded_copies():
                          "sa": 1, "sb": 1, "db": 0})
     aligned = Problem.create("matmul", [(128, 32), (32, 64)], ["float32"] * 2)
     assert gemm.workspace_bytes(aligned) == 0
-    # M odd: A and C padded (64 x 32 and 64 x 64 per batch entry), B (broadcast) untouched
+    # M odd: nothing padded (the kernel handles M's edge)
     odd_m = Problem.create("matmul", [(3, 50, 32), (32, 64)], ["float32"] * 2)
-    assert gemm.workspace_bytes(odd_m) == 4 * (3 * 64 * 32 + 3 * 64 * 64)
+    assert gemm.workspace_bytes(odd_m) == 0
+    # M and N odd: B (broadcast, once) and C padded (32 x 64 and 64 x 64 per batch entry)
+    odd_mn = Problem.create("matmul", [(3, 50, 32), (32, 60)], ["float32"] * 2)
+    assert gemm.workspace_bytes(odd_mn) == 4 * (32 * 64 + 3 * 64 * 64)
     # K odd: A and B padded, C not
     odd_k = Problem.create("matmul", [(64, 20), (20, 32)], ["float32"] * 2)
     assert gemm.workspace_bytes(odd_k) == 4 * (64 * 32 + 32 * 32)
+
+
+@pytest.mark.parametrize("staging", [(1, 1, 1), (1, 1, 0), (0, 1, 0), (0, 0, 0)],
+                         ids=["double-buffered", "staged", "b-staged", "unstaged"])
+def test_unaligned_rows_run_in_one_launch_without_copies(device, monkeypatch, staging):
+    """A row count that is no tile multiple (a ViT's 197 tokens) is handled by the kernel:
+    one launch, no padded copy, the same result as the reference."""
+    sa, sb, db = staging
+    gemm = GemmCLMatmul({"mwg": 32, "nwg": 32, "kwg": 16, "mdimc": 8, "ndimc": 8, "vw": 2,
+                         "sa": sa, "sb": sb, "db": db})
+    launches = []
+    launch = device.launch
+    monkeypatch.setattr(device, "launch", lambda kernel, *rest, **kw: (
+        launches.append(kernel.function_name), launch(kernel, *rest, **kw))[1])
+    for a_shape, b_shape in (((37, 48), (48, 64)), ((2, 33, 32), (32, 32)), ((1, 16), (16, 32))):
+        launches.clear()
+        check(device, gemm, a_shape, b_shape)
+        assert launches == ["mm_gemm"]
 
 
 def test_heuristic_puts_direct_first_for_small_and_big_register_tiles_for_large():

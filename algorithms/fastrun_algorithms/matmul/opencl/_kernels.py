@@ -162,8 +162,11 @@ __kernel void mm_direct(const int M, const int N, const int K,
 #: local memory is emulated or the cache already does the job).  With DB (both tiles staged)
 #: local memory is double-buffered and the next step's tile is prefetched into registers while
 #: the current one is multiplied: one barrier per step, and the global-load latency hides
-#: behind the arithmetic.  M, N and K must be multiples of MWG, NWG and KWG: the host pads
-#: operands that are not.
+#: behind the arithmetic.  N and K must be multiples of NWG and KWG: the host pads operands
+#: that are not.  M need not be: the launch covers M rounded up to MWG, a row beyond the real
+#: MR rows reads row MR - 1 again (a clamp, so no load needs a branch) and its results are not
+#: stored.  A product whose token or pixel count is no tile multiple (197 tokens in a ViT) then
+#: needs no padded copies, whose extra launches cost more than the product on a GPU.
 GEMM = COMMON + r"""
 #define MWI (MWG / MDIMC)
 #define NWI (NWG / NDIMC)
@@ -215,7 +218,7 @@ typedef real4 realM;
 #endif
 
 __kernel __attribute__((reqd_work_group_size(NDIMC, MDIMC, 1)))
-void mm_gemm(const int M, const int N, const int K,
+void mm_gemm(const int M, const int N, const int K, const int MR,
              __global const real* restrict A, const long a_off, const long a_bs,
              __global const real* restrict B, const long b_off, const long b_bs,
              __global real* restrict C, const long c_off, const long c_bs,
@@ -242,6 +245,8 @@ void mm_gemm(const int M, const int N, const int K,
     const __global real* a = A + a_off + p * a_bs + (long)m0 * K;
     const __global real* b = B + b_off + p * b_bs + n0;
     __global real* c = C + c_off + p * c_bs + (long)m0 * N + n0;
+    /* The tile's last real row: rows beyond it read it again and store nothing. */
+    const int mlast = MR - 1 - m0;
 #if SA || SB
     const int tid = ty * NDIMC + tx;
 #endif
@@ -270,7 +275,8 @@ void mm_gemm(const int M, const int N, const int K,
         _Pragma("unroll")                                                              \
         for (int l = 0; l < A_LOADS; ++l) {                                            \
             const int r = tid + l * THREADS;                                           \
-            ra[l] = LOADV(a + (long)(r / (KWG / VW)) * K + (r % (KWG / VW)) * VW);     \
+            ra[l] = LOADV(a + (long)min(r / (KWG / VW), mlast) * K                     \
+                          + (r % (KWG / VW)) * VW);                                    \
         }                                                                              \
         _Pragma("unroll")                                                              \
         for (int l = 0; l < B_LOADS; ++l) {                                            \
@@ -314,7 +320,7 @@ void mm_gemm(const int M, const int N, const int K,
                 const int r = tid + l * THREADS;
                 const int mm = r / (KWG / VW);
                 const int kk = (r % (KWG / VW)) * VW;
-                const realV v = LOADV(a + (long)mm * K + k0 + kk);
+                const realV v = LOADV(a + (long)min(mm, mlast) * K + k0 + kk);
                 STORE_AT(as, kk, mm, v);
             }
         }
@@ -346,7 +352,7 @@ void mm_gemm(const int M, const int N, const int K,
             }
 #else
             #pragma unroll
-            for (int i = 0; i < MWI; ++i) av[i] = a[(long)ROW(i) * K + k0 + k];
+            for (int i = 0; i < MWI; ++i) av[i] = a[(long)min(ROW(i), mlast) * K + k0 + k];
 #endif
             #pragma unroll
             for (int j = 0; j < NVW; ++j) {
@@ -371,6 +377,7 @@ void mm_gemm(const int M, const int N, const int K,
 #if !SPLIT_K
     #pragma unroll
     for (int i = 0; i < MWI; ++i) {
+        if (ROW(i) > mlast) continue;
         #pragma unroll
         for (int j = 0; j < NVW; ++j) {
             STOREV(acc[i][j], c + (long)ROW(i) * N + (j * NDIMC + tx) * VW);
@@ -399,6 +406,7 @@ void mm_gemm(const int M, const int N, const int K,
     const __global real* first = part + p * slices * plane + (long)m0 * N + n0;
     #pragma unroll
     for (int i = 0; i < MWI; ++i) {
+        if (ROW(i) > mlast) continue;
         #pragma unroll
         for (int j = 0; j < NVW; ++j) {
             const long at = (long)ROW(i) * N + (j * NDIMC + tx) * VW;

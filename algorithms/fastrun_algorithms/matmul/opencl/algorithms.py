@@ -278,9 +278,11 @@ class GemmCLMatmul(OpenCLMatmul):
     sa, sb (stage the A / B tile in local memory), db (double-buffer both staged tiles, with
     the next tile prefetched into registers).
 
-    The kernel needs M, N and K to be multiples of the tile.  Operands that are not are copied
+    The kernel needs N and K to be multiples of the tile.  Operands that are not are copied
     into zero-padded buffers (and the result out of a padded one); those copies are this
-    algorithm's workspace.
+    algorithm's workspace.  M need not be: the kernel clamps its loads of A to the last row
+    and stores only the real rows, so the common unaligned product (a token or pixel count)
+    is one launch with no copies.
 
     ``split`` (optional, default 1): split-K, for products whose output tiles alone leave
     most of the device idle (M- or N-skinny with a deep K).  Work-groups sum slices of the
@@ -291,6 +293,9 @@ class GemmCLMatmul(OpenCLMatmul):
     """
 
     name = "cl_gemm"
+    #: 2: M's edge handled in the kernel (no padded copies for it), so unaligned products
+    #: time differently
+    version = 2
     source = _kernels.GEMM_PROGRAM
     kernel_name = "mm_gemm"
     KEYS = ("mwg", "nwg", "kwg", "mdimc", "ndimc", "vw", "sa", "sb", "db")
@@ -369,10 +374,11 @@ class GemmCLMatmul(OpenCLMatmul):
                 round_up(layout.k, self.kwg))
 
     def _copies(self, layout: MatmulLayout) -> tuple[bool, bool, bool]:
-        """Which of A, B and C go through a padded copy."""
-        mp, np_, kp = self.padded(layout)
-        pad_m, pad_n, pad_k = mp != layout.m, np_ != layout.n, kp != layout.k
-        return pad_m or pad_k, pad_k or pad_n, pad_m or pad_n
+        """Which of A, B and C go through a padded copy (M needs none: the kernel handles
+        its edge)."""
+        _, np_, kp = self.padded(layout)
+        pad_n, pad_k = np_ != layout.n, kp != layout.k
+        return pad_k, pad_k or pad_n, pad_n
 
     def workspace_bytes(self, problem: Problem) -> int:
         """Bytes of the padded copies :meth:`run` allocates: A as Mp x Kp, B as Kp x Np (once
@@ -400,11 +406,11 @@ class GemmCLMatmul(OpenCLMatmul):
             a = self._pad(device, dtype, a, layout.m, layout.k, mp, kp, batch, keep)
         if pad_b:
             b = self._pad(device, dtype, b, layout.k, layout.n, kp, np_, batch, keep)
-        target = c
+        target, c_rows = c, layout.m
         if pad_c:
             cbuf = device.empty((batch, mp, np_), dtype)
             keep.append(cbuf)
-            target = (cbuf.base_data, cbuf.offset // dtype.itemsize)
+            target, c_rows = (cbuf.base_data, cbuf.offset // dtype.itemsize), mp
         if self.split > 1:
             chunk, slices = self.slices(kp)
             partial = device.empty((slices * batch, mp, np_), dtype)
@@ -416,10 +422,10 @@ class GemmCLMatmul(OpenCLMatmul):
             split = (np.int32(kp), np.int32(1), target[0], target[0])
         global_size = (np_ // self.nwg * self.ndimc, mp // self.mwg * self.mdimc,
                        batch * slices)
-        args = (np.int32(mp), np.int32(np_), np.int32(kp),
+        args = (np.int32(mp), np.int32(np_), np.int32(kp), np.int32(layout.m),
                 a[0], np.int64(a[1]), np.int64(a[2]),
                 b[0], np.int64(b[1]), np.int64(b[2]),
-                target[0], np.int64(target[1]), np.int64(mp * np_), *split)
+                target[0], np.int64(target[1]), np.int64(c_rows * np_), *split)
         device.launch(self.kernel(device, dtype), args, global_size, (self.ndimc, self.mdimc, 1))
         if pad_c:
             args = (np.int32(layout.m), np.int32(layout.n), target[0], np.int32(mp),
