@@ -20,6 +20,7 @@ from fastrun.cache import InMemoryCache
 from fastrun.operator import Problem
 from fastrun.registry import Registry
 from fastrun_algorithms import matmul
+from fastrun_algorithms.matmul._batch import layout_of
 from fastrun_algorithms.matmul.opencl import (
     DirectCLMatmul,
     GemmCLMatmul,
@@ -172,26 +173,43 @@ def test_device_limits_are_checked_before_running():
 
 
 def test_workspace_counts_the_padded_copies():
-    gemm = GemmCLMatmul({"mwg": 64, "nwg": 32, "kwg": 16, "mdimc": 16, "ndimc": 8, "vw": 1,
+    gemm = GemmCLMatmul({"mwg": 64, "nwg": 32, "kwg": 16, "mdimc": 16, "ndimc": 8, "vw": 4,
                          "sa": 1, "sb": 1, "db": 0})
     aligned = Problem.create("matmul", [(128, 32), (32, 64)], ["float32"] * 2)
     assert gemm.workspace_bytes(aligned) == 0
-    # M odd: nothing padded (the kernel handles M's edge)
-    odd_m = Problem.create("matmul", [(3, 50, 32), (32, 64)], ["float32"] * 2)
-    assert gemm.workspace_bytes(odd_m) == 0
-    # M and N odd: B (broadcast, once) and C padded (32 x 64 and 64 x 64 per batch entry)
-    odd_mn = Problem.create("matmul", [(3, 50, 32), (32, 60)], ["float32"] * 2)
-    assert gemm.workspace_bytes(odd_mn) == 4 * (32 * 64 + 3 * 64 * 64)
-    # K odd: A and B padded, C not
-    odd_k = Problem.create("matmul", [(64, 20), (20, 32)], ["float32"] * 2)
-    assert gemm.workspace_bytes(odd_k) == 4 * (64 * 32 + 32 * 32)
+    # no tile multiple, but K and N multiples of VW: the kernel handles every edge
+    edges = Problem.create("matmul", [(3, 50, 20), (20, 60)], ["float32"] * 2)
+    assert gemm.workspace_bytes(edges) == 0
+    # N no multiple of VW: B (broadcast, once) and C copied with N rounded up to 64
+    odd_n = Problem.create("matmul", [(3, 50, 32), (32, 62)], ["float32"] * 2)
+    assert gemm.workspace_bytes(odd_n) == 4 * (32 * 64 + 3 * 50 * 64)
+    # K no multiple of VW: A and B copied with K rounded up to 24, C not
+    odd_k = Problem.create("matmul", [(64, 22), (22, 32)], ["float32"] * 2)
+    assert gemm.workspace_bytes(odd_k) == 4 * (64 * 24 + 24 * 32)
+
+
+def test_only_the_edges_a_product_has_are_built_in():
+    """An aligned product builds the kernel without a clamp or a select; each unaligned
+    dimension switches on its own edge (K and N after rounding up to VW)."""
+    gemm = GemmCLMatmul({"mwg": 32, "nwg": 64, "kwg": 16, "mdimc": 8, "ndimc": 8, "vw": 2,
+                         "sa": 1, "sb": 1, "db": 1})
+
+    def edges(a_shape, b_shape):
+        problem = Problem.create("matmul", [a_shape, b_shape], ["float32"] * 2)
+        return gemm.shape_defines(layout_of(problem))
+
+    assert edges((64, 32), (32, 128)) == {"EDGE_M": 0, "EDGE_N": 0, "EDGE_K": 0}
+    assert edges((197, 768), (768, 768)) == {"EDGE_M": 1, "EDGE_N": 0, "EDGE_K": 0}
+    assert edges((12, 197, 64), (12, 64, 197)) == {"EDGE_M": 1, "EDGE_N": 1, "EDGE_K": 0}
+    assert edges((64, 197), (197, 64)) == {"EDGE_M": 0, "EDGE_N": 0, "EDGE_K": 1}
 
 
 @pytest.mark.parametrize("staging", [(1, 1, 1), (1, 1, 0), (0, 1, 0), (0, 0, 0)],
                          ids=["double-buffered", "staged", "b-staged", "unstaged"])
-def test_unaligned_rows_run_in_one_launch_without_copies(device, monkeypatch, staging):
-    """A row count that is no tile multiple (a ViT's 197 tokens) is handled by the kernel:
-    one launch, no padded copy, the same result as the reference."""
+def test_edges_run_in_one_launch_without_copies(device, monkeypatch, staging):
+    """Sizes that are no tile multiple (a ViT's 197 tokens) are handled by the kernel: one
+    launch, no padded copy, the same result as the reference; a K or N that is no multiple
+    of VW is copied."""
     sa, sb, db = staging
     gemm = GemmCLMatmul({"mwg": 32, "nwg": 32, "kwg": 16, "mdimc": 8, "ndimc": 8, "vw": 2,
                          "sa": sa, "sb": sb, "db": db})
@@ -199,10 +217,14 @@ def test_unaligned_rows_run_in_one_launch_without_copies(device, monkeypatch, st
     launch = device.launch
     monkeypatch.setattr(device, "launch", lambda kernel, *rest, **kw: (
         launches.append(kernel.function_name), launch(kernel, *rest, **kw))[1])
-    for a_shape, b_shape in (((37, 48), (48, 64)), ((2, 33, 32), (32, 32)), ((1, 16), (16, 32))):
+    for a_shape, b_shape in (((37, 48), (48, 64)), ((2, 33, 32), (32, 32)), ((1, 16), (16, 32)),
+                             ((37, 50), (50, 70)), ((2, 33, 18), (2, 18, 34)), ((5, 2), (2, 6))):
         launches.clear()
         check(device, gemm, a_shape, b_shape)
         assert launches == ["mm_gemm"]
+    launches.clear()
+    check(device, gemm, (37, 45), (45, 71))  # K and N odd: A, B and C copied
+    assert launches == ["pad_copy", "pad_copy", "mm_gemm", "unpad_copy"]
 
 
 def test_heuristic_puts_direct_first_for_small_and_big_register_tiles_for_large():

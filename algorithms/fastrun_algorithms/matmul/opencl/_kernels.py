@@ -162,11 +162,15 @@ __kernel void mm_direct(const int M, const int N, const int K,
 #: local memory is emulated or the cache already does the job).  With DB (both tiles staged)
 #: local memory is double-buffered and the next step's tile is prefetched into registers while
 #: the current one is multiplied: one barrier per step, and the global-load latency hides
-#: behind the arithmetic.  N and K must be multiples of NWG and KWG: the host pads operands
-#: that are not.  M need not be: the launch covers M rounded up to MWG, a row beyond the real
-#: MR rows reads row MR - 1 again (a clamp, so no load needs a branch) and its results are not
-#: stored.  A product whose token or pixel count is no tile multiple (197 tokens in a ViT) then
-#: needs no padded copies, whose extra launches cost more than the product on a GPU.
+#: behind the arithmetic.  Edges: the launch covers M, N and K rounded up to the tile (M, N, K);
+#: the operands are MR x KR and KR x NR.  With EDGE_M (EDGE_N) rows (column vectors) past them
+#: read the last real ones again (clamped, so no address leaves the operand) and are not
+#: stored; with EDGE_K depths past KR read zeros.  So a product whose sizes are no tile
+#: multiple (197 tokens in a ViT) needs no padded copies, whose extra launches cost more than
+#: the product on a GPU; the host pads only a K or N that is no multiple of VW (a vector must
+#: not straddle the edge).  The switches are build options, set only for the dimensions that
+#: need them: an aligned product runs the kernel without a clamp or a select (they cost the
+#: 128 x 128 tile a quarter of its speed at 4096).
 GEMM = COMMON + r"""
 #define MWI (MWG / MDIMC)
 #define NWI (NWG / NDIMC)
@@ -207,6 +211,41 @@ typedef real4 realM;
     (s)[((kk) + 2) * AROW * VWM + (mm)] = (v).s2; \
     (s)[((kk) + 3) * AROW * VWM + (mm)] = (v).s3; }
 #endif
+#ifndef EDGE_M
+#define EDGE_M 0
+#endif
+#ifndef EDGE_N
+#define EDGE_N 0
+#endif
+#ifndef EDGE_K
+#define EDGE_K 0
+#endif
+#if EDGE_M
+#define A_ROW(row) min((row), mlast)
+#define ROW_STORED(row) ((row) <= mlast)
+#else
+#define A_ROW(row) (row)
+#define ROW_STORED(row) 1
+#endif
+#if EDGE_N
+#define B_COL(col) min((col), nlast)
+#define COL_STORED(col) ((col) <= nlast)
+#else
+#define B_COL(col) (col)
+#define COL_STORED(col) 1
+#endif
+#if EDGE_K
+#define K_REAL(k) ((k) < KR)
+#else
+#define K_REAL(k) 1
+#endif
+/* A's VW-wide vector at row `row`, depth k0 + kk, and B's at depth k0 + kk, column `col`,
+ * read kk past a and b (the double-buffered loop moves a and b to each step's depth k0; the
+ * other loops leave them at depth 0 and pass k0 = 0): zero at a depth past KR. */
+#define LOAD_A(row, kk, k0) (K_REAL((k0) + (kk)) ? LOADV(a + (long)A_ROW(row) * KR + (kk)) \
+                                                  : (realV)(0))
+#define LOAD_B(kk, col, k0) (K_REAL((k0) + (kk)) ? LOADV(b + (long)(kk) * NR + B_COL(col)) \
+                                                  : (realV)(0))
 /* Unpack a VWM-wide local read of A into the scalars av[i*VWM ...]. */
 #if VWM == 1
 #define UNPACK_A(av, i, v) av[(i)] = (v)
@@ -218,7 +257,7 @@ typedef real4 realM;
 #endif
 
 __kernel __attribute__((reqd_work_group_size(NDIMC, MDIMC, 1)))
-void mm_gemm(const int M, const int N, const int K, const int MR,
+void mm_gemm(const int M, const int N, const int K, const int MR, const int NR, const int KR,
              __global const real* restrict A, const long a_off, const long a_bs,
              __global const real* restrict B, const long b_off, const long b_bs,
              __global real* restrict C, const long c_off, const long c_bs,
@@ -242,11 +281,12 @@ void mm_gemm(const int M, const int N, const int K, const int MR,
     const int kbeg = 0;
     const int kend = K;
 #endif
-    const __global real* a = A + a_off + p * a_bs + (long)m0 * K;
+    const __global real* a = A + a_off + p * a_bs + (long)m0 * KR;
     const __global real* b = B + b_off + p * b_bs + n0;
-    __global real* c = C + c_off + p * c_bs + (long)m0 * N + n0;
-    /* The tile's last real row: rows beyond it read it again and store nothing. */
+    __global real* c = C + c_off + p * c_bs + (long)m0 * NR + n0;
+    /* The tile's last real row and column vector (edges only read them again). */
     const int mlast = MR - 1 - m0;
+    const int nlast = NR - VW - n0;
 #if SA || SB
     const int tid = ty * NDIMC + tx;
 #endif
@@ -270,23 +310,23 @@ void mm_gemm(const int M, const int N, const int K, const int MR,
     realV ra[A_LOADS];
     realV rb[B_LOADS];
     /* This work-item's share of the tiles at a and b, into registers. */
-#define LOAD_TILES_TO_REGISTERS()                                                      \
+    /* a and b point at the tile of depth kt */
+#define LOAD_TILES_TO_REGISTERS(kt)                                                    \
     do {                                                                               \
         _Pragma("unroll")                                                              \
         for (int l = 0; l < A_LOADS; ++l) {                                            \
             const int r = tid + l * THREADS;                                           \
-            ra[l] = LOADV(a + (long)min(r / (KWG / VW), mlast) * K                     \
-                          + (r % (KWG / VW)) * VW);                                    \
+            ra[l] = LOAD_A(r / (KWG / VW), (r % (KWG / VW)) * VW, (kt));               \
         }                                                                              \
         _Pragma("unroll")                                                              \
         for (int l = 0; l < B_LOADS; ++l) {                                            \
             const int r = tid + l * THREADS;                                           \
-            rb[l] = LOADV(b + (long)(r / (NWG / VW)) * N + (r % (NWG / VW)) * VW);     \
+            rb[l] = LOAD_B(r / (NWG / VW), (r % (NWG / VW)) * VW, (kt));               \
         }                                                                              \
     } while (0)
     a += kbeg;
-    b += (long)kbeg * N;
-    LOAD_TILES_TO_REGISTERS();
+    b += (long)kbeg * NR;
+    LOAD_TILES_TO_REGISTERS(kbeg);
     int buf = 0;
     for (int k0 = kbeg; k0 < kend; k0 += KWG) {
         {
@@ -305,8 +345,8 @@ void mm_gemm(const int M, const int N, const int K, const int MR,
         barrier(CLK_LOCAL_MEM_FENCE);
         if (k0 + KWG < kend) {
             a += KWG;
-            b += (long)KWG * N;
-            LOAD_TILES_TO_REGISTERS();
+            b += (long)KWG * NR;
+            LOAD_TILES_TO_REGISTERS(k0 + KWG);
         }
         __local const realM (*As)[AROW] = Alm[buf];
         __local const realV (*Bs)[NWG / VW] = Blm[buf];
@@ -320,7 +360,7 @@ void mm_gemm(const int M, const int N, const int K, const int MR,
                 const int r = tid + l * THREADS;
                 const int mm = r / (KWG / VW);
                 const int kk = (r % (KWG / VW)) * VW;
-                const realV v = LOADV(a + (long)min(mm, mlast) * K + k0 + kk);
+                const realV v = LOAD_A(mm, k0 + kk, 0);
                 STORE_AT(as, kk, mm, v);
             }
         }
@@ -332,7 +372,7 @@ void mm_gemm(const int M, const int N, const int K, const int MR,
             const int r = tid + l * THREADS;
             const int kk = r / (NWG / VW);
             const int nv = r % (NWG / VW);
-            Blm[0][kk][nv] = LOADV(b + (long)(k0 + kk) * N + nv * VW);
+            Blm[0][kk][nv] = LOAD_B(k0 + kk, nv * VW, 0);
         }
         __local const realV (*Bs)[NWG / VW] = Blm[0];
 #endif
@@ -352,14 +392,16 @@ void mm_gemm(const int M, const int N, const int K, const int MR,
             }
 #else
             #pragma unroll
-            for (int i = 0; i < MWI; ++i) av[i] = a[(long)min(ROW(i), mlast) * K + k0 + k];
+            for (int i = 0; i < MWI; ++i) {
+                av[i] = K_REAL(k0 + k) ? a[(long)A_ROW(ROW(i)) * KR + k0 + k] : (real)0;
+            }
 #endif
             #pragma unroll
             for (int j = 0; j < NVW; ++j) {
 #if SB
                 bv[j] = Bs[k][j * NDIMC + tx];
 #else
-                bv[j] = LOADV(b + (long)(k0 + k) * N + (j * NDIMC + tx) * VW);
+                bv[j] = LOAD_B(k0 + k, (j * NDIMC + tx) * VW, 0);
 #endif
             }
             #pragma unroll
@@ -377,10 +419,11 @@ void mm_gemm(const int M, const int N, const int K, const int MR,
 #if !SPLIT_K
     #pragma unroll
     for (int i = 0; i < MWI; ++i) {
-        if (ROW(i) > mlast) continue;
+        if (!ROW_STORED(ROW(i))) continue;
         #pragma unroll
         for (int j = 0; j < NVW; ++j) {
-            STOREV(acc[i][j], c + (long)ROW(i) * N + (j * NDIMC + tx) * VW);
+            const int col = (j * NDIMC + tx) * VW;
+            if (COL_STORED(col)) STOREV(acc[i][j], c + (long)ROW(i) * NR + col);
         }
     }
 #else
@@ -406,13 +449,15 @@ void mm_gemm(const int M, const int N, const int K, const int MR,
     const __global real* first = part + p * slices * plane + (long)m0 * N + n0;
     #pragma unroll
     for (int i = 0; i < MWI; ++i) {
-        if (ROW(i) > mlast) continue;
+        if (!ROW_STORED(ROW(i))) continue;
         #pragma unroll
         for (int j = 0; j < NVW; ++j) {
-            const long at = (long)ROW(i) * N + (j * NDIMC + tx) * VW;
+            const int col = (j * NDIMC + tx) * VW;
+            if (!COL_STORED(col)) continue;
+            const long at = (long)ROW(i) * N + col;
             realV sum = LOADV(first + at);
             for (int t = 1; t < slices; ++t) sum += LOADV(first + t * plane + at);
-            STOREV(sum, c + at);
+            STOREV(sum, c + (long)ROW(i) * NR + col);
         }
     }
     if (ty == 0 && tx == 0) atomic_xchg(&counters[tile], 0);

@@ -85,9 +85,10 @@ class OpenCLMatmul(Algorithm):
 
     def __init__(self, param: dict[str, Any] | None = None):
         super().__init__(param)
-        #: (device, dtype) -> (program, kernel): a program is built (or looked up) once and
-        #: its kernel object reused, since creating a kernel costs more than launching it.
-        self._kernels: dict[tuple[int, str, str], tuple[Any, Any]] = {}
+        #: (device, dtype, kernel name, shape defines) -> (program, kernel): a program is
+        #: built (or looked up) once and its kernel object reused, since creating a kernel
+        #: costs more than launching it.
+        self._kernels: dict[tuple, tuple[Any, Any]] = {}
 
     # -- usability -----------------------------------------------------------------------------
     def unusable_reason(self, problem: Problem) -> str | None:
@@ -119,23 +120,31 @@ class OpenCLMatmul(Algorithm):
         return None
 
     # -- running -------------------------------------------------------------------------------
-    def options(self, dtype: np.dtype) -> list[str]:
-        """Build options: the dtype and this configuration's -D values."""
-        defines = {"REAL_DOUBLE": int(dtype == np.float64), **self.defines()}
+    def options(self, dtype: np.dtype, shape_defines: dict[str, int] | None = None) -> list[str]:
+        """Build options: the dtype, this configuration's -D values and the problem's
+        (:meth:`shape_defines`)."""
+        defines = {"REAL_DOUBLE": int(dtype == np.float64), **self.defines(),
+                   **(shape_defines or {})}
         return [f"-D{key}={value}" for key, value in sorted(defines.items())]
 
     def defines(self) -> dict[str, int]:
         return {}
 
-    def build(self, problem: Problem, device: Any) -> None:
-        """Compile this configuration's program (every kernel it launches is in it); the
-        search calls this for many configurations at once."""
-        device.build(self.source, self.options(np.dtype(problem.dtypes[0])))
+    def shape_defines(self, layout: MatmulLayout) -> dict[str, int]:
+        """-D values that depend on the product's shape (none unless a kernel has some)."""
+        return {}
 
-    def kernel(self, device: Any, dtype: np.dtype, name: str | None = None) -> Any:
+    def build(self, problem: Problem, device: Any) -> None:
+        """Compile this configuration's program for ``problem`` (every kernel it launches is
+        in it); the search calls this for many configurations at once."""
+        device.build(self.source, self.options(np.dtype(problem.dtypes[0]),
+                                               self.shape_defines(layout_of(problem))))
+
+    def kernel(self, device: Any, dtype: np.dtype, name: str | None = None,
+               shape_defines: dict[str, int] | None = None) -> Any:
         name = name or self.kernel_name
-        key = (id(device), dtype.str, name)
-        program = device.build(self.source, self.options(dtype))
+        key = (id(device), dtype.str, name, tuple(sorted((shape_defines or {}).items())))
+        program = device.build(self.source, self.options(dtype, shape_defines))
         cached = self._kernels.get(key)
         if cached is not None and cached[0] is program:
             return cached[1]
@@ -278,11 +287,11 @@ class GemmCLMatmul(OpenCLMatmul):
     sa, sb (stage the A / B tile in local memory), db (double-buffer both staged tiles, with
     the next tile prefetched into registers).
 
-    The kernel needs N and K to be multiples of the tile.  Operands that are not are copied
-    into zero-padded buffers (and the result out of a padded one); those copies are this
-    algorithm's workspace.  M need not be: the kernel clamps its loads of A to the last row
-    and stores only the real rows, so the common unaligned product (a token or pixel count)
-    is one launch with no copies.
+    The kernel handles the edges of a product that is no tile multiple itself (clamped loads,
+    zeros past K, guarded stores; see ``_kernels.GEMM``), so the common unaligned product (a
+    token or pixel count) is one launch with no copies.  Only a K or N that is no multiple of
+    VW is copied into a zero-padded buffer (and the result out of a padded one); those copies
+    and split-K's slices are this algorithm's workspace.
 
     ``split`` (optional, default 1): split-K, for products whose output tiles alone leave
     most of the device idle (M- or N-skinny with a deep K).  Work-groups sum slices of the
@@ -293,7 +302,7 @@ class GemmCLMatmul(OpenCLMatmul):
     """
 
     name = "cl_gemm"
-    #: 2: M's edge handled in the kernel (no padded copies for it), so unaligned products
+    #: 2: the edges handled in the kernel (no padded copies for them), so unaligned products
     #: time differently
     version = 2
     source = _kernels.GEMM_PROGRAM
@@ -373,44 +382,61 @@ class GemmCLMatmul(OpenCLMatmul):
         return (round_up(layout.m, self.mwg), round_up(layout.n, self.nwg),
                 round_up(layout.k, self.kwg))
 
+    def shape_defines(self, layout: MatmulLayout) -> dict[str, int]:
+        """The kernel's edge switches: only the dimensions that are no tile multiple pay for
+        a clamp or a select (see ``_kernels.GEMM``)."""
+        kr, nr = self.extents(layout)
+        return {"EDGE_M": int(layout.m % self.mwg != 0), "EDGE_N": int(nr % self.nwg != 0),
+                "EDGE_K": int(kr % self.kwg != 0)}
+
+    def extents(self, layout: MatmulLayout) -> tuple[int, int]:
+        """(K, N) as the kernel sees them: rounded up to a multiple of VW, the width of its
+        loads along both (a vector must not straddle the edge); M needs no rounding."""
+        return round_up(layout.k, self.vw), round_up(layout.n, self.vw)
+
     def _copies(self, layout: MatmulLayout) -> tuple[bool, bool, bool]:
-        """Which of A, B and C go through a padded copy (M needs none: the kernel handles
-        its edge)."""
-        _, np_, kp = self.padded(layout)
-        pad_n, pad_k = np_ != layout.n, kp != layout.k
+        """Which of A, B and C go through a padded copy: only where K or N is no multiple of
+        VW (the kernel handles every other edge)."""
+        kr, nr = self.extents(layout)
+        pad_k, pad_n = kr != layout.k, nr != layout.n
         return pad_k, pad_k or pad_n, pad_n
 
     def workspace_bytes(self, problem: Problem) -> int:
-        """Bytes of the padded copies :meth:`run` allocates: A as Mp x Kp, B as Kp x Np (once
-        per batch entry it has, one for a broadcast operand), C as Mp x Np per batch entry;
-        each only when the shape is not already a tile multiple."""
+        """Bytes of the padded copies :meth:`run` allocates: A as M x Kr, B as Kr x Nr (once
+        per batch entry it has, one for a broadcast operand), C as M x Nr per batch entry
+        (Kr, Nr: :meth:`extents`), each only where K or N needs it; and split-K's slices."""
         layout = layout_of(problem)
         itemsize = np.dtype(problem.dtypes[0]).itemsize
         mp, np_, kp = self.padded(layout)
+        kr, nr = self.extents(layout)
         pad_a, pad_b, pad_c = self._copies(layout)
         strides = batch_strides(layout) or (1, 1)
         a_batch = layout.batch if strides[0] else 1
         b_batch = layout.batch if strides[1] else 1
-        total = (pad_a * a_batch * mp * kp + pad_b * b_batch * kp * np_
-                 + pad_c * layout.batch * mp * np_)
+        m = layout.m
+        total = (pad_a * a_batch * m * kr + pad_b * b_batch * kr * nr
+                 + pad_c * layout.batch * m * nr)
         if self.split > 1:
             total += self.slices(kp)[1] * layout.batch * mp * np_
         return total * itemsize
 
     def launch(self, device, dtype, layout, a, b, c):
         mp, np_, kp = self.padded(layout)
+        kr, nr = self.extents(layout)
+        m = layout.m
         pad_a, pad_b, pad_c = self._copies(layout)
         batch = layout.batch
+        edges = self.shape_defines(layout)
         keep: list[Any] = []  # padded buffers stay referenced until the kernels are enqueued
         if pad_a:
-            a = self._pad(device, dtype, a, layout.m, layout.k, mp, kp, batch, keep)
+            a = self._pad(device, dtype, a, m, layout.k, m, kr, batch, keep, edges)
         if pad_b:
-            b = self._pad(device, dtype, b, layout.k, layout.n, kp, np_, batch, keep)
-        target, c_rows = c, layout.m
+            b = self._pad(device, dtype, b, layout.k, layout.n, kr, nr, batch, keep, edges)
+        target = c
         if pad_c:
-            cbuf = device.empty((batch, mp, np_), dtype)
+            cbuf = device.empty((batch, m, nr), dtype)
             keep.append(cbuf)
-            target, c_rows = (cbuf.base_data, cbuf.offset // dtype.itemsize), mp
+            target = (cbuf.base_data, cbuf.offset // dtype.itemsize)
         if self.split > 1:
             chunk, slices = self.slices(kp)
             partial = device.empty((slices * batch, mp, np_), dtype)
@@ -422,16 +448,18 @@ class GemmCLMatmul(OpenCLMatmul):
             split = (np.int32(kp), np.int32(1), target[0], target[0])
         global_size = (np_ // self.nwg * self.ndimc, mp // self.mwg * self.mdimc,
                        batch * slices)
-        args = (np.int32(mp), np.int32(np_), np.int32(kp), np.int32(layout.m),
+        args = (np.int32(mp), np.int32(np_), np.int32(kp),
+                np.int32(m), np.int32(nr), np.int32(kr),
                 a[0], np.int64(a[1]), np.int64(a[2]),
                 b[0], np.int64(b[1]), np.int64(b[2]),
-                target[0], np.int64(target[1]), np.int64(c_rows * np_), *split)
-        device.launch(self.kernel(device, dtype), args, global_size, (self.ndimc, self.mdimc, 1))
+                target[0], np.int64(target[1]), np.int64(m * nr), *split)
+        device.launch(self.kernel(device, dtype, None, edges), args, global_size,
+                      (self.ndimc, self.mdimc, 1))
         if pad_c:
-            args = (np.int32(layout.m), np.int32(layout.n), target[0], np.int32(mp),
-                    np.int32(np_), c[0], np.int64(c[1]))
-            device.launch(self.kernel(device, dtype, "unpad_copy"), args,
-                          (layout.n, layout.m, batch), None)
+            args = (np.int32(m), np.int32(layout.n), target[0], np.int32(m),
+                    np.int32(nr), c[0], np.int64(c[1]))
+            device.launch(self.kernel(device, dtype, "unpad_copy", edges), args,
+                          (layout.n, m, batch), None)
         del keep  # pyopencl releases buffers only after the enqueued work is done
 
     def _tile_counters(self, device: Any, mp: int, np_: int, batch: int) -> Any:
@@ -443,7 +471,7 @@ class GemmCLMatmul(OpenCLMatmul):
             counters = self._counters[key] = device.zeros((tiles,), np.int32)
         return counters
 
-    def _pad(self, device, dtype, src, rows, cols, prows, pcols, batch, keep) -> tuple:
+    def _pad(self, device, dtype, src, rows, cols, prows, pcols, batch, keep, edges) -> tuple:
         """``src`` (buffer, offset, batch stride; stride 0: broadcast) zero-padded to
         ``prows`` x ``pcols`` in a new buffer kept in ``keep``; returns the padded operand."""
         count = batch if src[2] else 1
@@ -451,5 +479,6 @@ class GemmCLMatmul(OpenCLMatmul):
         keep.append(dst)
         args = (np.int32(rows), np.int32(cols), src[0], np.int64(src[1]), np.int64(src[2]),
                 np.int32(prows), np.int32(pcols), dst.base_data)
-        device.launch(self.kernel(device, dtype, "pad_copy"), args, (pcols, prows, count), None)
+        device.launch(self.kernel(device, dtype, "pad_copy", edges), args, (pcols, prows, count),
+                      None)
         return dst.base_data, dst.offset // dtype.itemsize, src[2] and prows * pcols
