@@ -13,13 +13,14 @@ For every model and batch (default: resnet18, resnet50 and mobilenet_v2 at batch
    zoo model whose graph that interpreter does not run (``vit_b16``) runs as torchvision's
    model of the same layout (:data:`TORCHVISION`).  Each process warms up, then times
    ``--iters`` inferences one by one, inputs uploaded and the output downloaded in every one,
-   as a serving loop does; the torch process also times the network with its input resident
-   on the card, eager and as a CUDA graph replay (columns of their own; the ratio is against
-   the serving loop, as fastrun's figure is one);
-3. the ratio of the medians of the process medians (targets: resnet18 <= 1.0 at batch 1 and
-   <= 1.1 at 8 and 32; resnet50 and mobilenet_v2 <= 1.2), and fastrun's host microseconds per
-   step: the time the host spends issuing the model's steps, before waiting for the output,
-   over the number of steps (target <= 10).
+   as a serving loop does.  Both also time a resident loop (input already on the card, output
+   left there, each run waited for): fastrun through ``Model.run_resident``, torch eager and
+   as a CUDA graph replay, which a PyTorch user who cares about latency captures;
+3. two ratios of the medians of the process medians: the serving loops (fastrun/torch;
+   targets: resnet18 <= 1.0 at batch 1 and <= 1.1 at 8 and 32; resnet50 and mobilenet_v2
+   <= 1.2), and fastrun resident against torch's CUDA graph (resident/CUDA graph, issue 35's
+   target); and fastrun's host microseconds per step: the time the host spends issuing the
+   model's steps, before waiting for the output, over the number of steps (target <= 10).
 
 Without torch or CUDA (PoCL on a CPU) the peer columns say so and only fastrun's figures are
 printed.
@@ -181,6 +182,9 @@ def worker_fastrun(args: argparse.Namespace) -> dict:
     model = load(model_spec(args.model), session, batch=args.batch, weight_preprocess=True)
     feeds = model.random_inputs(seed=1)
     result = steady_loop(lambda: model.run(feeds), args.iters, args.warmup)
+    resident = model.random_inputs(seed=1, on_device=True)
+    result["resident_ms"] = steady_loop(lambda: model.run_resident(resident), args.iters,
+                                        args.warmup)["median_ms"]
     host = [model.run_host_seconds(feeds)[1] for _ in range(args.iters)]
     steps = model.step_count
     result.update(host_us_per_step=statistics.median(host) * 1e6 / steps, steps=steps,
@@ -296,6 +300,7 @@ def measure(model: str, batch: int, args: argparse.Namespace, directory: str,
     medians = {name: statistics.median(r["median_ms"] for r in results)
                for name, results in runs.items() if results}
     row = {"model": model, "batch": batch, "search": search, "runs": runs, "medians_ms": medians,
+           "resident_ms": statistics.median(r["resident_ms"] for r in runs["fastrun"]),
            "host_us_per_step": statistics.median(r["host_us_per_step"]
                                                  for r in runs["fastrun"]),
            "steps": runs["fastrun"][0]["steps"]}
@@ -303,6 +308,7 @@ def measure(model: str, batch: int, args: argparse.Namespace, directory: str,
         row["ratio"] = medians["fastrun"] / medians["torch"]
         row["torch_graph_ms"] = statistics.median(r["graph_ms"] for r in runs["torch"])
         row["torch_resident_ms"] = statistics.median(r["resident_ms"] for r in runs["torch"])
+        row["graph_ratio"] = row["resident_ms"] / row["torch_graph_ms"]
         errors = [r["error_vs_ort"] for r in runs["torch"] if "error_vs_ort" in r]
         if errors:
             row["torch_error_vs_ort"] = max(errors)
@@ -350,9 +356,10 @@ def main() -> None:
     print(header(f"whole models on {args.device}: {_device_line(args.device)}"))
     print(f"# peer: {'torch ' + torch.__version__ + ' eager, cuDNN ' + str(torch.backends.cudnn.version()) + ' (benchmark mode, TF32 off), ' + torch.cuda.get_device_name() if peer else 'none (no torch with CUDA here)'}")  # noqa: E501
     print(f"# {args.pairs} alternating rounds of processes, {args.iters} inferences each")
-    print("| model | batch | fastrun ms | torch ms | fastrun/torch | target | torch resident "
-          "ms | torch CUDA graph ms | host us/step | steps | search s | problems searched |")
-    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
+    print("| model | batch | fastrun ms | torch ms | fastrun/torch | target | fastrun resident "
+          "ms | torch resident ms | torch CUDA graph ms | resident/CUDA graph | host us/step "
+          "| steps | search s | problems searched |")
+    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
     rows = []
     with tempfile.TemporaryDirectory() as scratch:
         directory = args.cache_dir or scratch
@@ -365,8 +372,9 @@ def main() -> None:
                 fast = ", ".join(f"{r['median_ms']:.2f}" for r in row["runs"]["fastrun"])
                 peer_ms = ", ".join(f"{r['median_ms']:.2f}" for r in row["runs"]["torch"])
                 ratio = f"**{row['ratio']:.2f}**" if "ratio" in row else "-"
-                resident = (f"{row['torch_resident_ms']:.2f} | {row['torch_graph_ms']:.2f}"
-                            if peer else "- | -")
+                resident = (f"{row['resident_ms']:.2f} | "
+                            + (f"{row['torch_resident_ms']:.2f} | {row['torch_graph_ms']:.2f} | "
+                               f"**{row['graph_ratio']:.2f}**" if peer else "- | - | -"))
                 print(f"| {model} | {batch} | {fast} | {peer_ms or '-'} | {ratio} | "
                       f"{'<= ' + str(target) if target else '-'} | {resident} | "
                       f"{row['host_us_per_step']:.1f} | {row['steps']} | "

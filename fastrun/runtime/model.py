@@ -407,6 +407,26 @@ class Model:
             return dict(zip(self.graph.outputs, outputs, strict=True))
         return self._run_steps(feeds)
 
+    def run_resident(self, feeds: Mapping[str, Any] | None = None) -> dict[str, Any]:
+        """A run on a queued device whose outputs stay there (device arrays by name, not
+        downloaded), waited for: what a caller that chains more device work sees, and what a
+        peer's run with resident tensors is compared with (``bench_opencl_models``).  Feeds
+        that are device arrays are used as they are (a replayed plan copies them into its own
+        input buffers, on the device); a replayed plan's outputs are its own buffers, which
+        its next run overwrites."""
+        if not self.on_device:
+            raise ValueError("run_resident needs a model on a queued device (OpenCL); "
+                             "on the CPU, run() already returns the outputs in place")
+        plan = self.launch_plan()
+        if plan is not None:
+            outputs = plan.run_resident(self._plan_feeds(feeds))
+        else:
+            env = self._start(feeds)
+            self._issue(env)
+            outputs = [env[index] for index in self._output_slots]
+        self.device.synchronize()
+        return dict(zip(self.graph.outputs, outputs, strict=True))
+
     def _run_steps(self, feeds: Mapping[str, Any] | np.ndarray | None) -> dict[str, np.ndarray]:
         """One run issued step by step through each step's algorithm, outputs by name."""
         env = self._start(feeds)

@@ -239,6 +239,28 @@ def test_device_array_inputs_are_not_copied(device, monkeypatch):
     np.testing.assert_allclose(model.run(as_double)["y"], expected["y"], rtol=1e-6)
 
 
+@pytest.mark.parametrize("replay", [True, False], ids=["replayed", "step-by-step"])
+def test_a_resident_run_moves_nothing_and_leaves_the_outputs_on_the_device(
+        device, monkeypatch, replay):
+    """bench_opencl_models' resident mode: device inputs, no upload and no download, the
+    outputs device arrays equal to run()'s."""
+    model = load(_models.small_cnn(), _session(device), batch=1, replay=replay)
+    feeds = model.random_inputs(seed=3)
+    expected = model.run(feeds)
+    on_device = model.random_inputs(seed=3, on_device=True)
+    transfers = Transfers(monkeypatch)
+    for _ in range(2):
+        outputs = model.run_resident(on_device)
+    assert (transfers.uploads, transfers.downloads) == (0, 0)
+    assert set(outputs) == set(expected)
+    for name, value in expected.items():
+        assert isinstance(outputs[name], device.array_type())
+        np.testing.assert_allclose(device.to_host(outputs[name]), value, rtol=1e-6, atol=1e-6)
+    cpu = load(_models.small_cnn(), fastrun.session(device="cpu:1", progress=False), batch=1)
+    with pytest.raises(ValueError, match="needs a model on a queued device"):
+        cpu.run_resident(feeds)
+
+
 def test_in_context_search_runs_steps_on_the_device(device):
     """fast-run executes the model step by step while it searches: on the device, with
     device arrays (view steps included)."""
