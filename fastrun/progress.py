@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import logging
 import sys
+import time
 from typing import Any, TextIO
 
 from fastrun import config
@@ -134,14 +135,71 @@ class TerminalProgress(Progress):
                 f"{self._where}: {self._title} {self._done}/{self._total} {label}".rstrip())
 
 
+class LineProgress(Progress):
+    """Progress for a log file or a pipe, where a bar would be debris: a line on ``stream``
+    every :data:`LINE_INTERVAL_S` at most while a job (a model's search) runs, with the
+    problems decided, the elapsed time and an ETA from the mean time per problem so far;
+    and a last line when it ends, if any was written.  A search shorter than the interval
+    writes nothing."""
+
+    def __init__(self, stream: TextIO, interval_s: float | None = None, clock=time.monotonic):
+        self.stream = stream
+        self.interval_s = LINE_INTERVAL_S if interval_s is None else interval_s
+        self.clock = clock
+        self._started = self._last = 0.0
+        self._title = ""
+        self._wrote = False
+
+    def job(self, total: int, title: str) -> None:
+        super().job(total, title)
+        self._started = self._last = self.clock()
+        self._title, self._wrote = title, False
+
+    def job_item(self, index: int, total: int, label: str) -> None:
+        super().job_item(index, total, label)
+        now = self.clock()
+        if now - self._last < self.interval_s:
+            return
+        self._last = now
+        done, elapsed = index - 1, now - self._started
+        eta = (f", about {_clock_text(elapsed / done * (total - done))} left" if done
+               else "")
+        self._write(f"{self._title}: {done}/{total} problem(s) decided, "
+                    f"{_clock_text(elapsed)} elapsed{eta}; now {label}")
+
+    def job_end(self) -> None:
+        super().job_end()
+        if self._wrote:
+            self._write(f"{self._title}: done in {_clock_text(self.clock() - self._started)}")
+
+    def _write(self, line: str) -> None:
+        self.stream.write(line + "\n")
+        self.stream.flush()
+        self._wrote = True
+
+
+#: Seconds between two lines of :class:`LineProgress`.
+LINE_INTERVAL_S = 10.0
+
+
+def _clock_text(seconds: float) -> str:
+    hours, rest = divmod(max(0, round(seconds)), 3600)
+    minutes = f"{rest // 60:02d}" if hours else f"{rest // 60}"
+    return (f"{hours}:" if hours else "") + f"{minutes}:{rest % 60:02d}"
+
+
 def _prefix(context: str) -> str:
     return f"{context} " if context else ""
 
 
 def make_progress(enabled: bool | None = None, stream: TextIO | None = None) -> Progress:
-    """A bar when forced on, or when unset and ``stream`` (stderr) is a terminal."""
+    """A bar when forced on, or when unset and ``stream`` (stderr) is a terminal; when unset
+    and it is not (a log file, a pipe), a line now and then (:class:`LineProgress`); nothing
+    but the log when turned off (``--no-progress``, ``FASTRUN_PROGRESS=0``)."""
     stream = stream or sys.stderr
     wanted = config.progress(enabled)
     if wanted is None:
-        wanted = hasattr(stream, "isatty") and stream.isatty()
+        if not (hasattr(stream, "isatty") and stream.isatty()):
+            return LineProgress(stream)
+        wanted = True
     return TerminalProgress(stream) if wanted else Progress()

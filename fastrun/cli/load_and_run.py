@@ -13,6 +13,7 @@ import json
 import logging
 import os
 import sys
+import textwrap
 import time
 from collections.abc import Sequence
 from datetime import UTC, datetime
@@ -67,11 +68,21 @@ def build_parser() -> argparse.ArgumentParser:
                         "FASTRUN_REPLAY, on)")
     parser.add_argument("--device", default="cpu", help="cpu (default), cpu:THREADS, "
                         "opencl[:PLATFORM:DEVICE]")
+    parser.add_argument("--threads", type=int, default=None, metavar="N",
+                        help="CPU threads: the same as --device cpu:N")
     parser.add_argument("--iter", type=int, default=10, help="timed iterations (default 10)")
     parser.add_argument("--duration", type=float, default=None, metavar="SECONDS",
                         help="time iterations for this long instead of --iter of them")
     parser.add_argument("--warmup-iter", type=int, default=1,
                         help="untimed iterations first (default 1)")
+    parser.add_argument("--sort", choices=("graph", "time"), default=None,
+                        help="print the per-layer table (as --verbose does) in graph order "
+                             "(default) or slowest step first")
+    parser.add_argument("--wide", action="store_true",
+                        help="print the per-layer table without cutting it to 100 columns")
+    parser.add_argument("--time-peer", action="store_true",
+                        help="with --check: also time onnxruntime on the same inputs, the "
+                             "same number of iterations, and print the ratio")
     parser.add_argument("--verbose", action="store_true",
                         help="per-node table and search log")
     parser.add_argument("--dump-output", metavar="FILE.npz", help="save the outputs")
@@ -118,72 +129,134 @@ def _read_inputs(specs: Sequence[str]) -> dict[str, np.ndarray]:
     return feeds
 
 
+class TimingInterrupted(KeyboardInterrupt):
+    """Ctrl-C during the timed iterations, carrying what was timed before it (a Ctrl-C all
+    the same to code that does not look)."""
+
+    def __init__(self, outputs: dict[str, np.ndarray], totals: list[float],
+                 step_times: list[list[float]]):
+        super().__init__()
+        self.outputs, self.totals, self.step_times = outputs, totals, step_times
+
+
 def time_iterations(model, feeds, iterations: int, warmup: int, per_step: bool,
-                     duration: float | None = None,
-                     ) -> tuple[dict[str, np.ndarray], list[float], list[list[float]]]:
+                    duration: float | None = None,
+                    ) -> tuple[dict[str, np.ndarray], list[float], list[list[float]]]:
     """``iterations`` timed runs after ``warmup`` untimed ones, or as many as fit in
     ``duration`` seconds (at least one): what `load_and_run` and `fastrun report --model`
-    time."""
+    time.  A Ctrl-C raises :class:`TimingInterrupted` with the iterations timed so far."""
     outputs = {}
     for _ in range(warmup):
         outputs = model.run(feeds)
     totals, step_times = [], []
     ends = None if duration is None else time.perf_counter() + duration
-    while (len(totals) < iterations) if ends is None else (
-            not totals or time.perf_counter() < ends):
-        started = time.perf_counter()
-        if per_step:
-            outputs, times = model.run_timed(feeds)
-            step_times.append(times)
-        else:
-            outputs = model.run(feeds)
-        totals.append(time.perf_counter() - started)
+    try:
+        while (len(totals) < iterations) if ends is None else (
+                not totals or time.perf_counter() < ends):
+            started = time.perf_counter()
+            if per_step:
+                outputs, times = model.run_timed(feeds)
+                step_times.append(times)
+            else:
+                outputs = model.run(feeds)
+            totals.append(time.perf_counter() - started)
+    except KeyboardInterrupt:
+        raise TimingInterrupted(outputs, totals, step_times) from None
     return outputs, totals, step_times
 
 
-def _node_table(model, step_times: list[list[float]]) -> str:
+#: The per-layer table's columns and their widths within 100 columns (``--wide``: uncut; the
+#: input shapes are shown only there)
+TABLE_COLUMNS = ("node", "op", "output", "algorithm", "source", "profiled", "in run", "share")
+NARROW_WIDTHS = (15, 10, 11, 18, 9, 9, 9, 5)
+
+
+def _node_table(model, step_times: list[list[float]], sort: str = "graph",
+                wide: bool = False) -> str:
+    """The per-layer table: each step's algorithm, where its decision came from, its time in
+    the search and inside whole inferences, and that time's share of their sum; in graph
+    order or slowest first (``sort="time"``), within 100 columns unless ``wide``."""
     medians = (np.median(np.asarray(step_times), axis=0) if step_times
                else [None] * len(model.reports))
-    rows = [("node", "op", "inputs -> output", "algorithm", "source", "profiled", "in run")]
+    total = sum(m for m in medians if m is not None)
+    rows = []
     for report, seconds in zip(model.reports, medians, strict=True):
         step = report.step
-        shapes = ",".join("x".join(map(str, v.shape)) + ("c" if v.is_const else "")
-                          for v in step.inputs)
-        shapes += " -> " + "x".join(map(str, step.output.shape))
+        output = "x".join(map(str, step.output.shape))
+        if wide:
+            output = ",".join("x".join(map(str, v.shape)) + ("c" if v.is_const else "")
+                              for v in step.inputs) + " -> " + output
         profiled = None if report.decision is None else report.decision.policy.time_s
-        rows.append((step.node, step.op_type, shapes, report.algorithm, report.source,
-                     formatting.human_seconds(profiled), formatting.human_seconds(seconds)))
-    widths = [min(max(len(r[i]) for r in rows), cap)
-              for i, cap in enumerate((28, 28, 48, 40, 9, 12, 12))]
+        share = f"{seconds / total:.0%}" if seconds is not None and total > 0 else ""
+        rows.append((seconds, (step.node, step.op_type, output, report.algorithm,
+                               report.source, formatting.human_seconds(profiled),
+                               formatting.human_seconds(seconds), share)))
+    if sort == "time":
+        rows.sort(key=lambda row: -1.0 if row[0] is None else -row[0])
+    header = TABLE_COLUMNS if not wide else ("node", "op", "inputs -> output",
+                                             *TABLE_COLUMNS[3:])
+    table = [header, *(cells for _, cells in rows)]
+    widths = [max(len(row[i]) for row in table) for i in range(len(header))]
+    if not wide:
+        widths = [min(width, cap) for width, cap in zip(widths, NARROW_WIDTHS, strict=True)]
     lines = []
-    for row in rows:
+    for row in table:
         cells = [cell if len(cell) <= width else cell[:width - 1] + "~"
                  for cell, width in zip(row, widths, strict=True)]
         lines.append("  ".join(cell.ljust(width) for cell, width in zip(cells, widths,
-                                                                         strict=True)))
+                                                                         strict=True)).rstrip())
     for report in model.reports:
         if report.decision is not None and report.decision.policy.neighbour is not None:
             lines.append(f"{report.step.node}: nearest {report.decision.policy.neighbour_text()}")
-    lines.append("profiled: the search's time for the step alone, its inputs in cache and its "
-                 "threads awake; in run: its median inside whole inferences, after the step "
-                 "before it (docs/runtime.md says why they differ)")
+    lines.extend(textwrap.wrap(
+        "profiled: the search's time for the step alone, its inputs in cache and its threads "
+        "awake; in run: its median inside whole inferences, after the step before it "
+        "(docs/runtime.md says why they differ); share: of the steps' sum"
+        + ("" if wide else "; --wide: uncut, with the input shapes"), 100))
     return "\n".join(lines)
 
 
-def _check_with_onnxruntime(model_spec: str, model, feeds, outputs
-                            ) -> tuple[bool, str, float | None]:
-    """(every output within tolerance, the report, the largest relative difference)."""
+def _onnxruntime_session(model_spec: str, threads: int | None = None) -> Any:
+    """onnxruntime's CPU session for the model (``threads`` intra-op threads, else its
+    default)."""
     try:
         import onnxruntime
     except ImportError:
-        raise ValueError(NO_ONNXRUNTIME) from None
+        raise ValueError(no_onnxruntime()) from None
     from fastrun.runtime.graph import load_model_proto
 
     proto = load_model_proto(model_spec)
     options = onnxruntime.SessionOptions()
     options.log_severity_level = 3
-    session = onnxruntime.InferenceSession(proto.SerializeToString(), options,
-                                           providers=["CPUExecutionProvider"])
+    if threads:
+        options.intra_op_num_threads = threads
+    return onnxruntime.InferenceSession(proto.SerializeToString(), options,
+                                        providers=["CPUExecutionProvider"])
+
+
+def _time_onnxruntime(model_spec: str, feeds, iterations: int, warmup: int,
+                      threads: int | None) -> tuple[str, list[float]]:
+    """(onnxruntime's version, its seconds per inference) on the same inputs, the same counts
+    of warm-up and timed runs, in this process after fastrun's loop: a diagnostic beside the
+    run (two runtimes' thread pools in one process can hold each other up;
+    ``benchmarks/bench_scaling.py`` times each in its own)."""
+    import onnxruntime
+
+    session = _onnxruntime_session(model_spec, threads)
+    for _ in range(warmup):
+        session.run(None, feeds)
+    times = []
+    for _ in range(iterations):
+        started = time.perf_counter()
+        session.run(None, feeds)
+        times.append(time.perf_counter() - started)
+    return onnxruntime.__version__, times
+
+
+def _check_with_onnxruntime(model_spec: str, model, feeds, outputs
+                            ) -> tuple[bool, str, float | None]:
+    """(every output within tolerance, the report, the largest relative difference)."""
+    session = _onnxruntime_session(model_spec)
     try:
         expected = session.run(None, feeds)
     except Exception as error:  # onnxruntime's own error types; the message says what
@@ -207,8 +280,18 @@ def _check_with_onnxruntime(model_spec: str, model, feeds, outputs
     return ok, "check against onnxruntime:\n" + "\n".join(lines), worst
 
 
-NO_ONNXRUNTIME = ("--check compares with onnxruntime, which is not installed: "
-                  "pip install 'fastrun[check]' (or pip install onnxruntime)")
+def no_onnxruntime() -> str:
+    """The error for --check without onnxruntime, naming the install command that works for
+    this install: from a checkout (an editable install), its ``check`` extra there; otherwise
+    onnxruntime itself (a package named fastrun on the public index is another project)."""
+    import fastrun
+
+    checkout = os.path.dirname(os.path.dirname(os.path.abspath(fastrun.__file__)))
+    if os.path.isfile(os.path.join(checkout, "pyproject.toml")):
+        command = f"pip install -e '{checkout}[check]'"
+    else:
+        command = "pip install onnxruntime"
+    return f"--check compares with onnxruntime, which is not installed: {command}"
 
 
 def _has_onnxruntime() -> bool:
@@ -246,6 +329,16 @@ def argument_error(args: argparse.Namespace) -> str | None:
     beside it."""
     if args.batch is not None and args.batch < 1:
         return f"--batch must be >= 1, got {args.batch}"
+    if args.threads is not None:
+        kind, _, count = args.device.partition(":")
+        if args.threads < 1:
+            return f"--threads must be >= 1, got {args.threads}"
+        if kind != "cpu":
+            return f"--threads sets the CPU's threads, but --device is {args.device}"
+        if count and count != str(args.threads):
+            return f"--threads {args.threads} and --device {args.device} disagree"
+    if args.time_peer and not args.check:
+        return "--time-peer times onnxruntime beside --check's comparison: add --check"
     for name in OUTPUT_PATHS:
         path = getattr(args, name, None)
         if path:
@@ -286,23 +379,13 @@ def _unwritable(path: str) -> str | None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from fastrun.api import Session
-    from fastrun.cache import InMemoryCache
+    """Load, search, time, then report; returns the exit status (130 when Ctrl-C ended the
+    timing, after reporting what was timed)."""
     from fastrun.runtime import load
 
     if args.check and not _has_onnxruntime():
-        raise ValueError(NO_ONNXRUNTIME)  # before the search, not after it
-    cache_only = args.algo_policy and not (args.fast_run or args.full_run)
-    if cache_only and not os.path.exists(args.algo_policy):
-        print(f"load_and_run: warning: cache {args.algo_policy} does not exist; every choice "
-              "falls back to the heuristic (add --fast-run to search and create it)",
-              file=sys.stderr)
-    session = Session(device=args.device,
-                      cache=args.algo_policy if args.algo_policy else InMemoryCache(),
-                      strategy=strategy_from(args), workspace_limit=args.workspace_limit,
-                      budget_s=args.budget, record=args.record, nearest=args.nearest,
-                      progress=False if args.no_progress else None)
-    args.session = session  # for the Ctrl-C message
+        raise ValueError(no_onnxruntime())  # before the search, not after it
+    session = _session(args)
     given = _read_inputs(args.input)
     started = time.perf_counter()
     model = load(args.model, session,
@@ -318,17 +401,78 @@ def run(args: argparse.Namespace) -> int:
     finally:
         unsaved.finish(session.cache, args.save_cache_to, "load_and_run")
     search_wall = time.perf_counter() - started
-    stats = session.stats
-    outputs, totals, step_times = time_iterations(
-        model, feeds, max(args.iter, 1), args.warmup_iter,
-        args.verbose or bool(args.profile_json), args.duration)
-
-    if args.verbose:
-        print(_node_table(model, step_times))
+    table = args.verbose or args.sort is not None or args.wide
+    interrupted = False
+    try:
+        outputs, totals, step_times = time_iterations(
+            model, feeds, max(args.iter, 1), args.warmup_iter,
+            table or bool(args.profile_json), args.duration)
+    except TimingInterrupted as stop:
+        if not stop.totals:
+            raise
+        outputs, totals, step_times, interrupted = (stop.outputs, stop.totals,
+                                                    stop.step_times, True)
+    if table:
+        print(_node_table(model, step_times, args.sort or "graph", args.wide))
         print()
-    decided = stats.cache_hits + stats.heuristic + stats.profiled + stats.nearest
+    summary = _summary(args, model, session, load_seconds, search_wall, totals)
+    _print_summary(args, model, session, summary, search_wall, interrupted)
+    if interrupted:  # what was timed is reported; the rest of the run is not done
+        print(f"load_and_run: interrupted during the timing; the figures above are from the "
+              f"{len(totals)} iteration(s) timed before it", file=sys.stderr)
+        return 130
+    status = 0
+    if args.check:
+        ok, text, worst = _check_with_onnxruntime(args.model, model, feeds, outputs)
+        print(text)
+        summary["check"] = "ok" if ok else "mismatch"
+        summary["check_max_relative_diff"] = worst
+        status = 0 if ok else 1
+        if args.time_peer:
+            _print_peer(args, model, session, feeds, summary)
+    if args.dump_output:
+        np.savez(args.dump_output, **outputs)
+    stats = session.stats
+    gain = model.gain_over_heuristic() if stats.profiled or stats.cache_hits else None
+    summary["gain_over_heuristic"] = gain
+    if gain is not None:
+        print(f"gain       {gain['speedup']:.2f}x over the heuristic's picks on the "
+              f"{gain['steps']} step(s) where both were measured (profiled times: "
+              f"{gain['heuristic_ms']:.3f} ms -> {gain['chosen_ms']:.3f} ms)")
+    if args.summary_json:
+        with open(args.summary_json, "w") as stream:
+            json.dump(summary, stream, indent=2)
+    if args.profile_json:
+        with open(args.profile_json, "w") as stream:
+            json.dump(_profile(model, step_times), stream, indent=2)
+    return status
+
+
+def _session(args: argparse.Namespace) -> Any:
+    """The session the arguments ask for (kept in ``args.session`` for the Ctrl-C message)."""
+    from fastrun.api import Session
+    from fastrun.cache import InMemoryCache
+
+    cache_only = args.algo_policy and not (args.fast_run or args.full_run)
+    if cache_only and not os.path.exists(args.algo_policy):
+        print(f"load_and_run: warning: cache {args.algo_policy} does not exist; every choice "
+              "falls back to the heuristic (add --fast-run to search and create it)",
+              file=sys.stderr)
+    args.session = Session(device=args.device,
+                           cache=args.algo_policy if args.algo_policy else InMemoryCache(),
+                           strategy=strategy_from(args), workspace_limit=args.workspace_limit,
+                           budget_s=args.budget, record=args.record, nearest=args.nearest,
+                           progress=False if args.no_progress else None)
+    return args.session
+
+
+def _summary(args: argparse.Namespace, model, session, load_seconds: float,
+             search_wall: float, totals: list[float]) -> dict[str, Any]:
+    """What ``--summary-json`` writes (the run's figures in milliseconds)."""
+    stats = session.stats
     plan = model.layout_plan
-    summary: dict[str, Any] = {
+    milliseconds = np.asarray(totals) * 1e3
+    return {
         "model": args.model,
         "inputs": {name: list(v.shape) for name, v in model.inputs.items()},
         "device": session.device.category,
@@ -348,18 +492,27 @@ def run(args: argparse.Namespace) -> int:
         "layout_check": plan.end_to_end if plan else "",
         "launches": model.replay_note if model.on_device else None,
         "iterations": len(totals),
-        "iter_ms_median": float(np.median(totals) * 1e3),
-        "iter_ms_min": float(np.min(totals) * 1e3),
-        "iter_ms_max": float(np.max(totals) * 1e3),
-        "iter_ms_p50": _percentile(totals, 50) * 1e3,
-        "iter_ms_p90": _percentile(totals, 90) * 1e3,
-        "iter_ms_p99": _percentile(totals, 99) * 1e3,
+        "iter_ms_median": float(np.median(milliseconds)),
+        "iter_ms_mean": float(np.mean(milliseconds)),
+        "iter_ms_std": float(np.std(milliseconds)),
+        "iter_ms_min": float(np.min(milliseconds)),
+        "iter_ms_max": float(np.max(milliseconds)),
+        "iter_ms_p50": _percentile(milliseconds, 50),
+        "iter_ms_p90": _percentile(milliseconds, 90),
+        "iter_ms_p99": _percentile(milliseconds, 99),
         "inferences_per_second": len(totals) / sum(totals),
         "samples_per_second": len(totals) * _batch(model) / sum(totals),
-        "iter_ms": [t * 1e3 for t in totals],
+        "iter_ms": milliseconds.tolist(),
         "fastrun_version": __version__,
         "measured_at": datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
     }
+
+
+def _print_summary(args: argparse.Namespace, model, session, summary: dict[str, Any],
+                   search_wall: float, interrupted: bool) -> None:
+    """The model, strategy, search, layout, launch and run lines, and the cache warnings."""
+    stats = session.stats
+    plan = model.layout_plan
     print(f"model      {args.model}  inputs "
           + ", ".join(f"{n} {v.dtype}{list(v.shape)}" for n, v in model.inputs.items()))
     print(f"strategy   {summary['strategy']}"
@@ -375,10 +528,22 @@ def run(args: argparse.Namespace) -> int:
         print(f"layout     {kept}" + (f"; {plan.end_to_end}" if plan.end_to_end else ""))
     if model.on_device:
         print(f"launches   {model.replay_note or 'issued step by step'}")
-    print(f"run        {len(totals)} iteration(s): median {summary['iter_ms_median']:.3f} ms, "
-          f"min {summary['iter_ms_min']:.3f} ms; p90 {summary['iter_ms_p90']:.3f} ms, "
-          f"p99 {summary['iter_ms_p99']:.3f} ms; {summary['inferences_per_second']:.1f} "
-          f"inferences/s ({summary['samples_per_second']:.1f} samples/s)")
+    stopped = " (interrupted)" if interrupted else ""
+    print(f"run        {summary['iterations']} iteration(s){stopped}: median "
+          f"{summary['iter_ms_median']:.3f} ms, mean {summary['iter_ms_mean']:.3f} ms "
+          f"(std {summary['iter_ms_std']:.3f}), min {summary['iter_ms_min']:.3f} ms; "
+          f"p90 {summary['iter_ms_p90']:.3f} ms, p99 {summary['iter_ms_p99']:.3f} ms; "
+          f"{summary['inferences_per_second']:.1f} inferences/s "
+          f"({summary['samples_per_second']:.1f} samples/s)")
+    _warn_about_the_cache(args, session)
+
+
+def _warn_about_the_cache(args: argparse.Namespace, session) -> None:
+    """A cache-only run that mostly missed its cache says which facts differ (on stderr);
+    ``--verbose`` lists them anyway."""
+    stats = session.stats
+    cache_only = args.algo_policy and not (args.fast_run or args.full_run)
+    decided = stats.cache_hits + stats.heuristic + stats.profiled + stats.nearest
     mismatches = _cache_mismatches(session) if args.algo_policy else []
     unusable = getattr(session.cache, "unwritable", None) is not None and not len(session.cache)
     if args.algo_policy and decided and stats.cache_hits < MISMATCH_SHARE * decided \
@@ -393,28 +558,24 @@ def run(args: argparse.Namespace) -> int:
         print("cache entries that do not apply to this device:")
         for line in mismatches:
             print(f"  {line}")
-    status = 0
-    if args.check:
-        ok, text, worst = _check_with_onnxruntime(args.model, model, feeds, outputs)
-        print(text)
-        summary["check"] = "ok" if ok else "mismatch"
-        summary["check_max_relative_diff"] = worst
-        status = 0 if ok else 1
-    if args.dump_output:
-        np.savez(args.dump_output, **outputs)
-    gain = model.gain_over_heuristic() if stats.profiled or stats.cache_hits else None
-    summary["gain_over_heuristic"] = gain
-    if gain is not None:
-        print(f"gain       {gain['speedup']:.2f}x over the heuristic's picks on the "
-              f"{gain['steps']} step(s) where both were measured (profiled times: "
-              f"{gain['heuristic_ms']:.3f} ms -> {gain['chosen_ms']:.3f} ms)")
-    if args.summary_json:
-        with open(args.summary_json, "w") as stream:
-            json.dump(summary, stream, indent=2)
-    if args.profile_json:
-        with open(args.profile_json, "w") as stream:
-            json.dump(_profile(model, step_times), stream, indent=2)
-    return status
+
+
+def _print_peer(args: argparse.Namespace, model, session, feeds,
+                summary: dict[str, Any]) -> None:
+    """``--time-peer``: onnxruntime (CPU, the model's thread count on a CPU device) timed on
+    the same inputs and counts, and the ratio of the medians."""
+    threads = getattr(session.device, "threads", None)
+    version, times = _time_onnxruntime(args.model, feeds, summary["iterations"],
+                                       args.warmup_iter, threads)
+    peer_ms = float(np.median(times) * 1e3)
+    ratio = summary["iter_ms_median"] / peer_ms
+    summary.update(peer="onnxruntime " + version, peer_ms_median=peer_ms,
+                   peer_ms_mean=float(np.mean(times) * 1e3), ratio_vs_peer=ratio)
+    where = f"CPU, {threads} thread(s)" if threads else "CPU, its default threads"
+    print(f"peer       onnxruntime {version} ({where}): median {peer_ms:.3f} ms over "
+          f"{len(times)} iteration(s); fastrun/onnxruntime {ratio:.2f} (both in this process, "
+          "one after the other: a diagnostic; benchmarks/bench_scaling.py times each in its "
+          "own processes)")
 
 
 def _batch(model) -> int:
@@ -461,6 +622,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     if problem:
         print(f"load_and_run: error: {problem}", file=sys.stderr)
         return 2
+    if args.threads is not None:
+        args.device = f"cpu:{args.threads}"
     from fastrun.core.chooser import NoUsableAlgorithmError
     from fastrun.registry import RegistryError
 

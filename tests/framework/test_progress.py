@@ -6,7 +6,7 @@ import logging
 from fastrun.cache import InMemoryCache
 from fastrun.core.chooser import AlgoChooser
 from fastrun.core.strategy import SearchOptions, Strategy
-from fastrun.progress import Progress, TerminalProgress, make_progress
+from fastrun.progress import LineProgress, Progress, TerminalProgress, make_progress
 from tests.framework.fakes import FakeAlgo, FakeClock, FakeDevice, make_registry, problem
 
 
@@ -44,10 +44,38 @@ def test_bar_only_on_a_terminal_unless_forced(monkeypatch):
             return True
 
     monkeypatch.delenv("FASTRUN_PROGRESS", raising=False)
-    assert type(make_progress(None, io.StringIO())) is Progress
+    assert isinstance(make_progress(None, io.StringIO()), LineProgress)  # a log file
+    assert type(make_progress(False, io.StringIO())) is Progress  # --no-progress
     assert isinstance(make_progress(None, Terminal()), TerminalProgress)
     assert type(make_progress(False, Terminal())) is Progress
     monkeypatch.setenv("FASTRUN_PROGRESS", "1")
     assert isinstance(make_progress(None, io.StringIO()), TerminalProgress)
     monkeypatch.setenv("FASTRUN_PROGRESS", "0")
     assert type(make_progress(None, Terminal())) is Progress
+
+
+def test_a_log_gets_a_line_now_and_then_with_the_count_and_an_eta():
+    """Not a terminal: nothing for a job shorter than the interval; a longer one writes a line
+    at most every interval, with the problems decided, the time and an ETA from the mean time
+    per problem, and a last line."""
+    now = [0.0]
+    stream = io.StringIO()
+    progress = LineProgress(stream, interval_s=10, clock=lambda: now[0])
+    progress.job(3, "resnet18")
+    for index in (1, 2, 3):
+        progress.job_item(index, 3, f"conv{index}")
+        now[0] += 1
+    progress.job_end()
+    assert stream.getvalue() == ""
+    now[0] = 0.0
+    progress.job(8, "resnet18")
+    for index in range(1, 9):
+        now[0] = (index - 1) * 6.0  # six seconds per problem
+        progress.job_item(index, 8, f"conv{index}")
+    now[0] = 48.0
+    progress.job_end()
+    lines = stream.getvalue().splitlines()
+    assert lines == ["resnet18: 2/8 problem(s) decided, 0:12 elapsed, about 0:36 left; now conv3",
+                     "resnet18: 4/8 problem(s) decided, 0:24 elapsed, about 0:24 left; now conv5",
+                     "resnet18: 6/8 problem(s) decided, 0:36 elapsed, about 0:12 left; now conv7",
+                     "resnet18: done in 0:48"]

@@ -274,3 +274,93 @@ def test_progress_on_a_narrow_terminal_fits_and_never_overshoots(tmp_path):
               if (m := re.match(r"\s*(\d+)/(\d+) +\d+%", part))]
     assert counts and all(done <= total for done, total in counts)
     assert re.search(r"\d\d:\d\d<(\d\d:\d\d|\?)", plain)  # elapsed<remaining
+
+
+def test_ctrl_c_during_the_timing_reports_what_was_timed(tmp_path, cnn):
+    """SIGINT in the middle of a --duration loop: the figures of the iterations timed before
+    it are printed, then one line on stderr and exit status 130.  The signal is sent by the
+    process itself on its fourth model run (a warm-up and two timed ones before it), so the
+    test does not depend on how long loading takes."""
+    code = (
+        "import os, signal, sys\n"
+        "import fastrun.runtime.model as m\n"
+        "from fastrun.cli.load_and_run import main\n"
+        "runs = [0]\n"
+        "original = m.Model.run\n"
+        "def run(self, feeds=None):\n"
+        "    runs[0] += 1\n"
+        "    if runs[0] == 4:\n"
+        "        os.kill(os.getpid(), signal.SIGINT)\n"
+        "    return original(self, feeds)\n"
+        "m.Model.run = run\n"
+        f"sys.exit(main([{cnn!r}, '--duration', '600', '--no-progress']))\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=300,
+                          preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    assert done.returncode == 130, done.stderr
+    assert "Traceback" not in done.stderr
+    run_line = next(line for line in done.stdout.splitlines() if line.startswith("run "))
+    assert "iteration(s) (interrupted): median" in run_line
+    assert done.stderr.strip().count("\n") == 0
+    assert "interrupted during the timing" in done.stderr
+
+
+def test_perf_tool_parity_threads_mean_sorted_table_and_peer(tmp_path, cnn):
+    """--threads N as --device cpu:N, mean and standard deviation, the per-layer table sorted
+    by time with a share column within 100 columns (--wide: uncut), and --time-peer."""
+    out = tmp_path / "summary.json"
+    done = subprocess.run(
+        [sys.executable, "-m", "fastrun.cli.load_and_run", cnn, "--threads", "1", "--iter", "3",
+         "--sort", "time", "--check", "--time-peer", "--no-progress", "--summary-json",
+         str(out)], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    result = json.loads(out.read_text())
+    assert "threads=1" in result["device"]
+    assert result["iter_ms_mean"] > 0 and result["iter_ms_std"] >= 0
+    assert "mean" in done.stdout and "std" in done.stdout
+    lines = done.stdout.splitlines()
+    assert lines[0].split()[:2] == ["node", "op"] and lines[0].rstrip().endswith("share")
+    table = lines[1:lines.index("")]
+    assert all(len(line) <= 100 for line in lines[:lines.index("")])
+    rows = [line for line in table if line.rstrip().endswith("%")]
+    assert len(rows) >= 3
+
+    def in_run_us(line: str) -> float:
+        value, unit = line.split()[-3:-1]
+        return float(value) * {"µs": 1, "ms": 1e3, "s": 1e6}[unit]
+
+    times = [in_run_us(line) for line in rows]
+    assert times == sorted(times, reverse=True)
+    peer = next(line for line in lines if line.startswith("peer "))
+    assert "onnxruntime" in peer and "1 thread(s)" in peer and "fastrun/onnxruntime" in peer
+    assert result["ratio_vs_peer"] == pytest.approx(
+        result["iter_ms_median"] / result["peer_ms_median"])
+    wide = subprocess.run([sys.executable, "-m", "fastrun.cli.load_and_run", cnn, "--iter", "1",
+                           "--wide", "--no-progress"], capture_output=True, text=True,
+                          timeout=300)
+    assert wide.returncode == 0 and "inputs -> output" in wide.stdout.splitlines()[0]
+
+
+@pytest.mark.parametrize("flag", [[], ["--no-progress"]], ids=["log", "no-progress"])
+def test_a_search_into_a_log_file_says_how_far_it_is(tmp_path, cnn, flag):
+    """stderr not a terminal (a log file): lines with the count and an ETA while the search
+    runs (every line here: the interval is set to 0 so that the small model shows them), and
+    none with --no-progress."""
+    log_file = tmp_path / "search.log"
+    code = ("import sys\n"
+            "import fastrun.progress\n"
+            "fastrun.progress.LINE_INTERVAL_S = 0.0\n"
+            "from fastrun.cli.load_and_run import main\n"
+            f"sys.exit(main([{cnn!r}, '--fast-run', '--budget', '0.005', '--iter', '1', "
+            f"*{flag!r}]))\n")
+    env = {key: value for key, value in os.environ.items() if key != "FASTRUN_PROGRESS"}
+    with open(log_file, "w") as stderr:
+        done = subprocess.run([sys.executable, "-c", code], stdout=subprocess.PIPE,
+                              stderr=stderr, text=True, timeout=300, env=env)
+    assert done.returncode == 0
+    lines = log_file.read_text().splitlines()
+    if flag:
+        assert lines == []
+    else:
+        assert any("problem(s) decided" in line and "left; now" in line for line in lines)
+        assert lines[-1].split(": ")[1].startswith("done in")
