@@ -14,6 +14,7 @@ import sys
 from collections.abc import Sequence
 from typing import TextIO
 
+from fastrun import category
 from fastrun.cache import FileCache
 from fastrun.fleet.driver import TuneSummary, run_tune
 from fastrun.fleet.engines import LocalEngine, RayEngine
@@ -47,17 +48,42 @@ def collect(models: Sequence[str] = (), suites: Sequence[str] = (),
         suite = get_suite(name, registry, device_kind=session.device.kind)
         found += [(p, f"suite {name} {sp.label}") for sp, p in suite.build(registry)]
     for path in problems_files:
+        elsewhere: dict[str, int] = {}  # a recorded category's device part -> problems
         for record in read_problems(path):
             try:
-                problem = registry.operator(record.operator).problem(
-                    record.shapes, record.dtypes, **record.params)
+                operator = registry.operator(record.operator)
+                problem = operator.problem(record.shapes, record.dtypes, **record.params)
             except (KeyError, ValueError, TypeError) as error:
                 if stream is not None:
                     stream.write(f"tune: {path}: left out {record.operator}({record.key}): "
                                  f"{error}\n")
                 continue
+            recorded_device = category.split(record.category)[0]
+            if recorded_device != category.split(session.chooser.category(operator))[0]:
+                elsewhere[recorded_device] = elsewhere.get(recorded_device, 0) + 1
             found.append((problem, f"recorded in {os.path.basename(path)}"))
+        if stream is not None:
+            for recorded_device, count in elsewhere.items():
+                stream.write(other_device_warning(path, count, recorded_device,
+                                                  session.device.category, device) + "\n")
     return collect_jobs(found, session.chooser)
+
+
+def other_device_warning(path: str, count: int, recorded: str, tuning: str,
+                         device: str) -> str:
+    """The warning for problems recorded on another device than the tune's: a run there looks
+    in the recorded category and would miss what this tune writes.  Names the facts that
+    differ and, for a CPU that differs only in its thread count, the --device that matches."""
+    why = category.explain([f"{recorded}|x@0"], f"{tuning}|x@0", ("recorded", f"--device {device}"))
+    facts = dict(category.parse_device(recorded))
+    mine = dict(category.parse_device(tuning))
+    hint = ""
+    differing = {name for name in set(facts) | set(mine) if facts.get(name) != mine.get(name)}
+    if facts.get("device") == "cpu" and differing == {"threads"}:
+        hint = f"; tune with --device cpu:{facts['threads']} to match"
+    return (f"tune: warning: {path}: {count} problem(s) were recorded for another device than "
+            f"this tune's ({category.printable(why or recorded)}), so a run there will not find "
+            f"what this tune writes{hint}")
 
 
 def default_times_path(cache_path: str) -> str:

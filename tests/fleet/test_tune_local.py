@@ -127,6 +127,28 @@ def test_recorded_problems_are_tuned_and_failures_are_recorded(tmp_path):
     assert any("NoUsableAlgorithmError" in " ".join(e) for e in failing.failed.values())
 
 
+def test_problems_recorded_on_other_threads_are_tuned_with_a_warning(tmp_path):
+    """The README's record -> tune -> run: problems recorded at 2 threads, tuned with --device
+    cpu:1, would land in a category the recording machine never looks in.  tune says so,
+    naming the fact and the --device that matches; with that device it says nothing."""
+    record = tmp_path / "seen.jsonl"
+    serving = fastrun.Session(device="cpu:2", cache=InMemoryCache(), strategy="heuristic",
+                              record=record, progress=False)
+    serving.decide(serving.problem("matmul", [(24, 40), (40, 8)], ["float32"] * 2))
+    command = [sys.executable, "-m", "fastrun", "tune", "--problems", str(record),
+               "--algo-policy", str(tmp_path / "t.bin"), "--list"]
+    other = subprocess.run([*command, "--device", "cpu:1"], capture_output=True, text=True,
+                           timeout=120)
+    assert other.returncode == 0, other.stderr
+    warning = next(line for line in other.stderr.splitlines() if "warning" in line)
+    assert "1 problem(s) were recorded for another device" in warning
+    assert "threads 2 (recorded) vs 1 (--device cpu:1)" in warning
+    assert warning.endswith("tune with --device cpu:2 to match")
+    same = subprocess.run([*command, "--device", "cpu:2"], capture_output=True, text=True,
+                          timeout=120)
+    assert same.returncode == 0 and "warning" not in same.stderr
+
+
 def test_a_driver_killed_with_sigkill_resumes_with_what_is_missing(tmp_path):
     cache_path = tmp_path / "resume.bin"
     times = tmp_path / "resume.bin.times.jsonl"
