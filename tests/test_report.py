@@ -7,7 +7,9 @@ import html
 import os
 import re
 import shutil
+import signal
 import subprocess
+import sys
 import tempfile
 
 import msgpack
@@ -333,3 +335,28 @@ def test_scatter_labels_never_overlap_and_the_chosen_one_is_always_labelled():
         for b in boxes[i + 1:]:
             assert not (a[0] < b[0] + b[2] and b[0] < a[0] + a[2] and a[1] < b[1] + b[3]
                         and b[1] < a[1] + a[3]), (a, b)
+
+
+def test_ctrl_c_while_timing_the_model_is_one_plain_line(searched, tmp_path):
+    """Ctrl-C while the report times the model (a SIGINT the process sends itself on the
+    model's second run): one line that does not speak of saving a search, exit status 130."""
+    cache, model_path = searched
+    code = ("import os, signal, sys\n"
+            "import fastrun.runtime.model as m\n"
+            "from fastrun.cli.main import main\n"
+            "runs = [0]\n"
+            "original = m.Model.run\n"
+            "def run(self, feeds=None):\n"
+            "    runs[0] += 1\n"
+            "    if runs[0] == 2:\n"
+            "        os.kill(os.getpid(), signal.SIGINT)\n"
+            "    return original(self, feeds)\n"
+            "m.Model.run = run\n"
+            f"sys.exit(main(['report', {str(cache)!r}, '--model', {str(model_path)!r}, "
+            f"'--iterations', '50', '-o', {str(tmp_path / 'r.html')!r}]))\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=300,
+                          preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    assert done.returncode == 130, done.stderr
+    assert done.stderr.strip() == "fastrun: interrupted"
+    assert not (tmp_path / "r.html").exists()

@@ -69,10 +69,14 @@ def finish(cache: object, save_to: str | None, program: str) -> None:
 
 def interrupted(session: object, path: str | None, program: str) -> int:
     """One line for Ctrl-C: how many problems were measured and where they are, so the user
-    knows that running again resumes; returns the exit status (130, 128 + SIGINT)."""
+    knows that running again resumes (only ``interrupted`` where no search ran: ``session`` is
+    None); returns the exit status (130, 128 + SIGINT)."""
     from fastrun.cache import FileCache
 
-    count = session.stats.profiled if session is not None else 0
+    if session is None:  # nothing was being searched (a report, a cache tool, a load)
+        print(f"{program}: interrupted", file=sys.stderr)
+        return 130
+    count = session.stats.profiled
     cache = getattr(session, "cache", None)
     if path and isinstance(cache, FileCache) and cache.unwritable is None:
         where = f"saved to {path}; run again to resume"

@@ -45,7 +45,16 @@ class EngineError(RuntimeError):
 # -- local processes ---------------------------------------------------------------------------
 
 def _local_main(connection, settings: dict[str, Any]) -> None:
-    """A local worker's process: answer the driver until it hangs up."""
+    """A local worker's process: answer the driver until it hangs up.  A Ctrl-C on the
+    terminal reaches every process of its group: the driver reports it (and keeps what the
+    workers sent), so a worker ends without a word of its own."""
+    try:
+        _serve(connection, settings)
+    except KeyboardInterrupt:
+        return
+
+
+def _serve(connection, settings: dict[str, Any]) -> None:
     worker = Worker(WorkerSettings.from_dict(settings))
     while True:
         try:

@@ -149,6 +149,33 @@ def test_problems_recorded_on_other_threads_are_tuned_with_a_warning(tmp_path):
     assert same.returncode == 0 and "warning" not in same.stderr
 
 
+def test_ctrl_c_stops_a_tune_with_its_summary_and_no_worker_tracebacks(tmp_path):
+    """A terminal's Ctrl-C reaches the driver and its workers (one process group): the
+    driver's summary says it was interrupted, exit status 130, and no worker prints a
+    traceback."""
+    cache_path = tmp_path / "ctrl-c.bin"
+    times = tmp_path / "ctrl-c.bin.times.jsonl"
+    driver = subprocess.Popen(
+        [sys.executable, "-m", "fastrun", "tune", OTHER, "--algo-policy", str(cache_path),
+         "--device", DEVICE, "--workers", "2", "--budget", str(BUDGET), "--no-progress"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
+        # SIGINT at its default disposition, as on a terminal, even when this test run
+        # inherited it ignored
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    deadline = time.monotonic() + 240
+    while time.monotonic() < deadline and driver.poll() is None:
+        if times.exists() and len(times.read_text().splitlines()) >= 3:
+            break
+        time.sleep(0.05)
+    if driver.poll() is not None:
+        pytest.fail(f"the tune ended before it could be interrupted: {driver.communicate()}")
+    os.killpg(driver.pid, signal.SIGINT)
+    out, err = driver.communicate(timeout=120)
+    assert driver.returncode == 130, (out, err)
+    assert "interrupted: run the same command again to resume" in out
+    assert "Traceback" not in err and "KeyboardInterrupt" not in err
+
+
 def test_a_driver_killed_with_sigkill_resumes_with_what_is_missing(tmp_path):
     cache_path = tmp_path / "resume.bin"
     times = tmp_path / "resume.bin.times.jsonl"
