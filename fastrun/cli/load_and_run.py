@@ -345,7 +345,8 @@ def argument_error(args: argparse.Namespace) -> str | None:
             problem = _unwritable(path)
             if problem:
                 return f"--{name.replace('_', '-')} {path}: {problem}"
-    if args.algo_policy and (args.fast_run or args.full_run) and not args.save_cache_to:
+    if args.algo_policy and (args.fast_run or args.full_run) and not (args.save_cache_to
+                                                                      or args.no_save):
         from fastrun.cache import file as cache_file
 
         found = cache_file.probe(args.algo_policy)
@@ -451,15 +452,13 @@ def run(args: argparse.Namespace) -> int:
 def _session(args: argparse.Namespace) -> Any:
     """The session the arguments ask for (kept in ``args.session`` for the Ctrl-C message)."""
     from fastrun.api import Session
-    from fastrun.cache import InMemoryCache
 
     cache_only = args.algo_policy and not (args.fast_run or args.full_run)
     if cache_only and not os.path.exists(args.algo_policy):
         print(f"load_and_run: warning: cache {args.algo_policy} does not exist; every choice "
               "falls back to the heuristic (add --fast-run to search and create it)",
               file=sys.stderr)
-    args.session = Session(device=args.device,
-                           cache=args.algo_policy if args.algo_policy else InMemoryCache(),
+    args.session = Session(device=args.device, cache=unsaved.session_cache(args),
                            strategy=strategy_from(args), workspace_limit=args.workspace_limit,
                            budget_s=args.budget, record=args.record, nearest=args.nearest,
                            progress=False if args.no_progress else None)

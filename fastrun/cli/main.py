@@ -114,11 +114,10 @@ def strategy_from(args: argparse.Namespace) -> str:
 
 def _cmd_profile(args: argparse.Namespace) -> int:
     from fastrun.api import Session
-    from fastrun.cache import InMemoryCache
 
     session = Session(
         device=args.device,
-        cache=args.algo_policy if args.algo_policy else InMemoryCache(),
+        cache=unsaved.session_cache(args),
         strategy=strategy_from(args),
         workspace_limit=args.workspace_limit,
         budget_s=args.budget,

@@ -17,9 +17,34 @@ import warnings
 
 
 def add_argument(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--save-cache-to", metavar="FILE",
-                        help="where this run's measurements go if the --algo-policy file "
-                             "cannot be written (read-only, full, locked, not a cache)")
+    where = parser.add_mutually_exclusive_group()
+    where.add_argument("--save-cache-to", metavar="FILE",
+                       help="where this run's measurements go if the --algo-policy file "
+                            "cannot be written (read-only, full, locked, not a cache)")
+    where.add_argument("--no-save", action="store_true",
+                       help="read the --algo-policy file but never write it (no lock file "
+                            "either): this run's measurements live only as long as it")
+
+
+def session_cache(args: argparse.Namespace) -> object:
+    """The cache a command's session uses: the ``--algo-policy`` file (shared, written as
+    measurements arrive), or with ``--no-save`` an in-memory copy of it (a missing file is an
+    empty cache; one that is no readable cache is refused, naming what it holds), or an
+    in-memory cache without a file."""
+    from fastrun.cache import InMemoryCache, read_cache_file
+
+    if not args.algo_policy:
+        return InMemoryCache()
+    if not getattr(args, "no_save", False):
+        return args.algo_policy
+    cache = InMemoryCache()
+    try:
+        contents = read_cache_file(args.algo_policy)
+    except FileNotFoundError:
+        return cache
+    cache.put_many((category, key, entries) for category, keys in contents.items()
+                   for key, entries in keys.items())
+    return cache
 
 
 def quiet_warnings() -> None:
@@ -80,8 +105,10 @@ def interrupted(session: object, path: str | None, program: str) -> int:
     cache = getattr(session, "cache", None)
     if path and isinstance(cache, FileCache) and cache.unwritable is None:
         where = f"saved to {path}; run again to resume"
-    elif path:
-        where = f"not saved to {path} ({cache.unwritable if cache else 'not opened'})"
+    elif path and isinstance(cache, FileCache):
+        where = f"not saved to {path} ({cache.unwritable})"
+    elif path:  # read into memory: --no-save
+        where = "not saved (--no-save)"
     else:
         where = "not saved (no --algo-policy)"
     print(f"{program}: interrupted: {count} problem(s) measured, {where}", file=sys.stderr)

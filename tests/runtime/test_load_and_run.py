@@ -364,3 +364,32 @@ def test_a_search_into_a_log_file_says_how_far_it_is(tmp_path, cnn, flag):
     else:
         assert any("problem(s) decided" in line and "left; now" in line for line in lines)
         assert lines[-1].split(": ")[1].startswith("done in")
+
+
+def test_no_save_reads_the_cache_and_never_writes_it(tmp_path, cnn, capsys):
+    """--no-save: the cache file is read (its problems are hits) and left byte for byte as it
+    was, with no lock file beside it; a file that is no cache is refused by name, and
+    --save-cache-to excludes it."""
+    cache = tmp_path / "c.bin"
+    assert main([cnn, "--fast-run", "--algo-policy", str(cache), *FAST]) == 0
+    before = cache.read_bytes()
+    if os.path.exists(f"{cache}.lock"):  # the search's own lock file
+        os.remove(f"{cache}.lock")
+    result = summary(tmp_path, cnn, "--fast-run", "--algo-policy", str(cache), "--no-save",
+                     "--batch", "2", *FAST)
+    assert result["profiled"] > 0 and cache.read_bytes() == before  # batch 2: new problems
+    again = summary(tmp_path, cnn, "--fast-run", "--algo-policy", str(cache), "--no-save",
+                    *FAST)
+    assert again["profiled"] == 0 and again["cache_hits"] > 0
+    assert not os.path.exists(f"{cache}.lock") and cache.read_bytes() == before
+    missing = tmp_path / "none.bin"
+    assert main([cnn, "--fast-run", "--algo-policy", str(missing), "--no-save", *FAST]) == 0
+    assert not missing.exists() and not os.path.exists(f"{missing}.lock")
+    foreign = tmp_path / "notes.txt"
+    foreign.write_text("not a cache\n")
+    capsys.readouterr()
+    assert main([cnn, "--fast-run", "--algo-policy", str(foreign), "--no-save", *FAST]) == 2
+    assert str(foreign) in capsys.readouterr().err
+    assert foreign.read_text() == "not a cache\n" and not os.path.exists(f"{foreign}.lock")
+    with pytest.raises(SystemExit):
+        main([cnn, "--algo-policy", str(cache), "--no-save", "--save-cache-to", "x.bin"])
