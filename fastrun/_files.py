@@ -1,4 +1,5 @@
-"""Replacing a file so that no reader ever sees half of it."""
+"""Replacing a file so that no reader ever sees half of it, and telling beforehand whether one
+could be written at all."""
 
 from __future__ import annotations
 
@@ -133,3 +134,18 @@ def _fsync_directory(directory: str) -> None:
         pass
     finally:
         os.close(fd)
+
+
+def unwritable_reason(path: str | os.PathLike[str]) -> str | None:
+    """Why a file could not be written at ``path`` (a directory there, or no directory to hold
+    it, or one that is not writable), or None: what a command checks before the work whose
+    result it would write there."""
+    path = os.fspath(path)
+    if os.path.isdir(path):
+        return "is a directory, not a file"
+    folder = os.path.dirname(os.path.abspath(path))
+    if not os.path.isdir(folder):
+        return f"its folder {folder} does not exist"
+    if not os.access(folder, os.W_OK | os.X_OK):
+        return f"its folder {folder} is not writable"
+    return None

@@ -192,3 +192,28 @@ def test_save_cache_to_lets_a_search_go_on_beside_a_file_it_cannot_save_to(tmp_p
         cache.chmod(0o444)
         problem = argument_error(parse(["m.onnx", "--fast-run", "--algo-policy", str(cache)]))
         assert "is read-only" in problem and "--save-cache-to" in problem
+
+
+@pytest.mark.parametrize("argv, fragments", [
+    (["tune", "zoo:squeezenet", "--algo-policy", "{tmp}"],
+     ["--algo-policy", "is a directory", "name another file"]),
+    (["tune", "zoo:squeezenet", "--algo-policy", "{tmp}/notes.txt"],
+     ["--algo-policy", "notes.txt", "could not be saved there"]),
+    (["tune", "zoo:squeezenet", "--algo-policy", "{tmp}/c.bin", "--json", "{tmp}/no/s.json"],
+     ["--json", "does not exist"]),
+    (["tune", "zoo:squeezenet", "--algo-policy", "{tmp}/c.bin", "--times", "{tmp}"],
+     ["--times", "is a directory"]),
+    (["report", "{tmp}/c.bin", "--model", "zoo:squeezenet", "-o", "{tmp}/no/r.html"],
+     ["--output", "does not exist"]),
+], ids=["tune-cache-dir", "tune-cache-foreign", "tune-json", "tune-times", "report-output"])
+def test_tune_and_report_check_their_paths_before_any_work(tmp_path, argv, fragments) -> None:
+    """The paths a tune or a report writes are checked before it collects, searches or times
+    anything, and a file that is no cache gets no lock file beside it."""
+    (tmp_path / "notes.txt").write_text("not a cache\n")
+    (tmp_path / "c.bin").write_bytes(b"")
+    argv = [a.replace("{tmp}", str(tmp_path)) for a in argv]
+    done = subprocess.run([sys.executable, "-m", "fastrun", *argv], capture_output=True,
+                          text=True, timeout=120, cwd=REPO)
+    one_line_error(done, *fragments)
+    assert (tmp_path / "notes.txt").read_text() == "not a cache\n"
+    assert not (tmp_path / "notes.txt.lock").exists()

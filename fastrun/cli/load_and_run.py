@@ -339,43 +339,12 @@ def argument_error(args: argparse.Namespace) -> str | None:
             return f"--threads {args.threads} and --device {args.device} disagree"
     if args.time_peer and not args.check:
         return "--time-peer times onnxruntime beside --check's comparison: add --check"
-    for name in OUTPUT_PATHS:
-        path = getattr(args, name, None)
-        if path:
-            problem = _unwritable(path)
-            if problem:
-                return f"--{name.replace('_', '-')} {path}: {problem}"
+    problem = unsaved.output_paths_error(args, OUTPUT_PATHS)
+    if problem:
+        return problem
     if args.algo_policy and (args.fast_run or args.full_run) and not (args.save_cache_to
                                                                       or args.no_save):
-        from fastrun.cache import file as cache_file
-
-        found = cache_file.probe(args.algo_policy)
-        unusable = found.detail if found.kind in (
-            cache_file.NOT_A_FILE, cache_file.FOREIGN, cache_file.NEWER, cache_file.TOO_LARGE,
-            cache_file.UNREADABLE) else None
-        if found.kind in cache_file.READABLE and not os.access(args.algo_policy, os.W_OK):
-            unusable = "is read-only"
-        if unusable:
-            return (f"--algo-policy {args.algo_policy} {unusable}: the search's results "
-                    "could not be saved there (name another file, or add --save-cache-to "
-                    "FILE to save them elsewhere)")
-        if found.kind == cache_file.MISSING:
-            problem = _unwritable(args.algo_policy)
-            if problem:
-                return f"--algo-policy {args.algo_policy}: {problem}"
-    return None
-
-
-def _unwritable(path: str) -> str | None:
-    """Why a file could not be written at ``path`` (a directory there, or no directory to hold
-    it), or None."""
-    if os.path.isdir(path):
-        return "is a directory, not a file"
-    folder = os.path.dirname(os.path.abspath(path))
-    if not os.path.isdir(folder):
-        return f"its folder {folder} does not exist"
-    if not os.access(folder, os.W_OK | os.X_OK):
-        return f"its folder {folder} is not writable"
+        return unsaved.cache_path_error(args.algo_policy)
     return None
 
 

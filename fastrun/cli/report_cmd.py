@@ -18,6 +18,7 @@ import time
 from typing import Any
 
 from fastrun._files import atomic_write
+from fastrun.cli import unsaved
 
 #: As fastrun.analysis.report.DEFAULT_MAX_PROBLEMS; not imported from there so that building the
 #: command-line parser stays cheap and independent of the report module.
@@ -60,6 +61,9 @@ def run(args: argparse.Namespace) -> int:
 
     if os.path.abspath(args.output) == os.path.abspath(args.input):
         raise ValueError(f"the output {args.output} is the input file; choose another name")
+    problem = unsaved.output_paths_error(args, ("output",))  # before the model is timed
+    if problem:
+        raise ValueError(problem)
     data = report.read_input(args.input)
     if args.operator:
         wanted = set(args.operator)

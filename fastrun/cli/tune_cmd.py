@@ -9,6 +9,7 @@ import json
 import os
 import sys
 
+from fastrun.cli import unsaved
 from fastrun.config import parse_size
 
 
@@ -113,6 +114,11 @@ def run(args: argparse.Namespace) -> int:
     if not (args.models or args.suite or args.problems):
         raise ValueError("nothing to tune: give models (zoo:resnet18, model.onnx), --suite NAME "
                          "or --problems FILE")
+    # before any work: the paths the tune writes to
+    problem = (unsaved.cache_path_error(args.algo_policy, remedy="name another file")
+               or unsaved.output_paths_error(args, ("json", "times")))
+    if problem:
+        raise ValueError(problem)
     from fastrun.fleet.tune import collect, tune
 
     workers = _counts(args.workers, [1])

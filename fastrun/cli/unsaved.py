@@ -14,6 +14,7 @@ import signal
 import sys
 import threading
 import warnings
+from collections.abc import Sequence
 
 
 def add_argument(parser: argparse.ArgumentParser) -> None:
@@ -24,6 +25,45 @@ def add_argument(parser: argparse.ArgumentParser) -> None:
     where.add_argument("--no-save", action="store_true",
                        help="read the --algo-policy file but never write it (no lock file "
                             "either): this run's measurements live only as long as it")
+
+
+def output_paths_error(args: argparse.Namespace, names: Sequence[str]) -> str | None:
+    """What is wrong with an output file argument (``names``: their dests) that would be
+    written only after the work, or None: checked before any."""
+    from fastrun._files import unwritable_reason
+
+    for name in names:
+        path = getattr(args, name, None)
+        if path:
+            problem = unwritable_reason(path)
+            if problem:
+                return f"--{name.replace('_', '-')} {path}: {problem}"
+    return None
+
+
+def cache_path_error(path: str, remedy: str = "name another file, or add --save-cache-to "
+                                              "FILE to save them elsewhere") -> str | None:
+    """Why a search could not save its results to the cache file at ``path`` (a directory,
+    a read-only cache, a file that is no fastrun cache or of a newer format, a missing
+    folder), or None.  Checked before any work, and before a lock file would be made beside
+    a path that is not a cache."""
+    from fastrun._files import unwritable_reason
+    from fastrun.cache import file as cache_file
+
+    found = cache_file.probe(path)
+    unusable = found.detail if found.kind in (
+        cache_file.NOT_A_FILE, cache_file.FOREIGN, cache_file.NEWER, cache_file.TOO_LARGE,
+        cache_file.UNREADABLE) else None
+    if found.kind in cache_file.READABLE and not os.access(path, os.W_OK):
+        unusable = "is read-only"
+    if unusable:
+        return (f"--algo-policy {path} {unusable}: the search's results could not be saved "
+                f"there ({remedy})")
+    if found.kind == cache_file.MISSING:
+        problem = unwritable_reason(path)
+        if problem:
+            return f"--algo-policy {path}: {problem}"
+    return None
 
 
 def session_cache(args: argparse.Namespace) -> object:
