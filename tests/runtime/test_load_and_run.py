@@ -393,3 +393,18 @@ def test_no_save_reads_the_cache_and_never_writes_it(tmp_path, cnn, capsys):
     assert foreign.read_text() == "not a cache\n" and not os.path.exists(f"{foreign}.lock")
     with pytest.raises(SystemExit):
         main([cnn, "--algo-policy", str(cache), "--no-save", "--save-cache-to", "x.bin"])
+
+
+def test_the_gain_line_accounts_for_every_measured_step(tmp_path, cnn, capsys):
+    """After a search and from its cache, the gain compares the steps whose heuristic pick
+    was measured; the others are counted and the line says why they are left out (a cache
+    keeps each problem's Pareto front), so the two runs' counts add up the same."""
+    cache = str(tmp_path / "c.bin")
+    searched = summary(tmp_path, cnn, "--fast-run", "--algo-policy", cache, *FAST)
+    capsys.readouterr()
+    cached = summary(tmp_path, cnn, "--algo-policy", cache, *FAST)
+    out = capsys.readouterr().out
+    first, again = searched["gain_over_heuristic"], cached["gain_over_heuristic"]
+    assert first["steps"] + first["unmatched"] == again["steps"] + again["unmatched"]
+    line = next(text for text in out.splitlines() if text.startswith("gain "))
+    assert ("left out" in line) == (again["unmatched"] > 0)
