@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import pytest
 
+from fastrun.fleet.driver import eta_seconds
 from fastrun.fleet.jobs import TuneJob
 from fastrun.fleet.scheduler import Scheduler, expected_seconds, simulate, split
 
@@ -142,3 +143,33 @@ def test_a_part_waits_only_for_its_own_candidates_sub_problems():
         ready.append(found)
     assert {j.key for j in ready} >= {"gemm", "conv"}  # the free parts start at once
     assert all(not j.children for j in ready)
+
+
+def test_the_eta_counts_jobs_until_their_sizes_can_be_trusted():
+    """Untimed jobs are sized from their arithmetic, which misses a search's fixed cost: a
+    first small job that took 0.3 s against 1 us expected must not scale the rest into
+    hours.  Until a fifth of the expected work is done the ETA counts jobs; after that, or
+    when an earlier tune timed them, it scales the expected times."""
+    # one small job done, 99 left: 99 x 0.3 s over 2 workers, not 1000 s x 300,000 / 2
+    assert eta_seconds(1e-6, 0.3, 1, 1000.0, 99, 2, timed_before=False) == pytest.approx(14.85)
+    # timed before: the expected times are seconds already, scaled by this run's pace
+    assert eta_seconds(2.0, 3.0, 4, 10.0, 20, 2, timed_before=True) == pytest.approx(7.5)
+    # a quarter of the expected work done: scaled
+    assert eta_seconds(25.0, 50.0, 10, 75.0, 30, 5, timed_before=False) == pytest.approx(30.0)
+    assert eta_seconds(0.0, 0.0, 0, 10.0, 3, 2, timed_before=False) is None
+
+
+def test_each_fleet_size_has_its_own_bound_and_never_beats_it():
+    """A long problem splits into more parts on more workers, so the longest chain (no
+    schedule's wall time is shorter) is a property of each fleet size: every simulated row
+    reaches at least its own, and a bigger fleet's is no longer."""
+    costs = {"a": 8.0, "b": 4.0, "c": 3.0, "d": 1.0}
+    big = job("big", None, candidates=list(costs))
+    big.candidate_s, big.overhead_s = dict(costs), 0.5
+    big.estimate_s = 0.5 + sum(costs.values())
+    jobs = [big, *(job(f"s{i}", 0.5) for i in range(8)), job("parent", 0.5, children=["big"])]
+    rows = [simulate(jobs, workers) for workers in (1, 2, 8, 64)]
+    for row in rows:
+        assert row.makespan_s >= row.critical_path_s - 1e-9
+    bounds = [row.critical_path_s for row in rows]
+    assert bounds == sorted(bounds, reverse=True) and bounds[-1] < bounds[0]
