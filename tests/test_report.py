@@ -360,3 +360,24 @@ def test_ctrl_c_while_timing_the_model_is_one_plain_line(searched, tmp_path):
     assert done.returncode == 130, done.stderr
     assert done.stderr.strip() == "fastrun: interrupted"
     assert not (tmp_path / "r.html").exists()
+
+
+def test_a_run_far_from_its_layers_profiled_sum_is_flagged_with_reasons():
+    """The model section flags a measured run more than twice above or below its layers'
+    profiled sum, and names the likely causes in that direction; an ordinary gap is not
+    flagged."""
+    from fastrun.analysis.report.data import LayerRow, ModelData
+    from fastrun.analysis.report.page import _model_figures
+
+    def model(run_ms, sources=("cache", "cache", "heuristic")):
+        layers = [LayerRow(i, f"n{i}", "Conv", "conv", "direct", source,
+                           0.010 if source == "cache" else None)
+                  for i, source in enumerate(sources)]
+        return ModelData("m", "cpu", layers, run_ms=run_ms, iterations=10)
+
+    assert "flag" not in _model_figures(model(25.0))  # 25 ms against a 20 ms sum
+    slower = _model_figures(model(80.0))
+    assert "4.0x above the profiled sum" in slower and "1 layer decided without" in slower
+    faster = _model_figures(model(5.0, ("cache", "cache", "nearest")))
+    assert "4.0x below the profiled sum" in faster and "busier machine" in faster
+    assert "nearest measured problem (1 layer)" in faster

@@ -69,6 +69,7 @@ nav.index summary { cursor: pointer; font-weight: 600; }
 nav.index ol { margin: 6px 0 4px; padding-left: 22px; columns: 2 420px; column-gap: 28px; }
 nav.index li { break-inside: avoid; margin: 1px 0; }
 nav.index .time { color: #475569; }
+.flag { color: #b45309; }
 section.problem { background: #fff; border: 1px solid #e2e8f0; border-radius: 10px;
   padding: 14px 16px; margin: 0 0 16px; }
 .meta { color: #475569; font-size: 12.5px; margin: 0 0 8px; }
@@ -218,6 +219,39 @@ def _index(groups: dict[str, list[ProblemData]]) -> str:
     return "".join(out)
 
 
+#: A measured run this many times above or below its layers' profiled sum is flagged.
+FAR_APART = 2.0
+
+
+def _far_apart(model: ModelData, run_s: float, profiled_s: float) -> str:
+    """A flag, with the likely reasons, when the run and the layers' profiled sum are more
+    than :data:`FAR_APART` times apart ('' otherwise): a gap that large is no longer the
+    ordinary difference between a layer alone and a layer in a run."""
+    if profiled_s <= 0 or 1 / FAR_APART <= run_s / profiled_s <= FAR_APART:
+        return ""
+    sources = {}
+    for row in model.layers:
+        sources[row.source] = sources.get(row.source, 0) + 1
+    unmeasured = sources.get("heuristic", 0) + sources.get("only", 0)
+    if run_s > profiled_s:
+        why = ["layers in the run but not in the sum "
+               f"({plural(unmeasured, 'layer')} decided without a measurement)"
+               if unmeasured else "",
+               "each layer's cold caches and sleeping threads in the run",
+               "measurements made on a faster machine, or at more threads, than this run"]
+        direction = f"{run_s / profiled_s:.1f}x above"
+    else:
+        nearest = sources.get("nearest", 0)
+        why = ["measurements made under other conditions than this run: a busier machine, "
+               "fewer threads, another batch or image size",
+               f"times carried from the nearest measured problem ({plural(nearest, 'layer')}),"
+               " which are estimates" if nearest else ""]
+        direction = f"{profiled_s / run_s:.1f}x below"
+    reasons = "; ".join(reason for reason in why if reason)
+    return (f' <b class="flag">The run is {direction} the profiled sum</b>, far more than a '
+            f"layer alone and in a run differ; likely: {esc(reasons)}.")
+
+
 def _model_figures(model: ModelData) -> str:
     """The numbers a user opens the model section for: the run's measured total beside the
     layers' profiled times, and what the measured choices gain over the heuristic's."""
@@ -232,6 +266,7 @@ def _model_figures(model: ModelData) -> str:
                      f"{esc(fmt_time(sum(profiled)))}: each was timed alone, its inputs in "
                      "cache and its threads awake, while in the run a layer inherits the "
                      "caches and threads the previous one left (see docs/runtime.md).")
+            line += _far_apart(model, model.run_ms / 1e3, sum(profiled))
         lines.append(line)
     gain = model.gain
     if gain is not None:
