@@ -271,7 +271,8 @@ def _check_with_onnxruntime(model_spec: str, model, feeds, outputs
         scale = float(np.max(np.abs(reference))) if reference.size else 0.0
         diff = float(np.max(np.abs(got.astype(np.float64) - reference))) if got.size else 0.0
         relative = diff / max(scale, 1e-30)
-        tolerance = 1e-3 if got.dtype == np.float32 else 1e-9
+        tolerance = {np.dtype(np.float16): 1e-2, np.dtype(np.float32): 1e-3}.get(got.dtype,
+                                                                                1e-9)
         good = relative <= tolerance or diff == 0.0
         ok &= good
         worst = relative if worst is None else max(worst, relative)
@@ -451,6 +452,7 @@ def _summary(args: argparse.Namespace, model, session, load_seconds: float,
         "strategy": session.options.strategy.text(),
         "algo_policy": args.algo_policy,
         "steps": len(model.steps),
+        "computed_in_float32": model.graph.float16,
         "load_seconds": load_seconds,
         "search_seconds": stats.search_seconds,
         "search_wall_seconds": search_wall,
@@ -485,8 +487,13 @@ def _print_summary(args: argparse.Namespace, model, session, summary: dict[str, 
     """The model, strategy, search, layout, launch and run lines, and the cache warnings."""
     stats = session.stats
     plan = model.layout_plan
+    half = set(model.graph.float16_inputs)
     print(f"model      {args.model}  inputs "
-          + ", ".join(f"{n} {v.dtype}{list(v.shape)}" for n, v in model.inputs.items()))
+          + ", ".join(f"{n} {'float16' if n in half else v.dtype}{list(v.shape)}"
+                      for n, v in model.inputs.items()))
+    if model.graph.float16:
+        print("dtype      float16, computed in float32 (fastrun has no float16 kernels): "
+              "float16 inputs are converted, float16 outputs cast back")
     print(f"strategy   {summary['strategy']}"
           + (f", cache {args.algo_policy}" if args.algo_policy else ""))
     print(f"search     {search_wall:.2f} s: {stats.profiled} problem(s) profiled, "

@@ -57,6 +57,13 @@ class Graph:
     outputs: list[str]
     #: version of the default ("ai.onnx") domain the model imports
     opset: int
+    #: inputs and outputs the model declares float16: the graph was read as float32
+    #: (:func:`float16_as_float32`); a run takes those inputs in float16 (or float32) and
+    #: casts those outputs back
+    float16_inputs: tuple[str, ...] = ()
+    float16_outputs: tuple[str, ...] = ()
+    #: the model is written in float16 (anywhere) and is computed in float32
+    float16: bool = False
 
 
 def load_model_proto(model: Any):
@@ -187,7 +194,48 @@ def from_onnx(model: Any, check: bool = True) -> Graph:
     result = Graph(graph.name or "model", nodes, initializers, inputs,
                    [o.name for o in graph.output], opset)
     check_wiring(result)
-    return result
+    return float16_as_float32(result, graph)
+
+
+#: ONNX's element type codes of the two dtypes :func:`float16_as_float32` swaps
+FLOAT16, FLOAT = 10, 1
+
+
+def float16_as_float32(graph: Graph, proto_graph: Any) -> Graph:
+    """The graph computed in float32 where the model is written in float16: fastrun has no
+    float16 kernels, and a float16 model is still a model a user brings (onnxruntime runs
+    it).  float16 initializers, inputs, constants and casts become float32; the outputs the
+    model declares float16 are listed in ``float16_outputs``, so that a run casts them back,
+    and its float16 inputs in ``float16_inputs`` (random inputs are drawn in float16).
+    A model without float16 is returned as it is."""
+    declared = {o.name: o.type.tensor_type.elem_type for o in proto_graph.output
+                if o.type.HasField("tensor_type")}
+    outputs = tuple(name for name in graph.outputs if declared.get(name) == FLOAT16)
+    half = np.dtype(np.float16)
+    touched = bool(outputs)
+    for name, array in graph.initializers.items():
+        if array.dtype == half:
+            graph.initializers[name] = array.astype(np.float32)
+            touched = True
+    inputs = []
+    for index, value in enumerate(graph.inputs):
+        if value.dtype == half:
+            graph.inputs[index] = GraphInput(value.name, value.shape, np.dtype(np.float32))
+            inputs.append(value.name)
+            touched = True
+    for node in graph.nodes:
+        if node.op_type == "Cast" and node.attrs.get("to") == FLOAT16:
+            node.attrs["to"] = FLOAT
+            touched = True
+        for key in ("value", "value_float"):  # Constant, ConstantOfShape
+            value = node.attrs.get(key)
+            if isinstance(value, np.ndarray) and value.dtype == half:
+                node.attrs[key] = value.astype(np.float32)
+                touched = True
+    if touched:
+        graph.float16_inputs, graph.float16_outputs = tuple(inputs), outputs
+        graph.float16 = True
+    return graph
 
 
 def check_wiring(graph: Graph) -> None:
@@ -240,5 +288,7 @@ def evaluate_constant_node(node: Node, inputs: list[np.ndarray | None],
         results = ReferenceEvaluator(model).run(None, feeds)
     except Exception as error:  # the reference's own errors: unknown op, bad attributes...
         raise ValueError(f"{type(error).__name__}: {error}") from None
-    return [np.asarray(value) for value in results]
+    # the node's own proto may still say float16 (a Cast to it): fastrun computes in float32
+    return [np.asarray(value).astype(np.float32) if np.asarray(value).dtype == np.float16
+            else np.asarray(value) for value in results]
 

@@ -404,7 +404,7 @@ class Model:
         plan = self.launch_plan()
         if plan is not None:
             outputs, _ = plan.run(self._plan_feeds(feeds))
-            return dict(zip(self.graph.outputs, outputs, strict=True))
+            return self._named(outputs)
         return self._run_steps(feeds)
 
     def run_resident(self, feeds: Mapping[str, Any] | None = None) -> dict[str, Any]:
@@ -574,7 +574,7 @@ class Model:
         plan = self.launch_plan()
         if plan is not None:
             outputs, issued = plan.run(self._plan_feeds(feeds))
-            return dict(zip(self.graph.outputs, outputs, strict=True)), issued
+            return self._named(outputs), issued
         env = self._start(feeds)
         started = time.perf_counter()
         self._issue(env)
@@ -600,10 +600,15 @@ class Model:
     def _finish(self, env: list[Any]) -> dict[str, np.ndarray]:
         if self.on_device:  # one download per output
             to_host = self.device.to_host
-            return {name: to_host(env[index])
-                    for name, index in zip(self.graph.outputs, self._output_slots, strict=True)}
-        return {name: np.asarray(env[index])
-                for name, index in zip(self.graph.outputs, self._output_slots, strict=True)}
+            return self._named([to_host(env[index]) for index in self._output_slots])
+        return self._named([np.asarray(env[index]) for index in self._output_slots])
+
+    def _named(self, outputs: Sequence[np.ndarray]) -> dict[str, np.ndarray]:
+        """Host outputs by name, in the dtype the model declares (a float16 model is computed
+        in float32: :func:`fastrun.runtime.graph.float16_as_float32`)."""
+        half = self.graph.float16_outputs
+        return {name: value.astype(np.float16) if name in half else value
+                for name, value in zip(self.graph.outputs, outputs, strict=True)}
 
     def _feeds(self, feeds: Mapping[str, Any] | np.ndarray | None,
                upload: bool = True) -> dict[str, Any]:
@@ -656,6 +661,8 @@ class Model:
         for name, value in self.inputs.items():
             limits.check_tensor(value.shape, value.dtype, f"model input {name!r}")
             feeds[name] = random_values(rng, value.shape, value.dtype)
+        for name in self.graph.float16_inputs:  # what the model declares
+            feeds[name] = feeds[name].astype(np.float16)
         if on_device and self.on_device:
             feeds = {name: self.device.to_device(array) for name, array in feeds.items()}
         return feeds

@@ -217,7 +217,7 @@ def test_the_command_line_lists_simulates_and_refuses_bad_input_clearly(tmp_path
                      '{"category": "c", "key": "b", "seconds": 1.0, "children": [["c", "a"]]}\n')
     assert main(["tune", "--simulate", str(times), "--workers", "1,4"]) == 0
     out = capsys.readouterr().out
-    assert "| 1 | 4.0 | 1.00 | 100% |" in out and "| 4 | 4.0 | 1.00 | 25% |" in out
+    assert "| 1 | 4.0 | 4.0 | 1.00 | 100% |" in out and "| 4 | 4.0 | 4.0 | 1.00 | 25% |" in out
     not_problems = tmp_path / "cache.json"
     not_problems.write_text('{"format": "fastrun-cache-json", "version": 1}\n')
     for argv, message in [

@@ -14,6 +14,7 @@ import numpy as np
 import onnx
 import pytest
 
+import fastrun
 from fastrun.cache import FileCache
 from fastrun.cli.load_and_run import main
 from tests.runtime import _models
@@ -408,3 +409,52 @@ def test_the_gain_line_accounts_for_every_measured_step(tmp_path, cnn, capsys):
     assert first["steps"] + first["unmatched"] == again["steps"] + again["unmatched"]
     line = next(text for text in out.splitlines() if text.startswith("gain "))
     assert ("left out" in line) == (again["unmatched"] > 0)
+
+
+def _float16_model() -> onnx.ModelProto:
+    """x (float16) -> Conv (float16 weights) -> Relu -> + a float16 Constant -> y (float16),
+    and y cast to float32 -> z."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    rng = np.random.default_rng(0)
+    weight = numpy_helper.from_array(rng.standard_normal((6, 3, 3, 3)).astype(np.float16), "w")
+    nodes = [
+        helper.make_node("Conv", ["x", "w"], ["c"], pads=[1, 1, 1, 1]),
+        helper.make_node("Relu", ["c"], ["r"]),
+        helper.make_node("Constant", [], ["k"], value=numpy_helper.from_array(
+            np.array(0.5, dtype=np.float16))),
+        helper.make_node("Add", ["r", "k"], ["y"]),
+        helper.make_node("Cast", ["y"], ["z"], to=TensorProto.FLOAT),
+    ]
+    graph = helper.make_graph(
+        nodes, "half", [helper.make_tensor_value_info("x", TensorProto.FLOAT16, [1, 3, 8, 8])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT16, [1, 6, 8, 8]),
+         helper.make_tensor_value_info("z", TensorProto.FLOAT, [1, 6, 8, 8])], [weight])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def test_a_float16_model_runs_in_float32_and_says_so(tmp_path, capsys):
+    """A model written in float16 (inputs, weights, a constant, an output) is computed in
+    float32: the float16 output comes back as float16, the float32 one as float32, both
+    within float16's precision of onnxruntime's float16 run, and load_and_run says so."""
+    import onnxruntime
+
+    from fastrun.runtime import load
+
+    path = tmp_path / "half.onnx"
+    onnx.save(_float16_model(), path)
+    model = load(str(path), fastrun.session(device="cpu:1", progress=False))
+    feeds = model.random_inputs(seed=2)
+    assert feeds["x"].dtype == np.float16
+    outputs = model.run(feeds)
+    assert outputs["y"].dtype == np.float16 and outputs["z"].dtype == np.float32
+    expected = onnxruntime.InferenceSession(str(path), providers=["CPUExecutionProvider"]) \
+        .run(None, feeds)
+    for got, reference in zip((outputs["y"], outputs["z"]), expected, strict=True):
+        scale = float(np.abs(reference.astype(np.float32)).max())
+        assert np.abs(got.astype(np.float32) - reference.astype(np.float32)).max() \
+            <= 1e-2 * scale
+    result = summary(tmp_path, str(path), "--check", "--iter", "1", "--no-progress")
+    out = capsys.readouterr().out
+    assert result["computed_in_float32"] and result["check"] == "ok"
+    assert "inputs x float16[1, 3, 8, 8]" in out and "computed in float32" in out
