@@ -205,10 +205,23 @@ def test_save_cache_to_lets_a_search_go_on_beside_a_file_it_cannot_save_to(tmp_p
      ["--times", "is a directory"]),
     (["report", "{tmp}/c.bin", "--model", "zoo:squeezenet", "-o", "{tmp}/no/r.html"],
      ["--output", "does not exist"]),
-], ids=["tune-cache-dir", "tune-cache-foreign", "tune-json", "tune-times", "report-output"])
-def test_tune_and_report_check_their_paths_before_any_work(tmp_path, argv, fragments) -> None:
-    """The paths a tune or a report writes are checked before it collects, searches or times
-    anything, and a file that is no cache gets no lock file beside it."""
+    (["tune", "zoo:squeezenet", "--algo-policy", "{tmp}/c.bin", "--batch", "0"],
+     ["--batch must be >= 1, got 0"]),
+    (["tune", "zoo:squeezenet", "--algo-policy", "{tmp}/c.bin", "--timeout", "-1"],
+     ["--timeout must be > 0, got -1"]),
+    (["tune", "zoo:squeezenet", "--algo-policy", "{tmp}/c.bin", "--budget", "0"],
+     ["--budget must be > 0, got 0"]),
+    (["report", "{tmp}/c.bin", "--model", "zoo:squeezenet", "--batch", "0", "-o",
+      "{tmp}/r.html"], ["--batch must be >= 1, got 0"]),
+    (["report", "{tmp}/c.bin", "--max-problems", "-3", "-o", "{tmp}/r.html"],
+     ["--max-problems must be >= 0, got -3"]),
+], ids=["tune-cache-dir", "tune-cache-foreign", "tune-json", "tune-times", "report-output",
+        "tune-batch", "tune-timeout", "tune-budget", "report-batch", "report-max-problems"])
+def test_tune_and_report_check_their_arguments_before_any_work(tmp_path, argv,
+                                                               fragments) -> None:
+    """The numbers a tune or a report takes, and the paths it writes, are checked before it
+    collects, searches or times anything, and a file that is no cache gets no lock file
+    beside it."""
     (tmp_path / "notes.txt").write_text("not a cache\n")
     (tmp_path / "c.bin").write_bytes(b"")
     argv = [a.replace("{tmp}", str(tmp_path)) for a in argv]

@@ -328,12 +328,12 @@ def argument_error(args: argparse.Namespace) -> str | None:
     one it can write its results to, unless ``--save-cache-to`` names where they go instead; a
     file that is not a cache fastrun reads is refused here, before its lock file would be made
     beside it."""
-    if args.batch is not None and args.batch < 1:
-        return f"--batch must be >= 1, got {args.batch}"
+    problem = (unsaved.number_error("--batch", args.batch, 1)
+               or unsaved.number_error("--threads", args.threads, 1))
+    if problem:
+        return problem
     if args.threads is not None:
         kind, _, count = args.device.partition(":")
-        if args.threads < 1:
-            return f"--threads must be >= 1, got {args.threads}"
         if kind != "cpu":
             return f"--threads sets the CPU's threads, but --device is {args.device}"
         if count and count != str(args.threads):

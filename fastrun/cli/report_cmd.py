@@ -61,7 +61,9 @@ def run(args: argparse.Namespace) -> int:
 
     if os.path.abspath(args.output) == os.path.abspath(args.input):
         raise ValueError(f"the output {args.output} is the input file; choose another name")
-    problem = unsaved.output_paths_error(args, ("output",))  # before the model is timed
+    problem = (unsaved.number_error("--batch", args.batch, 1)  # before the model is timed
+               or unsaved.number_error("--max-problems", args.max_problems, 0)
+               or unsaved.output_paths_error(args, ("output",)))
     if problem:
         raise ValueError(problem)
     data = report.read_input(args.input)

@@ -116,8 +116,11 @@ def run(args: argparse.Namespace) -> int:
     if not (args.models or args.suite or args.problems):
         raise ValueError("nothing to tune: give models (zoo:resnet18, model.onnx), --suite NAME "
                          "or --problems FILE")
-    # before any work: the paths the tune writes to
-    problem = (unsaved.cache_path_error(args.algo_policy, remedy="name another file")
+    # before any work: the numbers, and the paths the tune writes to
+    problem = (unsaved.number_error("--batch", args.batch, 1)
+               or unsaved.number_error("--timeout", args.timeout, 0, strictly=True)
+               or unsaved.number_error("--budget", args.budget, 0, strictly=True)
+               or unsaved.cache_path_error(args.algo_policy, remedy="name another file")
                or unsaved.output_paths_error(args, ("json", "times")))
     if problem:
         raise ValueError(problem)

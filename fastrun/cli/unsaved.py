@@ -27,6 +27,15 @@ def add_argument(parser: argparse.ArgumentParser) -> None:
                             "either): this run's measurements live only as long as it")
 
 
+def number_error(flag: str, value: float | None, least: float,
+                 strictly: bool = False) -> str | None:
+    """Why a numeric argument is out of range (below ``least``, or not above it when
+    ``strictly``), or None (also for an argument not given)."""
+    if value is None or (value > least if strictly else value >= least):
+        return None
+    return f"{flag} must be {'>' if strictly else '>='} {least:g}, got {value:g}"
+
+
 def output_paths_error(args: argparse.Namespace, names: Sequence[str]) -> str | None:
     """What is wrong with an output file argument (``names``: their dests) that would be
     written only after the work, or None: checked before any."""
