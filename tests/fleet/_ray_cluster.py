@@ -57,22 +57,30 @@ def kill_second_node() -> None:
         raise SystemExit("the second node's raylet was not found")
 
 
-def tune(models: list[str], cache: str, extra: list[str] = (), kill_after: int | None = None
-         ) -> dict:
+def tune(models: list[str], cache: str, extra: list[str] = (), kill_after: int | None = None,
+         interrupt_after: int | None = None) -> dict:
+    """One tune on the cluster; ``kill_after``: SIGKILL the second node once that many jobs
+    are logged; ``interrupt_after``: then send SIGINT to the driver's process group instead,
+    as a terminal's Ctrl-C does."""
     summary = cache + ".summary.json"
     command = [sys.executable, "-m", "fastrun", "tune", *models, "--algo-policy", cache,
                "--device", DEVICE, "--ray", ADDRESS, "--no-progress", "--json", summary,
                *extra]
     process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                               text=True)
+                               text=True, start_new_session=True,
+                               preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     killed = False
     times = cache + ".times.jsonl"
     deadline = time.monotonic() + 400
     while process.poll() is None and time.monotonic() < deadline:
-        if kill_after is not None and not killed and os.path.exists(times):
+        after = kill_after if kill_after is not None else interrupt_after
+        if after is not None and not killed and os.path.exists(times):
             with open(times, encoding="utf-8") as file:
-                if len(file.read().splitlines()) > kill_after:
-                    kill_second_node()
+                if len(file.read().splitlines()) > after:
+                    if kill_after is not None:
+                        kill_second_node()
+                    else:
+                        os.killpg(process.pid, signal.SIGINT)
                     killed = True
         time.sleep(0.05)
     if process.poll() is None:
@@ -97,6 +105,8 @@ def main() -> None:
                           os.path.join(scratch, "union.bin"), ["--budget", "0.003"]),
             "killed": tune(["zoo:resnet18@64"], os.path.join(scratch, "killed.bin"),
                            ["--budget", "0.02"], kill_after=3),
+            "interrupted": tune(["zoo:resnet18@48"], os.path.join(scratch, "ctrl-c.bin"),
+                                ["--budget", "0.02"], interrupt_after=2),
         }
     finally:
         subprocess.run(["ray", "stop", "--force"], capture_output=True, timeout=120)

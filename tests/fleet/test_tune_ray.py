@@ -71,3 +71,14 @@ def test_a_node_killed_in_the_middle_of_a_tune_loses_nothing(outcome):
     assert killed["killed"] and killed["returncode"] == 0, killed["stderr"]
     _all_in_cache(os.path.join(outcome["scratch"], "killed.bin"), ["zoo:resnet18@64"])
     assert any(w["lost"] for w in killed["workers"]), killed["workers"]
+
+
+def test_ctrl_c_stops_a_cluster_tune_with_its_summary_and_no_traceback(outcome):
+    """A terminal's Ctrl-C (SIGINT to the driver's process group) ends a tune on the
+    cluster: exit status 130, the summary says it was interrupted and keeps what was tuned,
+    and no traceback is printed."""
+    interrupted = outcome["interrupted"]
+    assert interrupted["killed"] and interrupted["returncode"] == 130, interrupted["stderr"]
+    assert "interrupted: run the same command again to resume" in interrupted["stdout"]
+    assert "Traceback" not in interrupted["stderr"]
+    assert interrupted["interrupted"] and interrupted["tuned"] >= 1
