@@ -192,7 +192,7 @@ def _node_table(model, step_times: list[list[float]], sort: str = "graph",
                                report.source, formatting.human_seconds(profiled),
                                formatting.human_seconds(seconds), share)))
     if sort == "time":
-        rows.sort(key=lambda row: -1.0 if row[0] is None else -row[0])
+        rows.sort(key=lambda row: (row[0] is None, -(row[0] or 0.0)))  # untimed last
     header = TABLE_COLUMNS if not wide else ("node", "op", "inputs -> output",
                                              *TABLE_COLUMNS[3:])
     table = [header, *(cells for _, cells in rows)]

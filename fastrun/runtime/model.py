@@ -413,7 +413,7 @@ class Model:
         peer's run with resident tensors is compared with (``bench_opencl_models``).  Feeds
         that are device arrays are used as they are (a replayed plan copies them into its own
         input buffers, on the device); a replayed plan's outputs are its own buffers, which
-        its next run overwrites."""
+        its next run overwrites.  A float16 model's outputs stay in float32 there."""
         if not self.on_device:
             raise ValueError("run_resident needs a model on a queued device (OpenCL); "
                              "on the CPU, run() already returns the outputs in place")
