@@ -23,7 +23,12 @@ import numpy as np
 
 from fastrun._version import __version__
 from fastrun.cli import formatting, pipes, unsaved
-from fastrun.cli.main import add_strategy_arguments, strategy_from
+from fastrun.cli.options import (
+    TimingInterrupted,
+    add_strategy_arguments,
+    strategy_from,
+    time_iterations,
+)
 from fastrun.formats import PROFILE_FORMAT, PROFILE_VERSION
 
 log = logging.getLogger("fastrun.load_and_run")
@@ -127,42 +132,6 @@ def _read_inputs(specs: Sequence[str]) -> dict[str, np.ndarray]:
         except (OSError, ValueError) as error:
             raise ValueError(f"cannot read --input {name}={path}: {error}") from None
     return feeds
-
-
-class TimingInterrupted(KeyboardInterrupt):
-    """Ctrl-C during the timed iterations, carrying what was timed before it (a Ctrl-C all
-    the same to code that does not look)."""
-
-    def __init__(self, outputs: dict[str, np.ndarray], totals: list[float],
-                 step_times: list[list[float]]):
-        super().__init__()
-        self.outputs, self.totals, self.step_times = outputs, totals, step_times
-
-
-def time_iterations(model, feeds, iterations: int, warmup: int, per_step: bool,
-                    duration: float | None = None,
-                    ) -> tuple[dict[str, np.ndarray], list[float], list[list[float]]]:
-    """``iterations`` timed runs after ``warmup`` untimed ones, or as many as fit in
-    ``duration`` seconds (at least one): what `load_and_run` and `fastrun report --model`
-    time.  A Ctrl-C raises :class:`TimingInterrupted` with the iterations timed so far."""
-    outputs = {}
-    for _ in range(warmup):
-        outputs = model.run(feeds)
-    totals, step_times = [], []
-    ends = None if duration is None else time.perf_counter() + duration
-    try:
-        while (len(totals) < iterations) if ends is None else (
-                not totals or time.perf_counter() < ends):
-            started = time.perf_counter()
-            if per_step:
-                outputs, times = model.run_timed(feeds)
-                step_times.append(times)
-            else:
-                outputs = model.run(feeds)
-            totals.append(time.perf_counter() - started)
-    except KeyboardInterrupt:
-        raise TimingInterrupted(outputs, totals, step_times) from None
-    return outputs, totals, step_times
 
 
 #: The per-layer table's columns and their widths within 100 columns (``--wide``: uncut; the

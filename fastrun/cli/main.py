@@ -13,6 +13,7 @@ from typing import Any
 from fastrun import config
 from fastrun.algorithm import parse_value
 from fastrun.cli import formatting, pipes, unsaved
+from fastrun.cli.options import add_strategy_arguments, strategy_from
 from fastrun.devices import device_backends
 
 
@@ -28,13 +29,6 @@ def _parse_shape(text: str) -> tuple[int, ...]:
 
 def _parse_shapes(text: str) -> list[tuple[int, ...]]:
     return [_parse_shape(part) for part in text.split(",") if part]
-
-
-def _parse_size(text: str) -> int | None:
-    try:
-        return config.parse_size(text)
-    except ValueError as error:
-        raise argparse.ArgumentTypeError(str(error)) from None
 
 
 def _parse_attr(text: str) -> tuple[str, Any]:
@@ -57,59 +51,6 @@ def _parse_dtype(text: str) -> str:
     except TypeError:
         raise argparse.ArgumentTypeError(
             f"bad dtype {text!r}: expected a numpy dtype, e.g. float32 or float64") from None
-
-
-def _parse_budget(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        value = math.nan
-    if not 0 < value < math.inf:
-        raise argparse.ArgumentTypeError(
-            f"bad budget {text!r}: expected a positive number of seconds, e.g. 0.2")
-    return value
-
-
-def add_strategy_arguments(parser: argparse.ArgumentParser) -> None:
-    """The search flags, with MegEngine's load_and_run meaning."""
-    search = parser.add_mutually_exclusive_group()
-    search.add_argument("--fast-run", action="store_true",
-                        help="profile every usable non-NAIVE algorithm on a cache miss")
-    search.add_argument("--full-run", action="store_true",
-                        help="profile every usable algorithm, NAIVE included, on a cache miss")
-    parser.add_argument("--reproducible", action="store_true",
-                        help="choose only REPRODUCIBLE algorithms")
-    parser.add_argument("--workspace-limit", type=_parse_size, default=None,
-                        metavar="SIZE", help="workspace limit, e.g. 64MiB (default: unlimited)")
-    parser.add_argument("--algo-policy", "--fast-run-algo-policy", dest="algo_policy",
-                        metavar="FILE",
-                        help="cache file; alone: read it and use heuristics for misses; with "
-                             "--fast-run/--full-run: search what is missing, saving as it goes")
-    parser.add_argument("--budget", type=_parse_budget, default=None, metavar="SECONDS",
-                        help="timed repeats per candidate (default 0.2 s, FASTRUN_PROFILE_SECONDS)")
-    parser.add_argument("--nearest", type=_parse_distance, default=None, metavar="DISTANCE",
-                        help="without a search, serve a problem the cache lacks from the "
-                             "nearest measured one within this shape distance (default 1.0, "
-                             "FASTRUN_NEAREST: one axis doubled; 0: never; docs/fleet.md)")
-    unsaved.add_argument(parser)
-
-
-def _parse_distance(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        value = -1.0
-    if not 0 <= value < float("inf"):
-        raise argparse.ArgumentTypeError(f"{text!r} is not a distance: expected a number >= 0 "
-                                         "(0 turns nearest serving off)")
-    return value
-
-
-def strategy_from(args: argparse.Namespace) -> str:
-    words = ["fast-run" if args.fast_run else "full-run" if args.full_run else "heuristic"]
-    if args.reproducible:
-        words.append("reproducible")
-    return "+".join(words)
 
 
 def _cmd_profile(args: argparse.Namespace) -> int:

@@ -107,7 +107,7 @@ def _model_data(spec: str, data: Any, batch: int | None, iterations: int) -> Any
     name = spec if spec.startswith("zoo:") else os.path.basename(spec)
     run_ms = None
     if iterations:
-        from fastrun.cli.load_and_run import time_iterations
+        from fastrun.cli.options import time_iterations
 
         _, times, _ = time_iterations(model, model.random_inputs(seed=0), iterations, 1, False)
         run_ms = statistics.median(times) * 1e3
