@@ -18,6 +18,7 @@ from fastrun._files import atomic_write
 from fastrun.category import printable
 from fastrun.category import split as split_category
 from fastrun.cli.formatting import human_bytes, human_seconds
+from fastrun.cli.options import argument_type
 from fastrun.units import plural
 
 MERGE_RULE = ("for each key, entries are combined by algorithm; of two measurements of the same "
@@ -29,10 +30,7 @@ MERGE_RULE = ("for each key, entries are combined by algorithm; of two measureme
 def _parse_duration(text: str) -> float:
     from fastrun.cache.tools import parse_duration
 
-    try:
-        return parse_duration(text)
-    except ValueError as error:
-        raise argparse.ArgumentTypeError(str(error)) from None
+    return argument_type(parse_duration)(text)
 
 
 def _parse_threshold(text: str) -> float:

@@ -11,18 +11,31 @@ from __future__ import annotations
 import argparse
 import math
 import time
+from collections.abc import Callable
+from typing import TypeVar
 
 import numpy as np
 
 from fastrun import config
 from fastrun.cli import unsaved
 
+T = TypeVar("T")
 
-def parse_size(text: str) -> int | None:
-    try:
-        return config.parse_size(text)
-    except ValueError as error:
-        raise argparse.ArgumentTypeError(str(error)) from None
+
+def argument_type(parse: Callable[[str], T]) -> Callable[[str], T]:
+    """An argparse type from a parser that raises ValueError: its message becomes the usage
+    error argparse prints."""
+    def convert(text: str) -> T:
+        try:
+            return parse(text)
+        except ValueError as error:
+            raise argparse.ArgumentTypeError(str(error)) from None
+
+    return convert
+
+
+#: sizes such as 64MiB (``config.parse_size``)
+parse_size = argument_type(config.parse_size)
 
 
 def parse_budget(text: str) -> float:

@@ -10,7 +10,7 @@ import os
 import sys
 
 from fastrun.cli import unsaved
-from fastrun.config import parse_size
+from fastrun.cli.options import parse_size
 
 
 def add_parser(commands) -> None:
