@@ -29,7 +29,7 @@ def _programs(count: int) -> list[tuple[str, list[str]]]:
     3x3 64-channel layer at batch 32, each options list salted so it is built afresh."""
     from fastrun.analysis.suites import RESNET18_LAYERS
     from fastrun.registry import default_registry
-    from fastrun_algorithms.conv.opencl.algorithms import ImplicitGemmCLConv, opencl_algorithms
+    from fastrun_algorithms.conv.opencl import ImplicitGemmCLConv, opencl_algorithms
     from fastrun_algorithms.conv.operator import geometry
 
     layer = RESNET18_LAYERS[1]  # layer1 3x3 64->64 @56 +relu

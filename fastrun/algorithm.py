@@ -12,32 +12,11 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
 from fastrun.attribute import AlgoAttribute
+from fastrun.problem import value_text
 
 if TYPE_CHECKING:
     from fastrun.devices import Device
-    from fastrun.operator import Problem
-
-
-def _value_text(value: Any) -> str:
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, (tuple, list)):
-        return "(" + ",".join(_value_text(v) for v in value) + ")"
-    return str(value)
-
-
-def parse_value(text: str) -> Any:
-    """Read a parameter value written as text: 'true', '3', '0.5', '1,1' (a tuple), 'SAME'."""
-    if "," in text:
-        return tuple(parse_value(part) for part in text.split(","))
-    if text.lower() in ("true", "false"):
-        return text.lower() == "true"
-    for kind in (int, float):
-        try:
-            return kind(text)
-        except ValueError:
-            pass
-    return text
+    from fastrun.problem import Problem
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,7 +32,7 @@ class AlgorithmDesc:
         """Canonical text, e.g. ``blocked(kb=256,mb=64,nb=64)``; parameters sorted by name."""
         if not self.param:
             return self.name
-        inner = ",".join(f"{key}={_value_text(value)}" for key, value in sorted(self.param))
+        inner = ",".join(f"{key}={value_text(value)}" for key, value in sorted(self.param))
         return f"{self.name}({inner})"
 
     def __str__(self) -> str:

@@ -1,27 +1,28 @@
-"""Operators and problems.
+"""Operators.
 
 An :class:`Operator` defines *what* is computed (shape rules, the reference result, how to check
-a candidate's output); a :class:`Problem` is one concrete instance of it.  The problem's
-canonical :attr:`Problem.key` is the cache key, so everything that decides which algorithms are
-usable must be in it and nothing else may be.
+a candidate's output); a :class:`~fastrun.problem.Problem` is one concrete instance of it
+(``fastrun/problem.py``, re-exported here).
 """
 
 from __future__ import annotations
 
 import math
-import re
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from fastrun.algorithm import _value_text
+# Problem is what an operator poses; it lives in fastrun.problem (which imports neither this
+# module nor fastrun.algorithm) and is re-exported here, where users have always found it.
+from fastrun.problem import Problem, Shape, split_key
 
 if TYPE_CHECKING:
     from fastrun.algorithm import Algorithm
 
-Shape = tuple[int, ...]
+__all__ = ["DRAW_CHUNK", "Epilogue", "Operator", "Problem", "Shape", "random_values",
+           "split_key", "uniform"]
 
 
 #: Elements drawn at a time where a dtype cannot be drawn in its own precision: the float64
@@ -66,81 +67,6 @@ def random_values(rng: np.random.Generator, shape: Sequence[int], dtype: Any) ->
     if kind.kind in "iu":
         return rng.integers(0, 10, size=tuple(shape), dtype=kind)
     return _chunked(tuple(shape), kind, lambda n: rng.integers(0, 10, size=n))
-
-
-def _freeze(value: Any) -> Any:
-    if isinstance(value, (list, tuple)):
-        return tuple(_freeze(v) for v in value)
-    if isinstance(value, np.generic):
-        return value.item()
-    return value
-
-
-@dataclass(frozen=True)
-class Problem:
-    """One concrete operator instance: input shapes, dtypes and parameters."""
-
-    operator: str
-    shapes: tuple[Shape, ...]
-    dtypes: tuple[str, ...]
-    params: tuple[tuple[str, Any], ...] = ()
-    key: str = field(init=False, compare=False, repr=False)
-
-    def __post_init__(self) -> None:
-        tensors = ",".join(
-            f"{dtype}[{'x'.join(str(d) for d in shape)}]"
-            for shape, dtype in zip(self.shapes, self.dtypes, strict=True)
-        )
-        params = ",".join(f"{name}={_value_text(value)}" for name, value in self.params)
-        object.__setattr__(self, "key", f"{tensors};{params}" if params else tensors)
-
-    @classmethod
-    def create(cls, operator: str, shapes: Sequence[Sequence[int]], dtypes: Sequence[Any],
-               params: Mapping[str, Any] | None = None) -> Problem:
-        return cls(
-            operator,
-            tuple(tuple(int(d) for d in shape) for shape in shapes),
-            tuple(np.dtype(d).name for d in dtypes),
-            tuple(sorted((k, _freeze(v)) for k, v in (params or {}).items())),
-        )
-
-    @property
-    def params_text(self) -> str:
-        """The key's parameter part (what follows the first ``;``), '' without parameters."""
-        return self.key.partition(";")[2]
-
-    def param(self, name: str, default: Any = None) -> Any:
-        for key, value in self.params:
-            if key == name:
-                return value
-        return default
-
-    @property
-    def weight_preprocess(self) -> bool:
-        return bool(self.param("weight_preprocess", False))
-
-    def __str__(self) -> str:
-        return f"{self.operator}({self.key})"
-
-
-_TENSOR_TEXT = re.compile(r"([A-Za-z0-9_]+)\[([0-9x]*)\]")
-
-
-def split_key(key: str) -> tuple[tuple[str, ...], tuple[tuple[int, ...], ...], str] | None:
-    """(dtypes, shapes, parameter text) of a problem key, None when it is not one: the inverse
-    of :attr:`Problem.key` for what a cache stores only as text (the nearest-neighbour index
-    reads its keys).  The tensor part holds no ``;``, so the first one ends it, and no ``,``
-    inside a tensor."""
-    tensors, _, params = key.partition(";")
-    dtypes, shapes = [], []
-    for part in tensors.split(","):
-        match = _TENSOR_TEXT.fullmatch(part)
-        if match is None:
-            return None
-        dtypes.append(match.group(1))
-        dims = match.group(2)
-        shapes.append(tuple(int(d) for d in dims.split("x")) if dims else ())
-    return tuple(dtypes), tuple(shapes), params
 
 
 @dataclass(frozen=True)

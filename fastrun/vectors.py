@@ -30,6 +30,7 @@ from __future__ import annotations
 import functools
 import logging
 import os
+import platform
 
 from fastrun import config
 
@@ -41,12 +42,31 @@ PREFER_256 = "prefer-256-bit"
 NUMBA_VARIABLES = ("NUMBA_CPU_NAME", "NUMBA_CPU_FEATURES")
 
 
+def cpu_model_and_flags() -> tuple[str, set[str]]:
+    """The processor's model name and feature flags (``/proc/cpuinfo``; the platform's name
+    and no flags where it cannot be read): what the CPU category and the vector width are
+    decided from."""
+    model, flags = "", set()
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as handle:
+            for line in handle:
+                name, _, value = line.partition(":")
+                name = name.strip()
+                if name in ("model name", "Hardware", "CPU part") and not model:
+                    model = value.strip()
+                elif name in ("flags", "Features") and not flags:
+                    flags = set(value.split())
+                if model and flags:
+                    break
+    except OSError:
+        pass
+    return model or platform.processor() or platform.machine() or "unknown", flags
+
+
 @functools.cache
 def _has_avx512() -> bool:
     """Read once: the category asks on every lookup, /proc/cpuinfo is long on many cores."""
-    from fastrun.devices.cpu import _cpu_model_and_flags
-
-    return "avx512f" in _cpu_model_and_flags()[1]
+    return "avx512f" in cpu_model_and_flags()[1]
 
 
 def category_fact() -> str:

@@ -21,6 +21,7 @@ from fastrun._threads import blas_threads, configure_threads, threading_layer
 from fastrun.category import DEVICE, device_text
 from fastrun.devices import Device
 from fastrun.devices.cpu_share import IdleCores, threads_to_use
+from fastrun.vectors import cpu_model_and_flags
 
 
 def _package_version(name: str) -> str:
@@ -28,24 +29,6 @@ def _package_version(name: str) -> str:
         return version(name)
     except PackageNotFoundError:
         return "none"
-
-
-def _cpu_model_and_flags() -> tuple[str, set[str]]:
-    model, flags = "", set()
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as handle:
-            for line in handle:
-                name, _, value = line.partition(":")
-                name = name.strip()
-                if name in ("model name", "Hardware", "CPU part") and not model:
-                    model = value.strip()
-                elif name in ("flags", "Features") and not flags:
-                    flags = set(value.split())
-                if model and flags:
-                    break
-    except OSError:
-        pass
-    return model or platform.processor() or platform.machine() or "unknown", flags
 
 
 def _isa_level(machine: str, flags: set[str]) -> str:
@@ -76,7 +59,7 @@ def _blas_name() -> str:
 
 @functools.lru_cache(maxsize=8)
 def _cpu_category(threads: int, vectors: str) -> str:
-    model, flags = _cpu_model_and_flags()
+    model, flags = cpu_model_and_flags()
     return device_text([
         (DEVICE, "cpu"),
         ("processor", model),
@@ -161,6 +144,6 @@ class CPUDevice(Device):
 
     @classmethod
     def describe_devices(cls) -> list[str]:
-        model, _ = _cpu_model_and_flags()
+        model, _ = cpu_model_and_flags()
         return [f"{model}, {config.num_threads(None)} threads by default "
                 f"(cpu:THREADS picks another count)"]

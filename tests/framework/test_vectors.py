@@ -9,9 +9,10 @@ import sys
 import pytest
 
 from fastrun import vectors
-from fastrun.devices.cpu import CPUDevice, _cpu_model_and_flags
+from fastrun.devices.cpu import CPUDevice
+from fastrun.vectors import cpu_model_and_flags
 
-AVX512 = "avx512f" in _cpu_model_and_flags()[1]
+AVX512 = "avx512f" in cpu_model_and_flags()[1]
 
 #: Compiles register_tiled's kernel as numba would for an Intel Sapphire Rapids core (whose LLVM
 #: tuning prefers 256-bit vectors), then counts the multiply-adds on 512- and 256-bit registers.

@@ -8,7 +8,9 @@ them because no OpenCL device exists.  See docs/opencl-conv.md.
 
 from __future__ import annotations
 
+from fastrun.algorithm import Algorithm
 from fastrun.registry import Registry
+from fastrun_algorithms.conv.opencl import space
 from fastrun_algorithms.conv.opencl.algorithms import (
     DEPTHWISE_CONFIGS,
     DIRECT_CONFIGS,
@@ -18,9 +20,9 @@ from fastrun_algorithms.conv.opencl.algorithms import (
     Im2colCLConv,
     ImplicitGemmCLConv,
     OpenCLConv,
-    opencl_algorithms,
 )
 from fastrun_algorithms.conv.opencl.heuristic import opencl_rank
+from fastrun_algorithms.conv.opencl.winograd import winograd_algorithms
 
 __all__ = [
     "DEPTHWISE_CONFIGS",
@@ -35,6 +37,16 @@ __all__ = [
     "opencl_rank",
     "register",
 ]
+
+
+def opencl_algorithms() -> list[Algorithm]:
+    """Every OpenCL conv algorithm, one per configuration (built here, where the families'
+    modules meet: Winograd's builds on the base class in ``algorithms``)."""
+    algorithms = [DirectCLConv({"ko": ko, "l": local}) for ko, local in DIRECT_CONFIGS]
+    algorithms += [DepthwiseCLConv({"px": px, "l": local}) for px, local in DEPTHWISE_CONFIGS]
+    algorithms += [Im2colCLConv(), Conv1x1CLConv()]
+    algorithms += [ImplicitGemmCLConv(c) for c in space.igemm_configurations()]
+    return algorithms + winograd_algorithms()
 
 
 def register(registry: Registry) -> None:

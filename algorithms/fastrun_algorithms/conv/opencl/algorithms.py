@@ -25,7 +25,7 @@ from typing import Any
 
 import numpy as np
 
-from fastrun.algorithm import Algorithm, RunContext
+from fastrun.algorithm import RunContext
 from fastrun.attribute import AlgoAttribute
 from fastrun.operator import Problem
 from fastrun_algorithms import _opencl_common as common
@@ -594,15 +594,3 @@ def igemm_scalars(dtype: np.dtype) -> np.dtype:
 DIRECT_CONFIGS = tuple((ko, local) for ko in (1, 4, 8) for local in (32, 128))
 #: ``cl_depthwise`` configurations: (outputs per work-item along a row, local size).
 DEPTHWISE_CONFIGS = tuple((px, local) for px in (1, 4) for local in (32, 128))
-
-
-def opencl_algorithms() -> list[Algorithm]:
-    """Every OpenCL conv algorithm, one per configuration."""
-    algorithms: list[Algorithm] = [DirectCLConv({"ko": ko, "l": local})
-                                   for ko, local in DIRECT_CONFIGS]
-    algorithms += [DepthwiseCLConv({"px": px, "l": local}) for px, local in DEPTHWISE_CONFIGS]
-    algorithms += [Im2colCLConv(), Conv1x1CLConv()]
-    algorithms += [ImplicitGemmCLConv(c) for c in space.igemm_configurations()]
-    from fastrun_algorithms.conv.opencl.winograd import winograd_algorithms  # it imports this
-
-    return algorithms + winograd_algorithms()
