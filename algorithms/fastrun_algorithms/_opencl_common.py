@@ -12,6 +12,7 @@ an explicit local size, because with none some drivers pick a tiny one for an od
 
 from __future__ import annotations
 
+import importlib.util
 from collections.abc import Sequence
 from typing import Any
 
@@ -44,6 +45,13 @@ class OpenCLAlgorithm(Algorithm):
     def device_unusable_reason(self, device: Any, problem: Any) -> str | None:
         return fp64_reason(device, problem.dtypes)
 
+
+
+def installed() -> bool:
+    """Whether pyopencl is installed, found without importing it (slow, and it may fail
+    without an OpenCL platform): each family registers its OpenCL algorithms only then.  They
+    are candidates only on an OpenCL device, so a CPU search is the same either way."""
+    return importlib.util.find_spec("pyopencl") is not None
 
 def has_fp64(device: Any) -> bool:
     return "cl_khr_fp64" in device.cl_device.extensions

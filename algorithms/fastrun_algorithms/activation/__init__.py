@@ -12,9 +12,8 @@ and where pyopencl is installed the OpenCL ones (``cl_unary``, ``cl_softmax``,
 
 from __future__ import annotations
 
-import importlib.util
-
 from fastrun.registry import Registry
+from fastrun_algorithms._opencl_common import installed as opencl_installed
 from fastrun_algorithms.activation.gelu import ParallelGelu, SerialGelu
 from fastrun_algorithms.activation.layer_norm import NumpyLayerNorm, ParallelLayerNorm
 from fastrun_algorithms.activation.numpy_impl import (
@@ -92,9 +91,7 @@ def register(registry: Registry) -> None:
     layer_norm = registry.register_operator(LayerNormOperator())
     registry.register_algorithm(NumpyLayerNorm())
     registry.register_algorithm(ParallelLayerNorm(layer_norm.parallel_pays))
-    # Found without importing pyopencl (slow, and it may fail without an OpenCL platform); the
-    # OpenCL algorithms are candidates only on an OpenCL device, so CPU searches are unchanged.
-    if importlib.util.find_spec("pyopencl") is not None:
+    if opencl_installed():
         from fastrun_algorithms.activation import opencl
 
         opencl.register(registry)

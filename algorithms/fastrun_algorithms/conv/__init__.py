@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-import importlib.util
-
+from fastrun_algorithms._opencl_common import installed as opencl_installed
 from fastrun_algorithms.conv.operator import ConvOperator
 
 
@@ -30,10 +29,7 @@ def register(registry) -> None:
                    conv1x1, pointwise, tiled_1x1, winograd, via_nchw, naive):
         for algorithm in module.algorithms():
             registry.register_algorithm(algorithm)
-    # Checked without importing pyopencl (slow, and it may fail on machines without OpenCL);
-    # the OpenCL algorithms are candidates only on an OpenCL device, so CPU searches and the
-    # CPU cache category are unchanged by them.
-    if importlib.util.find_spec("pyopencl") is not None:
+    if opencl_installed():
         from fastrun_algorithms.conv import opencl
 
         opencl.register(registry)

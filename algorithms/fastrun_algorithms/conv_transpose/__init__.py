@@ -6,9 +6,8 @@ device (:mod:`.opencl`)."""
 
 from __future__ import annotations
 
-import importlib.util
-
 from fastrun.registry import Registry
+from fastrun_algorithms._opencl_common import installed as opencl_installed
 from fastrun_algorithms.conv_transpose.algorithms import Col2imConvTranspose, PerTapConvTranspose
 from fastrun_algorithms.conv_transpose.operator import ConvTransposeOperator
 
@@ -20,8 +19,7 @@ def register(registry: Registry) -> None:
     registry.register_operator(ConvTransposeOperator())
     registry.register_algorithm(PerTapConvTranspose())
     registry.register_algorithm(Col2imConvTranspose())
-    # where pyopencl is installed (not imported here), as every OpenCL algorithm
-    if importlib.util.find_spec("pyopencl") is not None:
+    if opencl_installed():
         from fastrun_algorithms.conv_transpose import opencl
 
         for algorithm in opencl.algorithms():

@@ -9,9 +9,8 @@ pyopencl is installed.
 
 from __future__ import annotations
 
-import importlib.util
-
 from fastrun.registry import Registry
+from fastrun_algorithms._opencl_common import installed as opencl_installed
 from fastrun_algorithms.elementwise._layout import BroadcastLayout, broadcast_layout
 from fastrun_algorithms.elementwise.loops import (
     NumbaElementwise,
@@ -51,9 +50,7 @@ def register(registry: Registry) -> None:
         registry.register_algorithm(UfuncElementwise(op))
         registry.register_algorithm(SerialElementwise(op))
         registry.register_algorithm(ParallelElementwise(op, operator.parallel_pays))
-    # Found without importing pyopencl (slow, and it may fail without an OpenCL platform); the
-    # OpenCL algorithm is a candidate only on an OpenCL device, so CPU searches are unchanged.
-    if importlib.util.find_spec("pyopencl") is not None:
+    if opencl_installed():
         from fastrun_algorithms.elementwise import opencl
 
         opencl.register(registry)

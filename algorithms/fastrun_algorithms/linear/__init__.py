@@ -5,9 +5,8 @@ following Relu or GELU into it."""
 
 from __future__ import annotations
 
-import importlib.util
-
 from fastrun.registry import Registry
+from fastrun_algorithms._opencl_common import installed as opencl_installed
 from fastrun_algorithms.linear.algorithms import BlasLinear, SplitBlasLinear
 from fastrun_algorithms.linear.opencl import OpenCLLinear
 from fastrun_algorithms.linear.operator import LinearOperator
@@ -20,7 +19,5 @@ def register(registry: Registry) -> None:
     registry.register_operator(LinearOperator())
     registry.register_algorithm(BlasLinear())
     registry.register_algorithm(SplitBlasLinear())
-    # Where pyopencl is installed (checked without importing it), as every OpenCL algorithm:
-    # a candidate only on an OpenCL device, so CPU searches are unchanged by it.
-    if importlib.util.find_spec("pyopencl") is not None:
+    if opencl_installed():
         registry.register_algorithm(OpenCLLinear())

@@ -8,9 +8,8 @@ configurations of :mod:`fastrun_algorithms.matmul.opencl`.
 
 from __future__ import annotations
 
-import importlib.util
-
 from fastrun.registry import Registry
+from fastrun_algorithms._opencl_common import installed as opencl_installed
 from fastrun_algorithms.matmul._batch import MatmulLayout, layout_of, matmul_layout
 from fastrun_algorithms.matmul.blas import BlasMatmul
 from fastrun_algorithms.matmul.blas_split import SplitBlasMatmul
@@ -61,10 +60,7 @@ def register(registry: Registry) -> None:
     for mb, nb, kb in BLOCKED_TILES:
         registry.register_algorithm(BlockedMatmul({"mb": mb, "nb": nb, "kb": kb}))
     registry.register_algorithm(StrassenMatmul())
-    # Checked without importing pyopencl (slow, and it may fail on machines without OpenCL);
-    # the OpenCL algorithms are only candidates on an OpenCL device, so CPU searches and the
-    # CPU cache category are unchanged by them.
-    if importlib.util.find_spec("pyopencl") is not None:
+    if opencl_installed():
         from fastrun_algorithms.matmul import opencl
 
         opencl.register(registry)

@@ -16,8 +16,7 @@ Where pyopencl is installed the OpenCL algorithms (``cl_pool``, ``cl_global_pool
 
 from __future__ import annotations
 
-import importlib.util
-
+from fastrun_algorithms._opencl_common import installed as opencl_installed
 from fastrun_algorithms.pooling.operator import (
     AvgPoolOperator,
     GlobalAvgPoolOperator,
@@ -39,9 +38,7 @@ def register(registry) -> None:
     for module in (direct, vectorised, global_pool, lrn):
         for algorithm in module.algorithms():
             registry.register_algorithm(algorithm)
-    # Found without importing pyopencl (slow, and it may fail without an OpenCL platform); the
-    # OpenCL algorithms are candidates only on an OpenCL device, so CPU searches are unchanged.
-    if importlib.util.find_spec("pyopencl") is not None:
+    if opencl_installed():
         from fastrun_algorithms.pooling import opencl
 
         opencl.register(registry)

@@ -8,9 +8,8 @@ algorithm."""
 
 from __future__ import annotations
 
-import importlib.util
-
 from fastrun.registry import Registry
+from fastrun_algorithms._opencl_common import installed as opencl_installed
 from fastrun_algorithms.reduce.algorithms import NumpyReduce, ParallelReduce
 from fastrun_algorithms.reduce.arg import ArgReduceOperator, NumpyArgReduce
 from fastrun_algorithms.reduce.operator import MODES, ReduceOperator, blocks
@@ -29,8 +28,7 @@ def register(registry: Registry) -> None:
     registry.register_algorithm(NumpyArgReduce())
     registry.register_operator(TopKOperator())
     registry.register_algorithm(NumpyTopK())
-    # where pyopencl is installed (not imported here), as every OpenCL algorithm
-    if importlib.util.find_spec("pyopencl") is not None:
+    if opencl_installed():
         from fastrun_algorithms.reduce import opencl
 
         for algorithm in opencl.algorithms():

@@ -6,9 +6,8 @@ which wins; ``cl_resize`` on an OpenCL device (:mod:`.opencl`)."""
 
 from __future__ import annotations
 
-import importlib.util
-
 from fastrun.registry import Registry
+from fastrun_algorithms._opencl_common import installed as opencl_installed
 from fastrun_algorithms.resize.algorithms import NumpyResize, ParallelResize
 from fastrun_algorithms.resize.operator import ResizeOperator
 
@@ -20,8 +19,7 @@ def register(registry: Registry) -> None:
     operator = registry.register_operator(ResizeOperator())
     registry.register_algorithm(NumpyResize())
     registry.register_algorithm(ParallelResize(operator.parallel_pays))
-    # where pyopencl is installed (not imported here), as every OpenCL algorithm
-    if importlib.util.find_spec("pyopencl") is not None:
+    if opencl_installed():
         from fastrun_algorithms.resize import opencl
 
         for algorithm in opencl.algorithms():

@@ -9,9 +9,8 @@ C-contiguous arrays in the input's dtype (bool, integers and floats of every wid
 
 from __future__ import annotations
 
-import importlib.util
-
 from fastrun.registry import Registry
+from fastrun_algorithms._opencl_common import installed as opencl_installed
 from fastrun_algorithms.tensor.numpy_impl import (
     NumpyConcat,
     NumpyExpand,
@@ -86,10 +85,7 @@ def register(registry: Registry) -> None:
 
     for algorithm in parallel.algorithms(concat.parallel_pays, transpose.parallel_pays):
         registry.register_algorithm(algorithm)
-    # Checked without importing pyopencl (slow, and it may fail on machines without OpenCL);
-    # the OpenCL algorithms are candidates only on an OpenCL device, so CPU searches and the
-    # CPU cache category are unchanged by them.
-    if importlib.util.find_spec("pyopencl") is not None:
+    if opencl_installed():
         from fastrun_algorithms.tensor import opencl
 
         opencl.register(registry)
