@@ -39,7 +39,7 @@ import numpy as np
 from fastrun.operator import Operator
 from fastrun.registry import Registry
 from fastrun.runtime import patterns
-from fastrun.runtime.lowering import Step, Value
+from fastrun.runtime.lowering import Step, Value, pose
 
 
 def fuse(steps: list[Step], outputs: Iterable[Value], registry: Registry,
@@ -60,8 +60,7 @@ def fuse(steps: list[Step], outputs: Iterable[Value], registry: Registry,
     for step in steps:
         if step.operator == "add" and len(step.inputs) == 2 and step.inputs[0].is_const:
             step.inputs.reverse()  # c + f(x) is f(x) + c, the problem with them
-            step.problem = registry.operator("add").problem(
-                [v.shape for v in step.inputs], [v.dtype for v in step.inputs])
+            step.problem = pose(registry.operator("add"), step.inputs)
         if step.operator == "add":
             fused = _residual_into_producer(step, producer, uses, with_epilogue, registry,
                                             device_kind)
@@ -119,7 +118,7 @@ def _pool_linear_heads(steps: list[Step], outputs: Iterable[Value], registry: Re
         if bias is not None:
             head.append(bias[0])
             inputs.append(bias[1])
-        problem = operator.problem([v.shape for v in inputs], [v.dtype for v in inputs])
+        problem = pose(operator, inputs)
         if not any(a.device_kind == device_kind and a.unusable_reason(problem) is None
                    for a in registry.algorithms("pool_linear")):
             continue
@@ -148,8 +147,7 @@ def _bias_of(step: Step | None, product: Value) -> tuple[Step, Value] | None:
 
 def _merge_relu(add_step: Step, add_relu) -> bool:
     """Make ``add_step`` the ``add_relu`` of the same operands (the relu after it merges)."""
-    add_step.problem = add_relu.problem([v.shape for v in add_step.inputs],
-                                        [v.dtype for v in add_step.inputs])
+    add_step.problem = pose(add_relu, add_step.inputs)
     return True
 
 
@@ -172,8 +170,7 @@ def _residual_into_producer(add: Step, producer: dict[int, Step], uses: Counter[
             continue
         params = {**source.params, "residual": True}
         inputs = [*source.inputs, other]
-        problem = operator.problem([v.shape for v in inputs], [v.dtype for v in inputs],
-                                   **params)
+        problem = pose(operator, inputs, **params)
         if not any(a.device_kind == device_kind and a.unusable_reason(problem) is None
                    for a in registry.algorithms(operator.name)):
             return None
@@ -217,7 +214,7 @@ def _set_activation(target: Step, activation: dict, operator) -> bool:
     before = dict(target.params)
     target.params.update(activation)
     try:
-        _rebuild(target, operator)
+        target.rebuild(operator)
     except ValueError:
         target.params.clear()
         target.params.update(before)
@@ -251,11 +248,6 @@ def _silu_into_producer(mul: Step, producer: dict[int, Step], uses: Counter[int]
     return False
 
 
-def _rebuild(target: Step, operator) -> None:
-    target.problem = operator.problem([v.shape for v in target.inputs],
-                                      [v.dtype for v in target.inputs], **target.params)
-
-
 def _weights(target: Step) -> tuple[np.ndarray, np.ndarray] | None:
     """The step's constant weight and bias (zeros when it has none), or None (see
     :class:`fastrun.operator.Epilogue` for where they are)."""
@@ -273,7 +265,7 @@ def _set_weights(target: Step, weight: np.ndarray, bias: np.ndarray, operator) -
     weight, bias = weight.astype(dtype), bias.astype(dtype)
     target.inputs = [x, Value(old.name, weight.shape, dtype, weight),
                      Value(old.name + ".bias", bias.shape, dtype, bias)]
-    _rebuild(target, operator)
+    target.rebuild(operator)
 
 
 def _fold_batch_norm(target: Step, step: Step, operator) -> bool:

@@ -357,9 +357,7 @@ class _Planner:
                     step.problem = node.blocked_problem
                 else:
                     operator = self.session.registry.operator(step.operator)
-                    step.problem = operator.problem([v.shape for v in step.inputs],
-                                                    [v.dtype for v in step.inputs],
-                                                    **step.params)
+                    step.rebuild(operator)
                 step.output = blocked  # later readers find it through blocked_values
                 blocked_values[id(original)] = blocked
             result.append(step)

@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 
 from fastrun.core import limits
-from fastrun.operator import Problem
+from fastrun.operator import Operator, Problem
 from fastrun.registry import Registry, RegistryError
 from fastrun.runtime.errors import ModelError, UnsupportedOperatorError
 from fastrun.runtime.graph import Graph, Node, evaluate_constant_node
@@ -58,6 +58,12 @@ class Value:
         return f"<{kind}{self.name} {self.dtype}{list(self.shape)}>"
 
 
+def pose(operator: Operator, inputs: Sequence[Value], **params: Any) -> Problem:
+    """The problem ``operator`` poses on these values: their shapes and dtypes, and ``params``
+    (every pass that makes or changes a step builds its problem here)."""
+    return operator.problem([v.shape for v in inputs], [v.dtype for v in inputs], **params)
+
+
 @dataclass(eq=False)
 class Step:
     """One executed operation: a registry operator call, or a view (reshape/cast)."""
@@ -83,6 +89,11 @@ class Step:
     @property
     def operator(self) -> str:
         return self.problem.operator if self.problem is not None else "view"
+
+    def rebuild(self, operator: Operator) -> None:
+        """Pose the problem again from the step's inputs and parameters, after a pass
+        (fusion, a layout) changed them."""
+        self.problem = pose(operator, self.inputs, **self.params)
 
 
 Evaluator = Callable[[Problem, Sequence[np.ndarray]], np.ndarray]
@@ -117,8 +128,7 @@ class Builder:
             raise UnsupportedOperatorError(
                 [(node.op_type, node.name, f"needs operator {operator!r}: {error}")]) from None
         try:
-            problem = definition.problem([v.shape for v in inputs], [v.dtype for v in inputs],
-                                         **params)
+            problem = pose(definition, inputs, **params)
             shape = tuple(definition.output_shape(problem))
             dtype = np.dtype(definition.output_dtype(problem))
         except ValueError as error:

@@ -815,8 +815,7 @@ def _enable_weight_preprocess(steps: list[Step], session: Session) -> None:
         operator = registry.operator(step.operator)
         if operator.preprocesses_weights:
             step.params["weight_preprocess"] = True
-            step.problem = operator.problem([v.shape for v in step.inputs],
-                                            [v.dtype for v in step.inputs], **step.params)
+            step.rebuild(operator)
 
 
 def load(model: Any, session: Session | None = None, *,

@@ -21,7 +21,7 @@ import numpy as np
 
 from fastrun.operator import Operator
 from fastrun.registry import Registry
-from fastrun.runtime.lowering import Step, Value
+from fastrun.runtime.lowering import Step, Value, pose
 
 
 def replace(steps: list[Step], outputs: Iterable[Value], registry: Registry,
@@ -335,8 +335,7 @@ def _linear_layers(steps: list[Step], outputs: Iterable[Value], registry: Regist
             node="+".join(dict.fromkeys(s.node for s in (product, *pattern))),
             op_type="+".join(dict.fromkeys(s.op_type for s in (product, *pattern))),
             inputs=inputs, output=product.output if view is not None else final,
-            problem=linear.problem([v.shape for v in inputs], [v.dtype for v in inputs],
-                                   **params), params=params)
+            problem=pose(linear, inputs, **params), params=params)
         if view is not None:
             view.output = final  # the same reshape, now of the finished product
         replaced[id(product)] = fused
