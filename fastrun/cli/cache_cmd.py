@@ -64,11 +64,19 @@ def add_parser(commands: Any) -> None:
                     "compact rewrite the output atomically under the cache's lock.")
     actions = cache.add_subparsers(dest="cache_command", required=True, metavar="ACTION")
 
+    _add_reading_actions(actions)
+    _add_rewriting_actions(actions)
+
+
+def _add_reading_actions(actions: Any) -> None:
+    """show, check, diff and export: they only read (a damaged file is reported, not moved)."""
     show = actions.add_parser(
-        "show", help="rankings and lookup choices of every key",
-        description="Print, per category and key, the measured algorithms from fastest to "
-                    "slowest and what a plain lookup chooses (the fastest entry), plus the "
-                    "fastest REPRODUCIBLE one when it differs. Dates are UTC. Damaged "
+        "show", help="the measured entries kept and the lookup choice of every key",
+        description="Print, per category and key, the measured algorithms the cache keeps "
+                    "(each problem's Pareto front of time and workspace, not the whole "
+                    "ranking: fastrun rank records that), fastest first, and what a plain "
+                    "lookup chooses (the fastest entry), plus the fastest REPRODUCIBLE one "
+                    "when it differs. Dates are UTC. Damaged "
                     "records and invalid entries are listed first; then the exit status is "
                     "1 (2 when the file is no readable cache).")
     show.add_argument("file", help="cache file")
@@ -92,16 +100,6 @@ def add_parser(commands: Any) -> None:
     check.add_argument("--json", action="store_true", help="print one JSON object")
     check.set_defaults(handler=_cmd_check)
 
-    merge = actions.add_parser(
-        "merge", help="merge cache files into one",
-        description=f"Merge cache files into OUT: {MERGE_RULE}. OUT may be one of the inputs; "
-                    "if it exists and is not, its contents are kept and merged too. OUT is "
-                    "written once, atomically, under its lock; inputs are only read.")
-    merge.add_argument("inputs", nargs="+", metavar="FILE", help="cache files to merge")
-    merge.add_argument("-o", "--output", required=True, metavar="OUT", help="merged cache file")
-    merge.add_argument("--json", action="store_true", help="print the counts as JSON")
-    merge.set_defaults(handler=_cmd_merge)
-
     diff = actions.add_parser(
         "diff", help="compare two cache files",
         description="Compare cache A with cache B: categories and keys only in one of them, "
@@ -117,6 +115,32 @@ def add_parser(commands: Any) -> None:
                            "(default 0.1)")
     diff.add_argument("--json", action="store_true", help="print one JSON object")
     diff.set_defaults(handler=_cmd_diff)
+
+    export = actions.add_parser(
+        "export", help="write the whole cache as JSON",
+        description="Write the whole cache as one JSON document "
+                    '({"format": "fastrun-cache-json", "version": 1, "categories": '
+                    "{category: {key: [entry, ...]}}}; see docs/cache-format.md).")
+    export.add_argument("file", help="cache file")
+    export.add_argument("--json", action="store_true", required=True,
+                        help="export as JSON (the only format; required so that others can "
+                             "be added)")
+    export.add_argument("-o", "--output", metavar="OUT.json",
+                        help="write to this file instead of standard output")
+    export.set_defaults(handler=_cmd_export)
+
+
+def _add_rewriting_actions(actions: Any) -> None:
+    """merge, prune and compact: they rewrite their output atomically under its lock."""
+    merge = actions.add_parser(
+        "merge", help="merge cache files into one",
+        description=f"Merge cache files into OUT: {MERGE_RULE}. OUT may be one of the inputs; "
+                    "if it exists and is not, its contents are kept and merged too. OUT is "
+                    "written once, atomically, under its lock; inputs are only read.")
+    merge.add_argument("inputs", nargs="+", metavar="FILE", help="cache files to merge")
+    merge.add_argument("-o", "--output", required=True, metavar="OUT", help="merged cache file")
+    merge.add_argument("--json", action="store_true", help="print the counts as JSON")
+    merge.set_defaults(handler=_cmd_merge)
 
     prune = actions.add_parser(
         "prune", help="remove categories, keys or old entries",
@@ -143,19 +167,6 @@ def add_parser(commands: Any) -> None:
     compact.add_argument("file", help="cache file")
     compact.add_argument("--json", action="store_true", help="print the counts as JSON")
     compact.set_defaults(handler=_cmd_compact)
-
-    export = actions.add_parser(
-        "export", help="write the whole cache as JSON",
-        description="Write the whole cache as one JSON document "
-                    '({"format": "fastrun-cache-json", "version": 1, "categories": '
-                    "{category: {key: [entry, ...]}}}; see docs/cache-format.md).")
-    export.add_argument("file", help="cache file")
-    export.add_argument("--json", action="store_true", required=True,
-                        help="export as JSON (the only format; required so that others can "
-                             "be added)")
-    export.add_argument("-o", "--output", metavar="OUT.json",
-                        help="write to this file instead of standard output")
-    export.set_defaults(handler=_cmd_export)
 
 
 # --------------------------------------------------------------------------------------------
