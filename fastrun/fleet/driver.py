@@ -173,6 +173,7 @@ def run_tune(jobs: list[TuneJob], cache: PersistentCache, engine, target_device:
         scheduler = Scheduler(split(pending, len(active)), max_failures=max_failures)
         idle = list(active)
         running: dict[str, tuple[TuneJob, float]] = {}
+        fleet = _Fleet(engine, scheduler, reports, running, idle, active, run, clock)
         while not scheduler.finished:
             for name in list(idle):
                 job = scheduler.next_for(name, len(active))
@@ -187,39 +188,9 @@ def run_tune(jobs: list[TuneJob], cache: PersistentCache, engine, target_device:
                 raise TuneError(f"{scheduler.pending} job(s) wait for jobs no worker can run "
                                 "(every worker is gone)")
             for event in engine.wait(timeout=_wait_for(running, timeout_s, clock)):
-                job, since = running.pop(event.worker, (None, 0.0))
-                report = reports[event.worker]
-                if event.kind == "died":
-                    report.lost = event.error
-                    if job is not None:
-                        report.failed += 1
-                        scheduler.fail(job.uid, event.worker, f"worker died ({event.error})")
-                    if engine.restart(event.worker):
-                        idle.append(event.worker)
-                    else:
-                        active.remove(event.worker)
-                    continue
-                idle.append(event.worker)
-                if job is None:
-                    continue
-                report.busy_s += clock() - since
-                error = run.take(job, event.worker, event.result or {}, scheduler)
-                if error:
-                    report.failed += 1
-                    scheduler.fail(job.uid, event.worker, error)
-                else:
-                    report.tuned += 1
+                fleet.take(event)
             if timeout_s is not None:
-                for name, (job, since) in list(running.items()):
-                    if clock() - since > timeout_s:
-                        running.pop(name)
-                        reports[name].failed += 1
-                        scheduler.fail(job.uid, name, f"ran past the timeout of "
-                                                      f"{timeout_s:g} s")
-                        if engine.restart(name):
-                            idle.append(name)
-                        else:
-                            active.remove(name)
+                fleet.expire(timeout_s)
             progress.show(_progress_text(scheduler, len(by_ident), len(running), len(active),
                                          clock() - started, run))
         progress.show(_progress_text(scheduler, len(by_ident), 0, len(active),
@@ -231,6 +202,59 @@ def run_tune(jobs: list[TuneJob], cache: PersistentCache, engine, target_device:
     return TuneSummary(len(by_ident), len(done), len(run.tuned), dict(scheduler.failed),
                        list(reports.values()), clock() - started, run.serial, interrupted,
                        {ident: job.label for ident, job in by_ident.items()})
+
+
+@dataclass
+class _Fleet:
+    """The driver's view of its workers while jobs run: what each runs since when, which are
+    idle, which are still in the fleet."""
+
+    engine: Any
+    scheduler: Scheduler
+    reports: dict[str, WorkerReport]
+    running: dict[str, tuple[TuneJob, float]]
+    idle: list[str]
+    active: list[str]
+    run: _Run
+    clock: Callable[[], float]
+
+    def take(self, event: Any) -> None:
+        """One worker's event: its result stored (or its failure counted), or, for a worker
+        that died, its job handed back and the worker restarted or dropped."""
+        job, since = self.running.pop(event.worker, (None, 0.0))
+        report = self.reports[event.worker]
+        if event.kind == "died":
+            report.lost = event.error
+            if job is not None:
+                report.failed += 1
+                self.scheduler.fail(job.uid, event.worker, f"worker died ({event.error})")
+            self._restart(event.worker)
+            return
+        self.idle.append(event.worker)
+        if job is None:
+            return
+        report.busy_s += self.clock() - since
+        error = self.run.take(job, event.worker, event.result or {}, self.scheduler)
+        if error:
+            report.failed += 1
+            self.scheduler.fail(job.uid, event.worker, error)
+        else:
+            report.tuned += 1
+
+    def expire(self, timeout_s: float) -> None:
+        """Jobs running past ``timeout_s``: failed on their worker, which is restarted."""
+        for name, (job, since) in list(self.running.items()):
+            if self.clock() - since > timeout_s:
+                self.running.pop(name)
+                self.reports[name].failed += 1
+                self.scheduler.fail(job.uid, name, f"ran past the timeout of {timeout_s:g} s")
+                self._restart(name)
+
+    def _restart(self, name: str) -> None:
+        if self.engine.restart(name):
+            self.idle.append(name)
+        else:
+            self.active.remove(name)
 
 
 def _check_workers(engine, names: list[str], reports: dict[str, WorkerReport],
