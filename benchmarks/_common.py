@@ -12,9 +12,9 @@ from collections.abc import Callable
 
 
 def machine() -> str:
-    from fastrun.devices.cpu import _cpu_model_and_flags
+    from fastrun.vectors import cpu_model_and_flags
 
-    model, _ = _cpu_model_and_flags()
+    model, _ = cpu_model_and_flags()
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
     return f"{model}, {cores} cores, Python {platform.python_version()}"
 
