@@ -40,29 +40,18 @@ def _layer(module: str) -> str:
     return "base"
 
 
-def _load_time_imports(path: pathlib.Path, modules: dict[str, pathlib.Path]) -> set[str]:
+def _imports(path: pathlib.Path, modules: dict[str, pathlib.Path],
+             everywhere: bool = False) -> set[str]:
     """The fastrun modules ``path`` imports at module level (``if TYPE_CHECKING`` blocks and
-    function bodies left out)."""
+    function bodies left out), or with ``everywhere`` anywhere in it."""
+    tree = ast.parse(path.read_text(encoding="utf-8"))
     found = set()
-    for node in ast.parse(path.read_text(encoding="utf-8")).body:
+    for node in ast.walk(tree) if everywhere else tree.body:
         if isinstance(node, ast.Import):
             found.update(alias.name for alias in node.names)
         elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
             submodules = {f"{node.module}.{alias.name}" for alias in node.names} & set(modules)
             # "from fastrun import config" loads the module config, not what the package exports
-            found.update(submodules or {node.module})
-    return {name for name in found if name in modules}
-
-
-def _every_import(path: pathlib.Path, modules: dict[str, pathlib.Path]) -> set[str]:
-    """The fastrun modules ``path`` imports anywhere: at module level, in function bodies and
-    under ``if TYPE_CHECKING``."""
-    found = set()
-    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
-        if isinstance(node, ast.Import):
-            found.update(alias.name for alias in node.names)
-        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
-            submodules = {f"{node.module}.{alias.name}" for alias in node.names} & set(modules)
             found.update(submodules or {node.module})
     return {name for name in found if name in modules}
 
@@ -98,7 +87,7 @@ def test_every_import_goes_down_the_layers():
     modules = _modules()
     wrong = []
     for name, path in modules.items():
-        for target in _load_time_imports(path, modules):
+        for target in _imports(path, modules):
             mine, theirs = _layer(name), _layer(target)
             sideways = mine != theirs and LAYERS[mine] == LAYERS[theirs]
             if LAYERS[theirs] > LAYERS[mine] or sideways:
@@ -110,7 +99,8 @@ def test_the_module_graph_has_no_circle():
     """Over fastrun and the algorithm library, every import counted (a late one still makes
     the two modules depend on each other)."""
     modules = {**_modules(), **_modules(LIBRARY)}
-    graph = {name: _every_import(path, modules) - {name} for name, path in modules.items()}
+    graph = {name: _imports(path, modules, everywhere=True) - {name}
+             for name, path in modules.items()}
     # a package's __init__ importing its own submodules is how a package exports them
     for name in graph:
         graph[name] = {t for t in graph[name] if not t.startswith(name + ".")}
