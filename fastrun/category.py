@@ -206,7 +206,15 @@ class Difference:
 
 def differences(cached: Category, wanted: Category) -> list[Difference]:
     """The facts that differ, in the wanted category's order, then the cache's extra ones."""
-    mine, theirs = wanted.facts(), cached.facts()
+    return _differing(cached.facts(), wanted.facts())
+
+
+def device_differences(cached: str, wanted: str) -> list[Difference]:
+    """:func:`differences` of two device texts (no operator part)."""
+    return _differing(dict(parse_device(cached)), dict(parse_device(wanted)))
+
+
+def _differing(theirs: Mapping[str, str], mine: Mapping[str, str]) -> list[Difference]:
     names = list(mine) + [name for name in theirs if name not in mine]
     return [Difference(name, theirs.get(name), mine.get(name))
             for name in names if theirs.get(name) != mine.get(name)]

@@ -74,13 +74,12 @@ def other_device_warning(path: str, count: int, recorded: str, tuning: str,
     """The warning for problems recorded on another device than the tune's: a run there looks
     in the recorded category and would miss what this tune writes.  Names the facts that
     differ and, for a CPU that differs only in its thread count, the --device that matches."""
-    why = category.explain([f"{recorded}|x@0"], f"{tuning}|x@0", ("recorded", f"--device {device}"))
-    facts = dict(category.parse_device(recorded))
-    mine = dict(category.parse_device(tuning))
+    found = category.device_differences(recorded, tuning)
+    why = "; ".join(d.describe(("recorded", f"--device {device}")) for d in found)
     hint = ""
-    differing = {name for name in set(facts) | set(mine) if facts.get(name) != mine.get(name)}
-    if facts.get("device") == "cpu" and differing == {"threads"}:
-        hint = f"; tune with --device cpu:{facts['threads']} to match"
+    cpu = category.parse_device(recorded)[0] == (category.DEVICE, "cpu")
+    if cpu and [d.fact for d in found] == ["threads"] and found[0].cache is not None:
+        hint = f"; tune with --device cpu:{found[0].cache} to match"
     return (f"tune: warning: {path}: {count} problem(s) were recorded for another device than "
             f"this tune's ({category.printable(why or recorded)}), so a run there will not find "
             f"what this tune writes{hint}")

@@ -289,6 +289,6 @@ def evaluate_constant_node(node: Node, inputs: list[np.ndarray | None],
     except Exception as error:  # the reference's own errors: unknown op, bad attributes...
         raise ValueError(f"{type(error).__name__}: {error}") from None
     # the node's own proto may still say float16 (a Cast to it): fastrun computes in float32
-    return [np.asarray(value).astype(np.float32) if np.asarray(value).dtype == np.float16
-            else np.asarray(value) for value in results]
+    arrays = [np.asarray(value) for value in results]
+    return [a.astype(np.float32) if a.dtype == np.float16 else a for a in arrays]
 
