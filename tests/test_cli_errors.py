@@ -210,7 +210,7 @@ def test_save_cache_to_lets_a_search_go_on_beside_a_file_it_cannot_save_to(tmp_p
     (["tune", "zoo:squeezenet", "--algo-policy", "{tmp}/c.bin", "--timeout", "-1"],
      ["--timeout must be > 0, got -1"]),
     (["tune", "zoo:squeezenet", "--algo-policy", "{tmp}/c.bin", "--budget", "0"],
-     ["--budget must be > 0, got 0"]),
+     ["--budget", "bad budget '0': expected a positive number of seconds"]),
     (["report", "{tmp}/c.bin", "--model", "zoo:squeezenet", "--batch", "0", "-o",
       "{tmp}/r.html"], ["--batch must be >= 1, got 0"]),
     (["report", "{tmp}/c.bin", "--max-problems", "-3", "-o", "{tmp}/r.html"],

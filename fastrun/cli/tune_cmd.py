@@ -10,7 +10,7 @@ import os
 import sys
 
 from fastrun.cli import unsaved
-from fastrun.cli.options import parse_size
+from fastrun.cli.options import parse_budget, parse_size
 
 
 def add_parser(commands) -> None:
@@ -48,7 +48,7 @@ def add_parser(commands) -> None:
     tune.add_argument("--timeout", type=float, default=None, metavar="SECONDS",
                       help="a job running longer on a worker is handed to another (default: "
                            "no limit)")
-    tune.add_argument("--budget", type=float, default=None, metavar="SECONDS",
+    tune.add_argument("--budget", type=parse_budget, default=None, metavar="SECONDS",
                       help="timed repeats per candidate (default 0.2 s, FASTRUN_PROFILE_SECONDS)")
     tune.add_argument("--workspace-limit", type=parse_size, default=None, metavar="SIZE",
                       help="workspace limit, e.g. 64MiB (default: unlimited)")
@@ -119,7 +119,6 @@ def run(args: argparse.Namespace) -> int:
     # before any work: the numbers, and the paths the tune writes to
     problem = (unsaved.number_error("--batch", args.batch, 1)
                or unsaved.number_error("--timeout", args.timeout, 0, strictly=True)
-               or unsaved.number_error("--budget", args.budget, 0, strictly=True)
                or unsaved.cache_path_error(args.algo_policy, remedy="name another file")
                or unsaved.output_paths_error(args, ("json", "times")))
     if problem:

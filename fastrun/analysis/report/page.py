@@ -4,6 +4,7 @@ of a model, and :func:`render`, which puts them together into one self-contained
 from __future__ import annotations
 
 import os
+from collections import Counter
 from collections.abc import Iterable
 from typing import Any
 
@@ -229,9 +230,7 @@ def _far_apart(model: ModelData, run_s: float, profiled_s: float) -> str:
     ordinary difference between a layer alone and a layer in a run."""
     if profiled_s <= 0 or 1 / FAR_APART <= run_s / profiled_s <= FAR_APART:
         return ""
-    sources = {}
-    for row in model.layers:
-        sources[row.source] = sources.get(row.source, 0) + 1
+    sources = Counter(row.source for row in model.layers)
     unmeasured = sources.get("heuristic", 0) + sources.get("only", 0)
     if run_s > profiled_s:
         why = ["layers in the run but not in the sum "
