@@ -26,9 +26,9 @@ fi
 
 python3 -m pip install -q -e ".[test]"
 # One pytest worker per core, at most 4 (each holds 2-3 GB once numba has compiled its kernels):
-# most of a cold run is numba compiling kernels on one core, so two workers on a 2-core machine
-# cut the suite from 19 to 14 minutes.  Whole files go to one worker (their module fixtures,
-# a Ray cluster, start once).
+# most of a cold run is numba compiling kernels, one core at a time per process, so a worker
+# per core shortens it (the figures are in docs/performance.md's note on the suite's time).
+# Whole files go to one worker (their module fixtures, a Ray cluster, start once).
 workers=$(python3 -c "import os; print(max(1, min(4, len(os.sched_getaffinity(0)))))")
 python3 -m pytest -n "$workers" --dist loadfile
 
