@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import functools
+import platform
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -132,9 +134,51 @@ def next_task(typingctx, counter):
     return types.int64(counter), codegen
 
 
-# An 8-row register tile (matmul's register_tiled and conv's implicit_gemm): rows of A (or
-# output channels) past the last are clamped to it, so every tile runs the same eight
-# multiply-adds per column; the caller stores only the real rows.
+# An 8-row register tile (matmul's register_tiled, conv's implicit_gemm and tiled_1x1): rows
+# of A (or output channels) past the last are clamped to it, so every tile runs the same eight
+# multiply-adds per column; the caller stores only the real rows.  Its width comes from
+# tile_columns.
+
+@functools.cache
+def vector_registers() -> tuple[int, int]:
+    """(vector registers, float32 lanes in each) of the code numba compiles here.
+
+    The features are numba's (``NUMBA_CPU_FEATURES`` if the user set it, else the host's);
+    on AVX-512 the width is the one :mod:`fastrun.vectors` has numba use, which depends only
+    on the environment and the processor, so a kernel module imported before the library
+    registers gets the same answer as one imported after."""
+    from numba.core import config as numba_config
+
+    from fastrun import vectors
+
+    features = numba_config.CPU_FEATURES
+    if not features:
+        from llvmlite import binding
+
+        features = binding.get_host_cpu_features().flatten()
+    enabled = {f[1:] for f in features.split(",") if f.startswith("+")}
+    if "avx512f" in enabled:
+        fact = vectors.category_fact()
+        wide = fact == "512" or (fact == "numba-user" and f"-{vectors.PREFER_256}" in features)
+        return 32, (16 if wide else 8)
+    if platform.machine().lower() in ("aarch64", "arm64"):
+        return 32, 4
+    return 16, (8 if "avx" in enabled else 4)
+
+
+def tile_columns(wanted: int) -> int:
+    """Columns of an 8-row float32 register tile: ``wanted``, at most what keeps the
+    accumulators in half the vector registers (two per row with 32 registers, one with 16).
+
+    Why: the tile's accumulators, its input vectors and eight broadcast weights must all stay
+    in registers.  Sixteen columns on AVX2 are 16 accumulators in 16 registers, and LLVM
+    spilled the tile to the stack on every multiply-add: ``implicit_gemm`` ran ResNet's layers
+    at 30 GFLOP/s on one core of an AVX2 EPYC, and at 61-75 GFLOP/s with 8 columns
+    (``benchmarks/probe_conv_kernels.py``).  On AVX-512 with 512-bit vectors every width the
+    kernels want fits, and is kept."""
+    registers, lanes = vector_registers()
+    return min(wanted, lanes * (registers // 16))
+
 
 @numba.njit(inline="always")
 def tile_rows8(i0, last):

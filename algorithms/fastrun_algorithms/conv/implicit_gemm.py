@@ -1,4 +1,5 @@
-"""Implicit GEMM: im2col's product computed straight from the input, in 8 x 16 register tiles.
+"""Implicit GEMM: im2col's product computed straight from the input, in 8 x 16 register tiles
+(8 x 8 on AVX2, :func:`fastrun_algorithms._common.tile_columns`).
 
 The output of one image is the product (K, C*R*S) @ cols, cols being the unfolded patches; this
 kernel never builds cols.  The input is staged once, padded and split into column phases (the
@@ -17,9 +18,9 @@ direct kernel keeps few values in registers.  Elsewhere im2col with a tuned prod
 is usually faster; profiling decides.
 
 Edges: the last column tile of a row is shifted left to end at the row's end, overlapping the
-one before it (computed twice, identically); rows narrower than 16 compute 16 columns and store
-the real ones (the staged rows are wide enough).  Output channels past a multiple of 8 repeat
-the last channel and are not stored.
+one before it (computed twice, identically); rows narrower than a tile compute a whole tile
+and store the real ones (the staged rows are wide enough).  Output channels past a multiple
+of 8 repeat the last channel and are not stored.
 
 REPRODUCIBLE: every output value is summed in (channel, tap) order by one job, with FMA
 contraction only, whatever the thread count.
@@ -45,6 +46,7 @@ from fastrun_algorithms._common import (
     ScratchPool,
     U,
     stack_buffer,
+    tile_columns,
     tile_fma8,
     tile_rows8,
 )
@@ -61,7 +63,7 @@ from fastrun_algorithms.conv.epilogue import (
 from fastrun_algorithms.conv.geometry import ConvGeometry, geometry
 
 #: Output channels and output columns of one job's tile (see ``matmul/register_tiled.py``).
-MR, NR = 8, 16
+MR, NR = 8, tile_columns(16)
 #: Elements of the tile: a global, so that numba sees the literal the stack buffer needs.
 TILE = MR * NR
 

@@ -1,4 +1,4 @@
-"""1x1 convolution as register tiles of 8 output channels x 32 pixels, read in place.
+"""1x1 convolution as register tiles of 8 output channels x 32 pixels (8 on AVX2), read in place.
 
 Why it exists.  A 1x1 convolution is the product (K, C) @ (C, H*W) per image, but MobileNet's
 are awkward products for a BLAS: few input channels (16 to 192) make the sum too short to pay
@@ -9,14 +9,16 @@ multiply-adds into a tile held in registers (a stack buffer,
 :func:`fastrun_algorithms._common.stack_buffer`); the epilogue (bias, residual, activation) is
 applied as the tile is stored with whole-vector stores into the NCHW output.  Sixteen
 accumulators keep both multiply-add units of a core busy through their latency with 10 loads
-per 16 multiply-adds (a 6-channel tile measured the same or up to 20% slower).
+per 16 multiply-adds (a 6-channel tile measured the same or up to 20% slower).  With AVX2's 16
+registers the tile is 8 pixels wide, one register per channel
+(:func:`fastrun_algorithms._common.tile_columns`).
 
 On MobileNetV2's 1x1 layers on 2 cores (AMD Zen 5) it took 0.51-0.82 of the time of the best
 other algorithm (16->96 at 112x112: 179 against ``pointwise``'s 255 us; 32->16 at 112x112:
 51 against 87 us; 576->96 at 14x14 tied with ``blocked_direct``).
 
 Edges.  The last pixel tile is shifted back to end at the last pixel, overlapping the one before
-it (computed twice, identically); planes of fewer than 32 pixels take a plain loop.  Output
+it (computed twice, identically); planes narrower than a tile take a plain loop.  Output
 channels past a multiple of 8 repeat the last channel and are not stored.
 
 Strided layers (ResNet's downsampling 1x1 convolutions, stride 2, no padding) first gather
@@ -49,6 +51,7 @@ from fastrun_algorithms._common import (
     ScratchPool,
     U,
     stack_buffer,
+    tile_columns,
     tile_fma8,
     tile_rows8,
 )
@@ -64,7 +67,7 @@ from fastrun_algorithms.conv.epilogue import (
 from fastrun_algorithms.conv.geometry import ConvGeometry, geometry
 
 #: Output channels and pixels of one job's tile.
-MR, NR = 8, 32
+MR, NR = 8, tile_columns(32)
 #: Elements of the tile: a global, so that numba sees the literal the stack buffer needs.
 TILE = MR * NR
 
@@ -75,7 +78,7 @@ def _tiled_kernel(x: np.ndarray, w: np.ndarray, bias: np.ndarray, has_bias: bool
     """``out[n] = act(w @ x[n] + bias [+ z[n]])`` with X (N, C, P), W (K, C), out (N, K, P).
 
     Jobs are numbered (image, pixel tile, channel tile), so that one worker's consecutive jobs
-    reuse the same 32 pixels of every channel from its L1 cache.
+    reuse the same pixels of every channel from its L1 cache.
     """
     batch, channels, pixels = x.shape
     k_total = w.shape[0]

@@ -1,4 +1,4 @@
-"""Register-tiled matmul in numba: an 8 x 16 output tile held in vector registers.
+"""Register-tiled matmul in numba: an 8 x 16 output tile (8 x 8 on AVX2) held in vector registers.
 
 Why it exists.  The products that convolutions hand down are rarely BLAS's favourite shape:
 Winograd's are batches of small products with few columns (16 to 200 tiles), im2col's have few
@@ -8,8 +8,9 @@ with no packing step and the whole batch is one parallel region; on im2col's pro
 tie (``benchmarks/probe_matmul_tiles.py``).
 
 How.  Each job computes an 8 x 16 tile of C: for every k it broadcasts eight values of A (one
-per tile row) and multiplies them with one 16-wide row segment of B, accumulating into eight
-vector registers; a tile of float32 is exactly eight AVX-512 registers.  Three details decide
+per tile row) and multiplies them with one 16-wide (NR) row segment of B, accumulating into eight
+vector registers; a tile of float32 is exactly eight AVX-512 registers.  With AVX2's 16 registers
+the tile is 8 columns wide (:func:`fastrun_algorithms._common.tile_columns`).  Three details decide
 whether LLVM produces that loop (each was worth 1.6x to 30x in the probes):
 
 * the accumulator lives in a stack buffer (:func:`fastrun_algorithms._common.stack_buffer`),
@@ -22,7 +23,7 @@ whether LLVM produces that loop (each was worth 1.6x to 30x in the probes):
 
 Edges.  The last column tile is shifted left to end at column N, overlapping the one before it;
 the overlap is computed twice, identically, so no narrow remainder loop is needed.  Rows past
-M repeat row M-1 and are not stored.  Products with fewer than 16 columns take a plain loop.
+M repeat row M-1 and are not stored.  Products narrower than a tile take a plain loop.
 
 REPRODUCIBLE: every output element is summed in k order by one job, with FMA contraction only
 (no reassociation), whatever the thread count or the tile it falls in.
@@ -41,7 +42,15 @@ from numba import prange, types
 from fastrun.algorithm import Algorithm, RunContext
 from fastrun.attribute import AlgoAttribute
 from fastrun.operator import Problem
-from fastrun_algorithms._common import CACHE, FASTMATH, U, stack_buffer, tile_fma8, tile_rows8
+from fastrun_algorithms._common import (
+    CACHE,
+    FASTMATH,
+    U,
+    stack_buffer,
+    tile_columns,
+    tile_fma8,
+    tile_rows8,
+)
 from fastrun_algorithms.matmul import heuristic
 from fastrun_algorithms.matmul._batch import (
     layout_of,
@@ -53,7 +62,7 @@ from fastrun_algorithms.matmul._batch import (
 #: Rows and columns of the output tile one job computes.  MR broadcasts and one NR-wide load
 #: feed MR vector multiply-adds per k, which keeps the multiply-add units busy; the tile of
 #: float32 fills eight AVX-512 (or sixteen AVX2) registers, leaving room for the operands.
-MR, NR = 8, 16
+MR, NR = 8, tile_columns(16)
 #: Elements of the tile: a global, so that numba sees the literal the stack buffer needs.
 TILE = MR * NR
 
@@ -63,7 +72,7 @@ def _register_tiled_kernel(a: np.ndarray, b: np.ndarray, out: np.ndarray) -> Non
     product (numpy's broadcasting of a 2-D operand against a batch), without a copy.
 
     Jobs are numbered batch-major, then by column tile, then by row tile, so that consecutive
-    jobs (and one worker's share of them) reuse the same K x 16 column panel of B from cache.
+    jobs (and one worker's share of them) reuse the same K x NR column panel of B from cache.
     """
     batch, m, n = out.shape
     k = a.shape[2]
