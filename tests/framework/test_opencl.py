@@ -229,6 +229,36 @@ def test_measure_covers_every_kernel_between_the_markers(device):
     assert elapsed >= second.profile.end - first.profile.start
 
 
+@needs_platform
+def test_measure_leaves_out_the_host_time_between_launches(device):
+    """The queue is held shut while the call enqueues: 30 ms of host time between two short
+    launches is not device time, as it would not be in a replayed launch plan."""
+    import time
+
+    kernel = device.build(SPIN).spin
+    data = device.to_device(np.ones(256, np.float32))
+    kernel(device.queue, data.shape, None, data.data, np.int32(10))  # warm-up
+    device.synchronize()
+
+    def with_a_host_gap():
+        kernel(device.queue, data.shape, None, data.data, np.int32(10))
+        time.sleep(0.03)
+        kernel(device.queue, data.shape, None, data.data, np.int32(10))
+
+    elapsed, _ = device.measure(with_a_host_gap)
+    assert 0 < elapsed < 20e6
+
+
+@needs_platform
+def test_a_timed_call_that_waits_for_its_own_work_still_returns(device):
+    """A blocking read inside the timed call waits for the queue the gate holds: the gate
+    opens itself after GATE_TIMEOUT_S, and the time then counts the wait."""
+    data = device.to_device(np.arange(64, dtype=np.float32))
+    elapsed, host = device.measure(lambda: device.to_host(data))
+    np.testing.assert_array_equal(host, np.arange(64))
+    assert elapsed > 0
+
+
 def test_the_cpu_device_measures_with_its_clock():
     elapsed, value = CPUDevice(1).measure(lambda: sum(range(1000)))
     assert value == 499500 and elapsed > 0
