@@ -43,8 +43,9 @@ def add_parser(commands) -> None:
                            "the cluster this machine belongs to); needs pip install "
                            "'fastrun[ray]'")
     tune.add_argument("--workers", default=None, metavar="N",
-                      help="local worker processes (default 1); with --ray, use at most N "
-                           "nodes; with --simulate, fleet sizes to replay, e.g. 2,8,64,512")
+                      help="local worker processes (default 1, or one per GPU with --device "
+                           "opencl on a machine of several); with --ray, use at most N "
+                           "workers; with --simulate, fleet sizes to replay, e.g. 2,8,64,512")
     tune.add_argument("--timeout", type=float, default=None, metavar="SECONDS",
                       help="a job running longer on a worker is handed to another (default: "
                            "no limit)")
@@ -138,14 +139,15 @@ def run(args: argparse.Namespace) -> int:
         print(f"{len(jobs)} job(s)")
         return 0
     print(f"tune       {len(jobs)} problem(s) for {args.device} into {args.algo_policy}, "
-          + (f"Ray at {args.ray}" if args.ray else f"{workers[0]} local worker(s)"),
+          + (f"Ray at {args.ray}" if args.ray else
+             "local workers" if args.workers is None else f"{workers[0]} local worker(s)"),
           flush=True)
     from fastrun.fleet.driver import TuneError
     from fastrun.fleet.engines import EngineError
 
     try:
         summary = tune(jobs, args.algo_policy, device=args.device,
-                       workers=None if args.ray and args.workers is None else workers[0],
+                       workers=None if args.workers is None else workers[0],
                        ray=args.ray, timeout_s=args.timeout, budget_s=args.budget,
                        workspace_limit=args.workspace_limit, times_path=args.times,
                        stream=stream)

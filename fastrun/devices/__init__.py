@@ -142,6 +142,13 @@ class Device:
         """The spec that selects this device again."""
         return self.kind
 
+    def fleet_specs(self) -> list[str]:
+        """The devices of this machine that a local tune gives one worker each when the user
+        named the kind alone (``--device opencl``): this device by default.  A backend with
+        several devices of one kind lists them all, this one first, so that no two workers
+        time on one device (the CPU's workers get cores of their own instead)."""
+        return [self.spec]
+
     def array_type(self) -> type:
         """The type of the arrays this device's algorithms take and return (the runtime
         accepts inputs already of this type without a copy)."""

@@ -11,8 +11,9 @@ that no two timings share a core.
 
 Ray workers are actors, one per alive node (``--workers N`` takes N of them), each pinned to
 its node and reserving all of the node's CPUs, so that Ray places nothing else there while it
-times.  Ray is imported only here and only when a Ray tune starts (``pip install
-'fastrun[ray]'``).
+times; on a GPU device, one per GPU of a node that has GPUs, each holding its GPU.  Locally,
+a GPU device of a machine with several gives one worker process per GPU.  Ray is imported
+only here and only when a Ray tune starts (``pip install 'fastrun[ray]'``).
 """
 
 from __future__ import annotations
@@ -71,25 +72,53 @@ def _serve(connection, settings: dict[str, Any]) -> None:
             return
 
 
+def _available_cpus() -> list[int]:
+    return sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else []
+
+
 def pinning(workers: int, threads: int | None) -> list[tuple[int, ...] | None]:
     """CPUs for each of ``workers`` local workers of ``threads`` threads: disjoint sets when
     they fit in this process's CPUs, else None for all (and the timings share cores)."""
-    available = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else []
+    available = _available_cpus()
     if threads is None or not available or workers * threads > len(available):
         return [None] * workers
     return [tuple(available[i * threads:(i + 1) * threads]) for i in range(workers)]
 
 
+def worker_devices(devices: list[str], workers: int | None) -> list[str]:
+    """Each local worker's device spec.  With several devices (a machine's GPUs), one worker
+    per device: all of them by default, the first ``workers`` if given, and an error for more
+    workers than devices (two workers on one GPU would disturb each other's timings).  With
+    one device, ``workers`` (default 1) share it."""
+    if len(devices) <= 1:
+        return devices[:1] * (workers or 1)
+    if workers is None:
+        return list(devices)
+    if workers > len(devices):
+        raise EngineError(f"--workers {workers}: this machine has {len(devices)} devices of "
+                          f"this kind ({', '.join(devices)}), and a tune runs one worker per "
+                          f"device so that no two time on one; use --workers {len(devices)} "
+                          "or fewer")
+    return list(devices[:workers])
+
+
 class LocalEngine:
-    """Workers as processes on this machine."""
+    """Workers as processes on this machine: one per device given (a machine's GPUs), or
+    ``workers`` sharing the one device, each pinned to CPUs of its own where they fit."""
 
     name = "local processes"
 
-    def __init__(self, settings: WorkerSettings, workers: int, threads: int | None):
+    def __init__(self, settings: WorkerSettings, workers: int | None, threads: int | None,
+                 devices: list[str] | None = None):
         self.settings = settings
-        self.count = workers
-        self.cpus = pinning(workers, threads)
-        self.shared_cores = workers > 1 and self.cpus[0] is None
+        self.devices = worker_devices(devices or [settings.device], workers)
+        self.count = len(self.devices)
+        if threads is None and len(set(self.devices)) > 1:
+            # one worker per GPU: the host's cores shared out, so that one worker's float64
+            # reference and kernel builds do not take the cores another's host work needs
+            threads = max(1, len(_available_cpus()) // self.count)
+        self.cpus = pinning(self.count, threads)
+        self.shared_cores = self.count > 1 and self.cpus[0] is None
         self._context = multiprocessing.get_context("spawn")
         self._workers: dict[str, tuple[Any, Any]] = {}  # name -> (process, connection)
         self._settings: dict[str, WorkerSettings] = {}
@@ -97,7 +126,8 @@ class LocalEngine:
     def start(self) -> list[str]:
         for index in range(self.count):
             name = f"local-{index + 1}"
-            self._settings[name] = replace(self.settings, cpus=self.cpus[index])
+            self._settings[name] = replace(self.settings, cpus=self.cpus[index],
+                                           device=self.devices[index])
             self._spawn(name)
         return list(self._workers)
 
@@ -187,8 +217,15 @@ class RayActor:
         return self.worker.tune(payload)
 
 
+def _per_gpu(device: str) -> bool:
+    """Whether a tune on ``device`` runs one Ray actor per GPU: any device but the CPU."""
+    return device.split(":", 1)[0] != "cpu"
+
+
 class RayEngine:
-    """One actor per alive node of a Ray cluster."""
+    """One actor per alive node of a Ray cluster; for a GPU device, one per GPU of each node
+    that declares GPUs (``num_gpus=1``: Ray sets the actor's ``CUDA_VISIBLE_DEVICES`` to its
+    GPU, which NVIDIA's OpenCL driver honours, so 'opencl' opens that GPU)."""
 
     name = "Ray"
 
@@ -197,7 +234,8 @@ class RayEngine:
         self.address = address
         self.count = workers
         self._actors: dict[str, Any] = {}
-        self._nodes: dict[str, dict[str, Any]] = {}
+        #: worker name -> (its node, the share of the node's GPUs it holds: 0 or 1)
+        self._nodes: dict[str, tuple[dict[str, Any], int]] = {}
         self._running: dict[Any, str] = {}  # object ref -> worker name
         self._ray = None
 
@@ -220,24 +258,36 @@ class RayEngine:
                                   f"{error}") from None
         nodes = sorted((n for n in ray.nodes() if n.get("Alive")),
                        key=lambda n: (n.get("NodeManagerAddress", ""), n["NodeID"]))
-        if self.count is not None:
-            nodes = nodes[:self.count]
         if not nodes:
             raise EngineError(f"the Ray cluster at {self.address!r} has no alive node")
+        per_gpu = _per_gpu(self.settings.device)
         for index, node in enumerate(nodes, 1):
             name = f"node-{index}:{node.get('NodeManagerAddress', '?')}"
-            self._nodes[name] = node
+            gpus = int(node.get("Resources", {}).get("GPU", 0)) if per_gpu else 0
+            if gpus:
+                for gpu in range(gpus):
+                    self._nodes[f"{name}/gpu-{gpu}"] = (node, 1)
+            else:
+                self._nodes[name] = (node, 0)
+        if self.count is not None:
+            self._nodes = dict(list(self._nodes.items())[:self.count])
+        for name in self._nodes:
             self._create(name)
         return list(self._actors)
 
     def _create(self, name: str) -> None:
+        """The worker's actor, pinned to its node and holding all of it (a CPU worker), or
+        one GPU and the node's CPUs shared out among its GPUs (a GPU worker)."""
         ray = self._ray
         from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
-        node = self._nodes[name]
-        cpus = node.get("Resources", {}).get("CPU", 1) or 1
+        node, gpu = self._nodes[name]
+        resources = node.get("Resources", {})
+        cpus = resources.get("CPU", 1) or 1
+        if gpu:
+            cpus = cpus / max(1, int(resources.get("GPU", 1)))
         remote = ray.remote(RayActor).options(
-            num_cpus=cpus, max_restarts=0, max_concurrency=1,
+            num_cpus=cpus, num_gpus=gpu, max_restarts=0, max_concurrency=1,
             scheduling_strategy=NodeAffinitySchedulingStrategy(node["NodeID"], soft=False))
         self._actors[name] = remote.remote(self.settings.to_dict())
 
@@ -278,7 +328,7 @@ class RayEngine:
     def restart(self, name: str) -> bool:
         """A new actor on the same node, if the node is still alive."""
         self.stop(name)
-        node_id = self._nodes[name]["NodeID"]
+        node_id = self._nodes[name][0]["NodeID"]
         if not any(n["NodeID"] == node_id and n.get("Alive") for n in self._ray.nodes()):
             return False
         self._create(name)

@@ -95,8 +95,10 @@ def tune(jobs: list[TuneJob], cache_path: str, device: str = "cpu",
          times_path: str | None = None, stream: TextIO | None = sys.stderr,
          max_failures: int = 2) -> TuneSummary:
     """Tune ``jobs`` into the cache file at ``cache_path`` (created if needed).  ``ray``: a
-    Ray address ('auto' for the local cluster) for one worker per node; else ``workers``
-    local processes (default 1).  Earlier search times in the times log order the work; this
+    Ray address ('auto' for the local cluster) for one worker per node (per GPU on an OpenCL
+    device); else ``workers`` local processes: by default one per device where ``device``
+    names a kind with several on this machine (``opencl`` on a machine of several GPUs), else
+    one.  Earlier search times in the times log order the work; this
     tune's are appended to it."""
     session = tuning_session(device, workspace_limit=workspace_limit)
     registry = session.registry
@@ -111,7 +113,10 @@ def tune(jobs: list[TuneJob], cache_path: str, device: str = "cpu",
     if ray:
         engine = RayEngine(settings, ray, workers)
     else:
-        engine = LocalEngine(settings, workers or 1, getattr(session.device, "threads", None))
+        named = ":" in device  # 'opencl:0:1' names one device; 'opencl' lets the tune take all
+        devices = [session.device.spec] if named else session.device.fleet_specs()
+        engine = LocalEngine(settings, workers, getattr(session.device, "threads", None),
+                             devices)
     cache = FileCache(cache_path)
     return run_tune(jobs, cache, engine, session.device.category, categories,
                     timeout_s=timeout_s, times_path=times_path, stream=stream,

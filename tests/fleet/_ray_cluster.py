@@ -4,7 +4,8 @@ JSON on the last line, and stop the cluster.
 
 Nodes: the head and a second node, each ``num_cpus=1``; a third whose processes see
 ``NUMBA_THREADING_LAYER=workqueue``, so that its CPU category differs (the ``layer`` fact)
-from the driver's and it must be refused.  Outside such a namespace Ray binds to the machine's
+from the driver's and it must be refused; last, for an OpenCL tune, a fourth that declares two
+GPUs.  Outside such a namespace Ray binds to the machine's
 interface address; inside it only ``lo`` exists, brought up here.
 """
 
@@ -95,6 +96,32 @@ def tune(models: list[str], cache: str, extra: list[str] = (), kill_after: int |
     return result
 
 
+def record_opencl_problems(path: str) -> None:
+    """A problems file of a few small OpenCL problems, as ``--record`` writes one."""
+    import fastrun
+    from fastrun.cache import InMemoryCache
+
+    session = fastrun.Session(device="opencl", cache=InMemoryCache(), strategy="heuristic",
+                              record=path, progress=False)
+    for size in (64, 96, 128, 160):
+        session.decide(session.problem("add", [(size,), (size,)], ["float32"] * 2))
+
+
+def gpu_tune(scratch: str) -> dict:
+    """A node that declares two GPUs joins, and an OpenCL tune (on PoCL's CPU device here)
+    runs: one actor per GPU on that node, each holding one, and one per node elsewhere."""
+    try:
+        import pyopencl  # noqa: F401
+    except ImportError:
+        return {"not_run": "pyopencl is not installed"}
+    _run(["ray", "start", f"--address={ADDRESS}", "--num-cpus=2", "--num-gpus=2",
+          "--node-ip-address=127.0.0.1", "--disable-usage-stats"])
+    problems = os.path.join(scratch, "opencl.jsonl")
+    record_opencl_problems(problems)
+    return tune([], os.path.join(scratch, "gpus.bin"),
+                ["--device", "opencl", "--problems", problems, "--budget", "0.003"])
+
+
 def main() -> None:
     scratch = sys.argv[1]
     os.environ["RAY_USAGE_STATS_ENABLED"] = "0"
@@ -108,6 +135,7 @@ def main() -> None:
             "interrupted": tune(["zoo:resnet18@48"], os.path.join(scratch, "ctrl-c.bin"),
                                 ["--budget", "0.02"], interrupt_after=2),
         }
+        outcome["gpus"] = gpu_tune(scratch)
     finally:
         subprocess.run(["ray", "stop", "--force"], capture_output=True, timeout=120)
     print(json.dumps(outcome))

@@ -232,3 +232,35 @@ def test_the_command_line_lists_simulates_and_refuses_bad_input_clearly(tmp_path
         assert main(argv) == 2, argv
         err = capsys.readouterr().err
         assert message in err and "Traceback" not in err, (argv, err)
+
+
+# -- one worker per device ----------------------------------------------------------------------
+def test_several_devices_get_one_worker_each():
+    from fastrun.fleet.engines import EngineError, worker_devices
+
+    gpus = ["opencl:0:0", "opencl:0:1"]
+    assert worker_devices(gpus, None) == gpus  # all of them by default
+    assert worker_devices(gpus, 1) == ["opencl:0:0"]
+    with pytest.raises(EngineError, match=r"2 devices of this kind .* --workers 2 or fewer"):
+        worker_devices(gpus, 3)
+    assert worker_devices(["cpu:1"], None) == ["cpu:1"]  # one device: the count shares it
+    assert worker_devices(["cpu:1"], 3) == ["cpu:1"] * 3
+    engine = LocalEngine(WorkerSettings(device="opencl:0:0"), None, None, gpus)
+    assert engine.count == 2 and engine.devices == gpus
+    if len(os.sched_getaffinity(0)) >= 2:  # the host's cores shared out between the GPUs
+        first, second = engine.cpus
+        assert first and second and not set(first) & set(second)
+
+
+def test_each_local_worker_opens_the_device_it_was_given(tmp_path):
+    """Two local workers given two device specs each report their own: the worker's device
+    comes from the engine, not from the driver's settings."""
+    engine = LocalEngine(WorkerSettings(device="cpu:1"), None, None, ["cpu:1", "cpu:2"])
+    names = engine.start()
+    try:
+        devices = {engine.info(name)["device"] for name in names}
+    finally:
+        engine.close()
+    assert len(devices) == 2 and any("threads=1" in d for d in devices)
+    assert any("threads=2" in d for d in devices)
+

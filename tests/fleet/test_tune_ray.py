@@ -82,3 +82,16 @@ def test_ctrl_c_stops_a_cluster_tune_with_its_summary_and_no_traceback(outcome):
     assert "interrupted: run the same command again to resume" in interrupted["stdout"]
     assert "Traceback" not in interrupted["stderr"]
     assert interrupted["interrupted"] and interrupted["tuned"] >= 1
+
+
+def test_an_opencl_tune_runs_one_actor_per_gpu(outcome):
+    """A node declaring two GPUs gets two actors, each holding one GPU; the nodes without
+    GPUs get one actor each, and every recorded problem is tuned."""
+    gpus = outcome["gpus"]
+    if "not_run" in gpus:
+        pytest.skip(gpus["not_run"])
+    assert gpus["returncode"] == 0, gpus["stderr"]
+    names = [w["name"] for w in gpus["workers"]]
+    assert sum(name.endswith(("/gpu-0", "/gpu-1")) for name in names) == 2, names
+    assert not any(w["refused"] for w in gpus["workers"] if "/gpu-" in w["name"])
+    assert gpus["tuned"] == gpus["jobs"] - gpus["skipped"]

@@ -259,6 +259,27 @@ def test_a_timed_call_that_waits_for_its_own_work_still_returns(device):
     assert elapsed > 0
 
 
+@needs_platform
+def test_a_tune_takes_every_device_of_the_platform_and_type(device, monkeypatch):
+    """``fleet_specs``: this device first, then the others of its platform and type (a
+    machine's GPUs), none of another type; FASTRUN_OPENCL_DEVICE pins it to one."""
+    from types import SimpleNamespace
+
+    own_type = opencl._platform_devices(device._cl)[device.platform_index][1][
+        device.device_index].type
+    fake = [SimpleNamespace(type=own_type) for _ in range(device.device_index + 3)]
+    fake[-1] = SimpleNamespace(type=own_type ^ 0xFF)  # another type
+    platforms = [(None, [])] * device.platform_index + [(None, fake)]
+    monkeypatch.setattr(opencl, "_platform_devices", lambda cl: platforms)
+    specs = device.fleet_specs()
+    p, d = device.platform_index, device.device_index
+    expected = [f"opencl:{p}:{i}" for i in range(len(fake) - 1)]
+    assert specs[0] == device.spec and sorted(specs) == sorted(expected)
+    assert f"opencl:{p}:{len(fake) - 1}" not in specs and len(set(specs)) == len(specs)
+    monkeypatch.setenv("FASTRUN_OPENCL_DEVICE", f"{p}:{d}")
+    assert device.fleet_specs() == [device.spec]
+
+
 def test_the_cpu_device_measures_with_its_clock():
     elapsed, value = CPUDevice(1).measure(lambda: sum(range(1000)))
     assert value == 499500 and elapsed > 0

@@ -257,6 +257,19 @@ class OpenCLDevice(Device):
         """The spec that selects this device again: 'opencl:P:D'."""
         return f"opencl:{self.platform_index}:{self.device_index}"
 
+    def fleet_specs(self) -> list[str]:
+        """This device and every other of its platform and type (all the platform's GPUs),
+        unless FASTRUN_OPENCL_DEVICE names one: a tune on a machine with several GPUs runs one
+        worker on each.  A GPU of another model or driver is listed too; the tune's category
+        check refuses its worker and says which fact differs."""
+        if configured_indices() is not None:
+            return [self.spec]
+        devices = _platform_devices(self._cl)[self.platform_index][1]
+        mine = devices[self.device_index].type
+        others = [f"opencl:{self.platform_index}:{index}" for index, device in enumerate(devices)
+                  if index != self.device_index and device.type == mine]
+        return [self.spec, *others]
+
     @classmethod
     def open(cls, options: str) -> OpenCLDevice:
         """'opencl' (``options`` empty: FASTRUN_OPENCL_DEVICE, else the first GPU, else the
