@@ -49,7 +49,7 @@ def assert_allocates_its_workspace(algorithm: Any, problem: Any, call: Any) -> A
     with traced_peak() as peak:
         output = call()
     expected = algorithm.workspace_bytes(problem) + output.nbytes
-    assert expected <= peak[0] <= expected + TRACEMALLOC_SLACK
+    assert expected <= peak[0] <= expected + TRACEMALLOC_SLACK, (expected, peak[0])
     if scratch is not None:
         with traced_peak() as peak:
             again = call()
