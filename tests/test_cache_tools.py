@@ -108,6 +108,20 @@ def test_show_ranks_every_key_and_names_the_lookup_choice(cache_file: Path, caps
     assert time.strftime("%Y-%m-%d", time.gmtime()) in out
 
 
+def test_show_marks_a_pick_timed_unstably_as_low_confidence(cache_file: Path, capsys) -> None:
+    data = read_cache_file(cache_file)
+    category, key = matmul_key(data)
+    best = min(data[category][key], key=lambda e: e.time_s)
+    shaky = dataclasses.replace(best, algorithm="shaky", time_s=best.time_s / 2,
+                                spread_s=best.time_s)  # spread twice its median
+    FileCache(cache_file).put(category, key, [shaky])
+    report = cli_json(capsys, "show", str(cache_file), "--operator", "matmul")
+    marked = {i["key"] for c in report["categories"] for i in c["keys"] if i["low_confidence"]}
+    assert marked == {key}
+    code, out, _ = cli(capsys, "show", str(cache_file), "--operator", "matmul")
+    assert code == 0 and f"  {key}\n    lookup -> shaky  [low confidence: unstable timing" in out
+
+
 def test_show_filters_by_category_substring_and_operator(cache_file: Path, capsys) -> None:
     only_conv = cli_json(capsys, "show", str(cache_file), "--category", "|conv@")
     assert [c["operator"] for c in only_conv["categories"]] == ["conv"]

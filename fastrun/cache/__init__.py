@@ -31,16 +31,18 @@ from fastrun.cache.store import (
     entry_from_raw,
     entry_order,
     entry_to_raw,
+    low_confidence,
     merge_entries,
     prune,
     read_cache_file,
     set_default_cache,
+    unstable,
 )
 
 __all__ = [
     "CACHE_FORMAT_VERSION", "COMPACT_AFTER_BYTES", "CacheCorruptWarning", "CacheFormatError",
     "CacheLockTimeout", "CacheUnwritableWarning", "Categories", "Entry", "FileCache",
     "InMemoryCache", "PersistentCache", "check_entries", "default_cache", "entry_from_raw",
-    "entry_order", "entry_to_raw", "merge_entries", "prune", "read_cache_file",
-    "set_default_cache",
+    "entry_order", "entry_to_raw", "low_confidence", "merge_entries", "prune", "read_cache_file",
+    "set_default_cache", "unstable",
 ]

@@ -11,9 +11,11 @@ Whenever entries meet entries already stored for the same key (a ``put``, two pr
 file, ``fastrun cache merge``), they are combined by :func:`merge_entries`:
 
 * the result is the union of both lists, matched by ``algorithm``;
-* when the same algorithm was measured in both, the measurement with more ``repeats`` wins (it is
-  the better estimate); on equal repeats the newer ``measured_at`` wins; if that ties too, the
-  incoming (new) entry wins;
+* when the same algorithm was measured in both, a steady measurement beats an unstable one
+  (:func:`unstable`: a re-measurement replaces the timing a loaded machine spoilt, whatever
+  their repeats); then the one with more ``repeats`` wins (it is the better estimate); on
+  equal repeats the newer ``measured_at`` wins; if that ties too, the incoming (new) entry
+  wins;
 * the union is then pruned: an entry is dropped when another entry *with exactly the same
   attributes* is no slower and needs no more workspace.
 
@@ -39,7 +41,7 @@ import os
 import threading
 import time
 import warnings
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
@@ -85,6 +87,11 @@ class Entry:
     def relative_spread(self) -> float:
         return self.spread_s / self.time_s if self.time_s > 0 else 0.0
 
+    @property
+    def unstable(self) -> bool:
+        """Timed on a machine too busy to trust it (see :func:`unstable`)."""
+        return unstable(self.time_s, self.spread_s)
+
     def to_dict(self) -> dict[str, object]:
         """The JSON form every tool prints (``fastrun profile --json``, ``cache show
         --json``, the export): the fields, attributes as their names."""
@@ -102,6 +109,30 @@ Categories = dict[str, dict[str, list[Entry]]]
 
 # --------------------------------------------------------------------------------------------
 # Pruning and merging
+
+
+#: A measurement is unstable when the middle half of its repeats (the interquartile range)
+#: spans more than this share of its median.  On a quiet machine the spread is a few percent
+#: of the median; on a loaded 2-core machine a conv measured 6.33 ms with a spread of 9.73 ms,
+#: and a candidate ten times faster there ranked last.
+UNSTABLE_SPREAD = 0.5
+
+
+def unstable(time_s: float, spread_s: float) -> bool:
+    """Whether a median of ``time_s`` with interquartile range ``spread_s`` is too noisy to
+    rank by: a search re-times such candidates, and a problem whose pick stays unstable is
+    low-confidence (:func:`low_confidence`)."""
+    return spread_s > UNSTABLE_SPREAD * time_s
+
+
+def low_confidence(entries: Sequence[Entry]) -> Entry | None:
+    """The fastest entry of a problem if its timing is unstable, else None.  Such a pick may
+    be a lucky one: ``fastrun tune`` and searches measure the problem again, and ``cache show``
+    marks it.  Derived from the stored spread, so caches of every version carry it."""
+    if not entries:
+        return None
+    fastest = min(entries, key=entry_order)
+    return fastest if fastest.unstable else None
 
 
 def entry_order(entry: Entry) -> tuple[float, int, str]:
@@ -130,7 +161,7 @@ def _pareto(items: Iterable[Any], order: Callable[[Any], Any], attributes: Calla
 def _union(sources: Iterable[Iterable[Any]], algorithm: Callable[[Any], str],
            rank: Callable[[Any], tuple[float, float]]) -> list[Any]:
     """The merge rule's union, for entries and raw entries alike: one measurement per
-    algorithm, the later source's where its (repeats, measured_at) is no smaller."""
+    algorithm, the later source's where its (steady, repeats, measured_at) is no smaller."""
     by_algorithm: dict[str, Any] = {}
     for source in sources:
         for item in source:
@@ -155,8 +186,10 @@ def prune(entries: Iterable[Entry]) -> list[Entry]:
 
 def merge_entries(old: Iterable[Entry], new: Iterable[Entry]) -> list[Entry]:
     """Combine two measurement lists of one key by the module's documented merge rule: the
-    union by algorithm (more repeats wins, then the newer, then the new), pruned."""
-    return prune(_union((old, new), lambda e: e.algorithm, lambda e: (e.repeats, e.measured_at)))
+    union by algorithm (the steady one wins, then more repeats, then the newer, then the
+    new), pruned."""
+    return prune(_union((old, new), lambda e: e.algorithm,
+                        lambda e: (not e.unstable, e.repeats, e.measured_at)))
 
 
 #: Attribute names as a file stores them -> the set they name, for the raw merge.
@@ -183,7 +216,8 @@ def merge_raw(category: str, key: str, old: list[list[Any]] | None, new: list[li
         logger.warning("cache category %r key %r: skipping entry: %s", category, key, why)
         if skipped is not None:
             skipped.append((category, key, why))
-    union = _union((old or (), valid), lambda r: r[0], lambda r: (r[6], r[7]))
+    union = _union((old or (), valid), lambda r: r[0],
+                   lambda r: (not unstable(r[2], r[3]), r[6], r[7]))
     return _pareto(union, lambda r: (r[2], r[4], r[0]), lambda r: frozenset(r[1]),
                    lambda r: r[4])
 

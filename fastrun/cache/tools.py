@@ -33,6 +33,7 @@ from fastrun.cache import (
     Entry,
     FileCache,
     entry_order,
+    low_confidence,
     merge_entries,
     read_cache_file,
 )
@@ -159,6 +160,7 @@ def show(path: str | os.PathLike[str], categories: Sequence[str] = (),
                 "key": key,
                 "lookup": fastest,
                 "lookup_reproducible": reproducible,
+                "low_confidence": low_confidence(ranked) is not None,
                 "entries": [{**e.to_dict(), "measured": _utc_text(e.measured_at)}
                             for e in ranked],
             })

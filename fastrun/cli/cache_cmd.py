@@ -319,6 +319,9 @@ def show_text(report: dict[str, Any]) -> str:
             choice = f"lookup -> {printable(str(item['lookup']))}"
             if item["lookup_reproducible"] != item["lookup"]:
                 choice += f"; reproducible -> {printable(item['lookup_reproducible'] or '(none)')}"
+            if item["low_confidence"]:
+                choice += ("  [low confidence: unstable timing; fastrun tune or a search "
+                           "measures it again]")
             lines += ["", f"  {printable(item['key'])}", f"    {choice}",
                       f"    {'rank':<5}{'algorithm':<34} {'median':>11} {'spread':>11} "
                       f"{'workspace':>11} {'error':>9} {'n':>5}  {'measured (UTC)':<16} "

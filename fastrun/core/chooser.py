@@ -3,7 +3,9 @@
 Order of business for a problem (MegEngine's Fast Run, with the improvements DESIGN.md names):
 
 1. already decided in this process -> the decision (a dictionary lookup);
-2. the persistent cache has an entry that satisfies the strategy and the limit -> take it;
+2. the persistent cache has an entry that satisfies the strategy and the limit -> take it,
+   unless its timing was unstable (:func:`fastrun.cache.low_confidence`) and the strategy
+   profiles: then it is measured again;
 3. the strategy profiles -> choose the sub-problems of every candidate first (children before
    parents, with a cycle check), time the candidates, write the measurements to the cache at
    once (so an interrupted search resumes), take the fastest eligible one;
@@ -26,7 +28,7 @@ import numpy as np
 
 from fastrun.algorithm import Algorithm
 from fastrun.attribute import AlgoAttribute
-from fastrun.cache import Entry, PersistentCache, entry_order
+from fastrun.cache import Entry, PersistentCache, entry_order, low_confidence
 from fastrun.cache.problems import ProblemRecorder
 from fastrun.category import text as category_text
 from fastrun.core.nearest import NearestIndex, carried_entries
@@ -475,6 +477,10 @@ class AlgoChooser:
                     excluded: dict[str, str]) -> Decision | None:
         entries = self.cache.get(category, problem.key)
         if not entries:
+            return None
+        if self.options.strategy.profiles and low_confidence(entries) is not None:
+            log.info("the cached pick for %s was timed unstably (low-confidence); measuring "
+                     "it again", problem)
             return None
         picked = self._pick(problem, entries, candidates, excluded, Source.CACHE)
         if picked is None:

@@ -39,7 +39,7 @@ import numpy as np
 
 from fastrun._version import __version__
 from fastrun.algorithm import Algorithm, RunContext
-from fastrun.cache import Entry
+from fastrun.cache import Entry, low_confidence, unstable
 from fastrun.core import limits
 from fastrun.core.strategy import SearchOptions
 from fastrun.devices import Device
@@ -48,7 +48,23 @@ from fastrun.progress import Progress
 
 log = logging.getLogger(__name__)
 
-#: Most candidates the interleaved confirmation times (the fastest by their block medians).
+_unstable_warned = threading.Event()
+
+
+def _warn_unstable_once(problem: Problem, entry: Entry) -> None:
+    """One warning per process: a busy machine makes many problems unstable at once."""
+    if _unstable_warned.is_set():
+        return
+    _unstable_warned.set()
+    log.warning("timing is unstable on this machine: %s on %s spread over %.0f%% of its "
+                "median (%.4f ms) after it was timed again; its pick, and any other that stays "
+                "unstable, is marked low-confidence in the cache, and fastrun tune or a later "
+                "search measures it again (a quieter machine, or fewer threads, times "
+                "steadier)", entry.algorithm, problem, 100 * entry.relative_spread,
+                entry.time_s * 1e3)
+
+#: Most candidates the interleaved confirmation times (the fastest by their block medians),
+#: and most candidates timed again for unstable timing.
 CONFIRM_MAX = 4
 #: Rounds the confirmation always runs, however long they take.
 CONFIRM_MIN_ROUNDS = 3
@@ -228,6 +244,7 @@ class Profiler:
         guess = candidates[0].desc.text if candidates else None
         if not result.interrupted:
             self._confirm(problem, result, timed, ctx, prelude, guess)
+            self._retime_unstable(problem, result, timed, ctx, prelude)
         result.seconds = time.perf_counter() - started
         winner = result.entries[0].algorithm if result.entries else "nothing usable"
         self.progress.end(f"{winner} ({result.seconds:.2f} s)")
@@ -291,6 +308,47 @@ class Profiler:
         self.progress.step("confirmed", ", ".join(
             f"{label} {confirmed[label].median_s * 1e3:.4f} ms" for label, _ in calls)
             + f" (interleaved, {len(samples[calls[0][0]])} rounds)")
+
+    def _retime_unstable(self, problem: Problem, result: ProfileResult,
+                         timed: Mapping[str, tuple[Algorithm, object, list[object]]],
+                         ctx: RunContext, prelude: Callable[[], object] | None) -> None:
+        """Time the candidates whose timing was unstable (:func:`fastrun.cache.unstable`; at
+        most :data:`CONFIRM_MAX`, fastest first) again, in a block each.  Each keeps the
+        steadier block, or of two alike the smaller median, with that block's spread and
+        repeats.  A pick still unstable after that is warned about once per process; its entry
+        keeps its spread, which marks the problem low-confidence in the cache
+        (:func:`fastrun.cache.low_confidence`), so that ``fastrun tune`` and later searches
+        measure it again."""
+        shaky = [e for e in result.entries if e.unstable and e.algorithm in timed]
+        if not shaky:
+            return
+        again: dict[str, _Timing] = {}
+        for entry in shaky[:CONFIRM_MAX]:
+            algorithm, prepared, inputs = timed[entry.algorithm]
+            try:
+                again[entry.algorithm], _ = self._time(algorithm, problem, inputs, ctx, None,
+                                                       prelude, prepared)
+            except Exception as error:  # it ran before: keep its first block
+                log.warning("re-timing %s on %s stopped: %s: %s", entry.algorithm, problem,
+                            type(error).__name__, error)
+
+        def better(entry: Entry) -> Entry:
+            timing = again.get(entry.algorithm)
+            if timing is None:
+                return entry
+            steady = not unstable(timing.median_s, timing.spread_s)
+            if (steady, -timing.median_s) <= (not entry.unstable, -entry.time_s):
+                return entry
+            return replace(entry, time_s=timing.median_s, spread_s=timing.spread_s,
+                           repeats=len(timing.times_ns))
+
+        result.entries = sorted((better(e) for e in result.entries), key=lambda e: e.time_s)
+        self.progress.step("re-timed", ", ".join(
+            f"{label} {timing.median_s * 1e3:.4f} ms" for label, timing in again.items())
+            + " (unstable timing)")
+        shaky_pick = low_confidence(result.entries)
+        if shaky_pick is not None:
+            _warn_unstable_once(problem, shaky_pick)
 
     def _on_other_inputs(self, algorithm: Algorithm, problem: Problem, ctx: RunContext,
                          outputs: Mapping[str, object], check: _OutputCheck,

@@ -20,7 +20,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, TextIO
 
-from fastrun.cache import PersistentCache, entry_from_raw, entry_to_raw
+from fastrun.cache import PersistentCache, entry_from_raw, entry_to_raw, low_confidence
 from fastrun.category import explain
 from fastrun.fleet.engines import EngineError
 from fastrun.fleet.jobs import Ident, TuneJob, append_time
@@ -158,7 +158,9 @@ def run_tune(jobs: list[TuneJob], cache: PersistentCache, engine, target_device:
     touch.  Ctrl-C stops the tune with every finished result stored."""
     started = clock()
     by_ident = {job.ident: job for job in jobs}
-    done = {ident for ident in by_ident if cache.get(*ident)}
+    # done: measured, and steadily (a low-confidence pick is measured again)
+    done = {ident for ident in by_ident
+            if (entries := cache.get(*ident)) and low_confidence(entries) is None}
     scheduler = Scheduler([])  # the real one once the workers are known (parts per worker)
     wanted = set(categories.values())
     reports: dict[str, WorkerReport] = {}

@@ -264,3 +264,30 @@ def test_each_local_worker_opens_the_device_it_was_given(tmp_path):
     assert len(devices) == 2 and any("threads=1" in d for d in devices)
     assert any("threads=2" in d for d in devices)
 
+
+def test_a_low_confidence_pick_is_tuned_again(tmp_path):
+    """A problem whose cached pick was timed unstably is not skipped as done: the tune
+    measures it again (and the merge keeps the steadier measurement)."""
+    import dataclasses
+
+    from fastrun.cache import low_confidence
+
+    record = tmp_path / "seen.jsonl"
+    serving = fastrun.Session(device=DEVICE, cache=InMemoryCache(), strategy="heuristic",
+                              record=record, progress=False)
+    serving.decide(serving.problem("matmul", [(24, 40), (40, 8)], ["float32"] * 2))
+    jobs = collect(problems_files=[str(record)], device=DEVICE)
+    cache_path = str(tmp_path / "rec.bin")
+    first = tune(jobs, cache_path, device=DEVICE, workers=1, budget_s=BUDGET, stream=None)
+    assert first.tuned == len(jobs)
+    category, key = jobs[-1].ident
+
+    def shaken(data):  # as if the tune had run on a busy machine
+        data[category][key] = [dataclasses.replace(e, spread_s=2 * e.time_s)
+                               for e in data[category][key]]
+        return data
+
+    FileCache(cache_path).rewrite(shaken)
+    assert low_confidence(FileCache(cache_path).get(category, key)) is not None
+    again = tune(jobs, cache_path, device=DEVICE, workers=1, budget_s=BUDGET, stream=None)
+    assert again.tuned == 1 and again.skipped == len(jobs) - 1

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from fastrun.attribute import AlgoAttribute
-from fastrun.cache import Entry, InMemoryCache
+from fastrun.cache import Entry, InMemoryCache, low_confidence
 from fastrun.core.chooser import AlgoChooser, NoUsableAlgorithmError
 from fastrun.core.strategy import SearchOptions, Strategy
 from tests.framework.fakes import FakeAlgo, FakeClock, FakeDevice, N, R, make_registry, problem
@@ -504,3 +504,72 @@ def test_equal_times_pick_what_the_cache_puts_first(clock):
     assert decision.algorithm is alpha and entries[0].algorithm == "alpha"
     again = chooser(registry, clock, "heuristic", cache=cache).decide(problem())
     assert again.source == "cache" and again.algorithm is alpha
+
+
+# -- unstable timing -------------------------------------------------------------------------
+class Jittery(FakeAlgo):
+    """Costs 1 and 5 ms by turns (a machine too busy to time on) for its first ``jitter``
+    runs, then a steady 2 ms."""
+
+    def __init__(self, name, clock, jitter, **kw):
+        super().__init__("fake", name, 2 * MS, clock, **kw)
+        self.jitter = jitter
+
+    def run(self, problem, inputs, ctx, prepared=None):
+        if self.runs < self.jitter:
+            self.clock.now += (1 if self.runs % 2 else 5) * MS - self.cost_ns
+        return super().run(problem, inputs, ctx, prepared)
+
+
+def test_an_unstable_timing_is_timed_again_and_a_steady_block_replaces_it(clock):
+    shaky = Jittery("shaky", clock, jitter=6)
+    slow = FakeAlgo("fake", "slow", 20 * MS, clock, heuristic_rank=1)
+    cache = InMemoryCache()
+    decision = chooser(make_registry(shaky, slow), clock, cache=cache).decide(problem())
+    entry = next(e for e in decision.entries if e.algorithm == "shaky")
+    assert not entry.unstable and entry.time_s == pytest.approx(2e-3)
+    assert low_confidence(decision.entries) is None
+
+
+def test_a_pick_that_stays_unstable_is_warned_about_once_and_measured_again_later(clock,
+                                                                                  caplog):
+    from fastrun.core import profiler
+
+    profiler._unstable_warned.clear()
+    shaky = Jittery("shaky", clock, jitter=10**9)
+    slow = FakeAlgo("fake", "slow", 20 * MS, clock, heuristic_rank=1)
+    cache = InMemoryCache()
+    registry = make_registry(shaky, slow)
+    with caplog.at_level("WARNING", logger="fastrun.core.profiler"):
+        decision = chooser(registry, clock, cache=cache).decide(problem())
+        chooser(registry, clock, cache=InMemoryCache()).decide(problem())  # no second warning
+    assert decision.algorithm is shaky
+    assert low_confidence(decision.entries).algorithm == "shaky"
+    warnings = [r for r in caplog.records if "timing is unstable" in r.getMessage()]
+    assert len(warnings) == 1 and "low-confidence" in warnings[0].getMessage()
+    (_, _, stored), = list(cache)
+    assert low_confidence(stored) is not None
+    # a later search measures it again; a run that may not time takes the cached pick
+    runs = shaky.runs
+    assert chooser(registry, clock, cache=cache).decide(problem()).source == "profiled"
+    assert shaky.runs > runs
+    assert chooser(registry, clock, "heuristic", cache=cache).decide(
+        problem()).source == "cache"
+
+
+def test_a_steady_measurement_replaces_an_unstable_one_whatever_their_repeats():
+    from fastrun.cache import entry_to_raw, merge_entries
+    from fastrun.cache.store import merge_raw
+
+    def entry(time_s, spread_s, repeats, at):
+        return Entry("a", R, time_s, spread_s, 0, None, repeats, at, "1")
+
+    shaky, steady = entry(1e-3, 2e-3, 50, 1.0), entry(2e-3, 1e-4, 5, 0.5)
+    assert shaky.unstable and not steady.unstable
+    for old, new in ((shaky, steady), (steady, shaky)):
+        assert merge_entries([old], [new]) == [steady]
+        merged = merge_raw("c", "k", [entry_to_raw(old)], [entry_to_raw(new)])
+        assert merged == [entry_to_raw(steady)]
+    # two steady ones: more repeats still wins
+    more = entry(3e-3, 1e-4, 9, 0.1)
+    assert merge_entries([more], [steady]) == [more]
