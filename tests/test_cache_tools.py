@@ -113,7 +113,7 @@ def test_show_marks_a_pick_timed_unstably_as_low_confidence(cache_file: Path, ca
     category, key = matmul_key(data)
     best = min(data[category][key], key=lambda e: e.time_s)
     shaky = dataclasses.replace(best, algorithm="shaky", time_s=best.time_s / 2,
-                                spread_s=best.time_s)  # spread twice its median
+                                spread_s=1e-3)  # a millisecond of spread on a microsecond
     FileCache(cache_file).put(category, key, [shaky])
     report = cli_json(capsys, "show", str(cache_file), "--operator", "matmul")
     marked = {i["key"] for c in report["categories"] for i in c["keys"] if i["low_confidence"]}

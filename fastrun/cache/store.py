@@ -116,13 +116,17 @@ Categories = dict[str, dict[str, list[Entry]]]
 #: of the median; on a loaded 2-core machine a conv measured 6.33 ms with a spread of 9.73 ms,
 #: and a candidate ten times faster there ranked last.
 UNSTABLE_SPREAD = 0.5
+#: ... and more than this many seconds.  A microsecond-scale step (a softmax of 1000 values)
+#: spreads over half its median from timer and interpreter jitter alone, on every machine;
+#: flagged, it would be searched again by every fast-run load, for no gain a model could see.
+UNSTABLE_FLOOR_S = 20e-6
 
 
 def unstable(time_s: float, spread_s: float) -> bool:
     """Whether a median of ``time_s`` with interquartile range ``spread_s`` is too noisy to
     rank by: a search re-times such candidates, and a problem whose pick stays unstable is
     low-confidence (:func:`low_confidence`)."""
-    return spread_s > UNSTABLE_SPREAD * time_s
+    return spread_s > max(UNSTABLE_SPREAD * time_s, UNSTABLE_FLOOR_S)
 
 
 def low_confidence(entries: Sequence[Entry]) -> Entry | None:

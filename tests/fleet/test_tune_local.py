@@ -283,7 +283,7 @@ def test_a_low_confidence_pick_is_tuned_again(tmp_path):
     category, key = jobs[-1].ident
 
     def shaken(data):  # as if the tune had run on a busy machine
-        data[category][key] = [dataclasses.replace(e, spread_s=2 * e.time_s)
+        data[category][key] = [dataclasses.replace(e, spread_s=2 * e.time_s + 1e-3)
                                for e in data[category][key]]
         return data
 
