@@ -162,6 +162,7 @@ def run(args: argparse.Namespace) -> int:
             "failed": {f"{c}\t{k}": errors for (c, k), errors in summary.failed.items()},
             "wall_s": summary.wall_s, "serial_s": summary.serial_s,
             "speedup": summary.speedup, "interrupted": summary.interrupted,
+            "close_calls": summary.close_calls, "low_confidence": summary.low_confidence,
             "workers": [vars(w) for w in summary.workers]})
     if summary.interrupted:
         return 130

@@ -25,6 +25,7 @@ from fastrun.category import explain
 from fastrun.fleet.engines import EngineError
 from fastrun.fleet.jobs import Ident, TuneJob, append_time
 from fastrun.fleet.scheduler import Scheduler, split
+from fastrun.fleet.worker import CLOSE_CALL
 
 
 class TuneError(RuntimeError):
@@ -54,6 +55,12 @@ class TuneSummary:
     serial_s: float
     interrupted: bool = False
     labels: dict[Ident, str] = field(default_factory=dict)
+    #: tuned problems whose runner-up came within 10% of the pick in the worker's search
+    #: (:data:`fastrun.fleet.worker.CLOSE_CALL`; the profiler re-timed such candidates in
+    #: interleaved rounds before it picked)
+    close_calls: int = 0
+    #: tuned problems whose pick stayed unstable (:func:`fastrun.cache.low_confidence`)
+    low_confidence: int = 0
 
     @property
     def speedup(self) -> float:
@@ -66,6 +73,11 @@ class TuneSummary:
                + (" (interrupted: run the same command again to resume)"
                   if self.interrupted else "")]
         if self.tuned:
+            clear = self.tuned - self.close_calls - self.low_confidence
+            out.append(f"picks      {clear} clear, {self.close_calls} close call(s) (the "
+                       "runner-up within 10%, confirmed in interleaved "
+                       f"rounds), {self.low_confidence} low-confidence (timing stayed "
+                       "unstable: tune again on a quieter machine)")
             out.append(f"speed-up   {self.speedup:.2f}x over one worker (the jobs' search times "
                        f"sum to {_clock(self.serial_s)}; parallel efficiency "
                        f"{self.speedup / max(len(active), 1):.0%})")
@@ -201,9 +213,11 @@ def run_tune(jobs: list[TuneJob], cache: PersistentCache, engine, target_device:
         interrupted = True
     finally:
         engine.close()
+    shaky = sum(1 for ident in run.tuned if low_confidence(cache.get(*ident) or ()))
     return TuneSummary(len(by_ident), len(done), len(run.tuned), dict(scheduler.failed),
                        list(reports.values()), clock() - started, run.serial, interrupted,
-                       {ident: job.label for ident, job in by_ident.items()})
+                       {ident: job.label for ident, job in by_ident.items()},
+                       len(run.close_calls), shaky)
 
 
 @dataclass
@@ -298,6 +312,7 @@ class _Run:
         self.tuned: list[Ident] = []
         self.finished: list[tuple[str, str, int]] = []
         self._parts: dict[Ident, list[tuple[dict[str, Any], str]]] = {}
+        self.close_calls: set[Ident] = set()
 
     def take(self, job: TuneJob, worker: str, result: dict[str, Any],
              scheduler: Scheduler) -> str:
@@ -314,6 +329,8 @@ class _Run:
         parts = self._parts.setdefault(job.ident, [])
         parts.append((result, worker))
         if len(parts) == job.parts:
+            if _close_call(job, parts):
+                self.close_calls.add(job.ident)
             self._store(job, self._parts.pop(job.ident))
             self.tuned.append(job.ident)
         scheduler.finish(job.uid)
@@ -333,6 +350,16 @@ class _Run:
             seconds = sum(float(r.get("seconds", 0.0)) for r, _ in parts)
             append_time(self.times_path, job, seconds, [worker for _, worker in parts], costs,
                         sum(overheads) / len(overheads))
+
+
+def _close_call(job: TuneJob, parts: list[tuple[dict[str, Any], str]]) -> bool:
+    """Whether the problem's runner-up came within CLOSE_CALL of its pick: the worker says so
+    for a whole problem; for one searched in parts, each part's full ranking is here."""
+    if job.parts == 1:
+        return bool(parts[0][0].get("close_call"))
+    times = sorted(raw[2] for result, _ in parts for c, k, raws in result.get("entries", ())
+                   if (c, k) == job.ident for raw in raws)
+    return len(times) >= 2 and times[1] <= CLOSE_CALL * times[0]
 
 
 def _wait_for(running: dict[str, tuple[TuneJob, float]], timeout_s: float | None,

@@ -28,6 +28,9 @@ from fastrun.progress import Progress
 FORWARDED_PREFIX = "FASTRUN_"
 #: Not forwarded: they name the driver's files.
 NOT_FORWARDED = ("FASTRUN_CACHE", "FASTRUN_RECORD")
+#: A search's pick is a close call when its runner-up's median is within this factor of its
+#: own: another timing of the same problem could turn it over (the tune's summary counts them).
+CLOSE_CALL = 1.1
 
 
 @dataclass(frozen=True)
@@ -118,6 +121,7 @@ class Worker:
             operator = session.registry.operator(problem.operator)
             operator.validate(problem)
             category = session.chooser.category(operator)
+            close = False
             if payload.get("algorithms") is not None:
                 result, excluded = session.chooser.rank(problem, only=payload["algorithms"])
                 if not result.entries:
@@ -125,13 +129,15 @@ class Worker:
                     raise RuntimeError(f"no candidate of this part could be timed ({reasons})")
                 mine = [[category, problem.key, [entry_to_raw(e) for e in result.entries]]]
             else:
-                session.decide(problem)
+                ranked = sorted(session.decide(problem).entries, key=lambda e: e.time_s)
+                close = len(ranked) >= 2 and ranked[1].time_s <= CLOSE_CALL * ranked[0].time_s
                 mine = []
             produced = mine + [[c, k, [entry_to_raw(e) for e in entries]]
                                for c, k, entries in cache if (c, k) not in given]
             seconds = time.perf_counter() - started
             costs = clock.costs.get(str(problem), {})
             return {"ok": True, "seconds": seconds, "category": category, "entries": produced,
+                    "close_call": close,
                     "candidate_s": costs, "overhead_s": max(0.0, seconds - sum(costs.values()))}
         except Exception as error:  # any failure of a search is reported back
             return {"ok": False, "seconds": time.perf_counter() - started,

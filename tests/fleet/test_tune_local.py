@@ -48,6 +48,10 @@ def test_a_local_tune_fills_the_cache_that_a_model_run_then_hits(tmp_path):
     jobs = collect([SMALL], device=DEVICE)
     summary = tune(jobs, cache_path, device=DEVICE, workers=2, budget_s=BUDGET, stream=None)
     assert summary.tuned == len(jobs) and not summary.failed
+    # how sure the picks are: close calls (confirmed in rounds) and low-confidence ones
+    assert 0 <= summary.close_calls + summary.low_confidence <= summary.tuned
+    picks = next(line for line in summary.lines() if line.startswith("picks"))
+    assert f"{summary.close_calls} close call(s)" in picks and "low-confidence" in picks
     assert sum(w.tuned for w in summary.workers) >= len(jobs)  # a long problem in parts
     assert all(w.tuned > 0 for w in summary.workers)  # both workers took work
     times = read_times(cache_path + ".times.jsonl")
