@@ -74,10 +74,9 @@ class TuneSummary:
                   if self.interrupted else "")]
         if self.tuned:
             clear = self.tuned - self.close_calls - self.low_confidence
-            out.append(f"picks      {clear} clear, {self.close_calls} close call(s) (the "
-                       "runner-up within 10%, confirmed in interleaved "
-                       f"rounds), {self.low_confidence} low-confidence (timing stayed "
-                       "unstable: tune again on a quieter machine)")
+            out.append(f"picks      {clear} clear, {self.close_calls} close call(s) (runner-up "
+                       f"within 10%, re-timed in rounds), {self.low_confidence} "
+                       "low-confidence (unstable timing)")
             out.append(f"speed-up   {self.speedup:.2f}x over one worker (the jobs' search times "
                        f"sum to {_clock(self.serial_s)}; parallel efficiency "
                        f"{self.speedup / max(len(active), 1):.0%})")
