@@ -5,7 +5,7 @@ Two pairs of candidates (Winograd's batched product of ResNet-18's layer1, and l
 3x3 conv) are timed in blocks of ``--calls`` calls each, then alternating, without and with a
 conv run before each call (as the in-context search's prelude does); minor page faults per call
 are printed too.  On the 16-core host whole blocks ran 10x slower than the alternation that
-followed them (docs/performance.md, "Many cores", second session).
+followed them (docs/history/many-cores-issue-13-2026-11-25-to-27.md, second session).
 
     python -m benchmarks.probe_slow_periods [--threads 16] [--calls 40]
 """

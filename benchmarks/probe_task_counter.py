@@ -5,7 +5,7 @@ Each variant runs in alternating blocks of 50 calls (20 blocks); the median, mea
 percentile and worst call are printed, with the share of CPU time the hypervisor stole
 (/proc/stat) meanwhile.  The counter evens out a worker that falls behind, but every task
 costs an atomic add on a shared cache line, so it only pays for tasks that are not tiny
-(docs/performance.md, "Many cores", second session).
+(docs/history/many-cores-issue-13-2026-11-25-to-27.md, second session).
 
     python -m benchmarks.probe_task_counter [--threads 16] [--region-us 200]
 """

@@ -78,9 +78,10 @@ def keep_freed_pages() -> bool:
     tensors or workspaces are that large writes to fresh pages, and every 4 KB page costs a
     fault the first time it is touched, faults that many threads take at once and that
     serialise on the process's memory map.  MobileNetV2 at batch 8 took 9,409 of them per
-    inference, and 23% of its time on 2 cores (``docs/performance.md``, "Many cores", second
-    session); ResNet-50 at batch 8 took 25,024 on one 16-core host.  With mmap off and the heap
-    never trimmed, a freed block stays mapped and the next inference's same-sized allocation
+    inference, and 23% of its time on 2 cores (second session of
+    ``docs/history/many-cores-issue-13-2026-11-25-to-27.md``); ResNet-50 at batch 8 took
+    25,024 on one 16-core host.  With mmap off and the heap never trimmed, a freed block
+    stays mapped and the next inference's same-sized allocation
     reuses it.  The pages then stay with the process for its lifetime, as an inference
     engine's arena does; ``FASTRUN_KEEP_PAGES=0`` turns this off.
     """
