@@ -14,7 +14,6 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
-from fastrun import _memory  # noqa: F401  (must run before numpy is imported)
 from fastrun._version import __version__
 
 _EXPORTS = {

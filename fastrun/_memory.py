@@ -5,7 +5,8 @@ every array of 4 MB or more.  Where the kernel's THP mode is ``madvise`` (the de
 ``enabled`` and ``defrag`` both ``madvise``), such an allocation may be backed by huge pages,
 compacted for, or collapsed later, and which of these happens differs from process to process.
 Fast Run's premise is that what it measured in the search process holds in the process that
-runs the model; measured on the VM (``docs/performance.md``, "MobileNetV2"):
+runs the model; measured on the first 2-core VM (``docs/history/two-cores-2026-11-21.md``,
+"MobileNetV2"):
 
 * ``implicit_gemm`` on MobileNetV2's 16->96 1x1 conv at 112x112 (a 4.8 MB output per call):
   medians of 0.53-0.87 ms in five processes with numpy's advice, 0.49-0.54 ms in five
@@ -14,17 +15,16 @@ runs the model; measured on the VM (``docs/performance.md``, "MobileNetV2"):
 * ``bench_models --models mobilenet_v2``: fast-run against heuristic-only 1.040-1.054 in four
   measurements with the advice, 0.950-1.009 in four without.
 
-So ``import fastrun`` sets ``NUMPY_MADVISE_HUGEPAGE=0`` before numpy reads it, or, when numpy
-was imported first, turns the advice off through numpy's own switch.  A value the user set is
-kept (``NUMPY_MADVISE_HUGEPAGE=1`` restores numpy's default).
+So the first CPU device of a process (every session, every command) turns the advice off
+through numpy's own switch (:func:`turn_off_huge_page_advice`), as it sets the thread pools'
+defaults; ``import fastrun`` alone changes nothing, and no environment variable is set.  A
+value of ``NUMPY_MADVISE_HUGEPAGE`` the user set is obeyed (``1`` keeps numpy's default).
 """
 
 import os
 import sys
 
 VARIABLE = "NUMPY_MADVISE_HUGEPAGE"
-
-_USER_SET = VARIABLE in os.environ
 
 
 def _numpy_switch():
@@ -40,11 +40,16 @@ def _numpy_switch():
     return None
 
 
-if not _USER_SET:
-    os.environ[VARIABLE] = "0"
-    _switch = _numpy_switch()
-    if _switch is not None:
-        _switch(False)
+def turn_off_huge_page_advice() -> None:
+    """numpy's huge-page advice off, through numpy's switch (numpy is imported here), unless
+    the user set NUMPY_MADVISE_HUGEPAGE, which numpy itself obeys.  Idempotent."""
+    if VARIABLE in os.environ:
+        return
+    import numpy  # noqa: F401  (the switch lives in numpy's core)
+
+    switch = _numpy_switch()
+    if switch is not None:
+        switch(False)
 
 
 def huge_page_advice() -> bool | None:

@@ -17,6 +17,7 @@ from importlib.metadata import PackageNotFoundError, version
 import numpy as np
 
 from fastrun import config
+from fastrun._memory import turn_off_huge_page_advice
 from fastrun._threads import blas_threads, configure_threads, threading_layer
 from fastrun.category import DEVICE, device_text
 from fastrun.devices import Device
@@ -79,6 +80,7 @@ class CPUDevice(Device):
 
     def __init__(self, threads: int | None = None):
         configure_threads()  # before the category reads how many threads OpenBLAS has
+        turn_off_huge_page_advice()
         # Before numba starts its pool (activate): without this, numba's own choice ran where
         # TBB's library is not on the loader's path (OpenMP), while the category named TBB.
         threading_layer()

@@ -69,7 +69,8 @@ def _environment_after_import(numpy_first: bool = False, **given: str
 
 def test_import_alone_changes_no_thread_setting():
     """An embedding program that only imports fastrun keeps its environment and its BLAS."""
-    names = ("GOMP_SPINCOUNT", "OPENBLAS_NUM_THREADS", "OPENBLAS_THREAD_TIMEOUT")
+    names = ("GOMP_SPINCOUNT", "OPENBLAS_NUM_THREADS", "OPENBLAS_THREAD_TIMEOUT",
+             "NUMPY_MADVISE_HUGEPAGE")
     values = _json_after_import(f"print(json.dumps({{n: os.environ.get(n) for n in {names!r}}}))",
                                 names)
     assert values == dict.fromkeys(names)
@@ -100,20 +101,23 @@ def test_numpy_imported_first_still_gets_one_blas_thread_unless_the_user_chose()
     assert "blas_threads=2;" in got["category"]
 
 
-def _huge_page_advice_after_import(numpy_first: bool, **given: str) -> list:
+def _huge_page_advice(numpy_first: bool, **given: str) -> list:
+    """[the variable, numpy's advice after import, after the first CPU device]."""
     return _json_after_import(
-        "import numpy; from fastrun import _memory; "
-        "print(json.dumps([os.environ.get('NUMPY_MADVISE_HUGEPAGE'), "
+        "import numpy; from fastrun import _memory; before = _memory.huge_page_advice(); "
+        "from fastrun.devices.cpu import CPUDevice; CPUDevice(1); "
+        "print(json.dumps([os.environ.get('NUMPY_MADVISE_HUGEPAGE'), before, "
         "_memory.huge_page_advice()]))", ("NUMPY_MADVISE_HUGEPAGE",), numpy_first, **given)
 
 
-def test_import_turns_numpys_huge_page_advice_off_unless_the_user_chose():
-    """Whether numpy was imported before fastrun or after, the advice is off; a user's
-    NUMPY_MADVISE_HUGEPAGE is kept and obeyed."""
-    assert _huge_page_advice_after_import(numpy_first=False) == ["0", False]
-    assert _huge_page_advice_after_import(numpy_first=True) == ["0", False]
-    assert _huge_page_advice_after_import(False, NUMPY_MADVISE_HUGEPAGE="1") == ["1", True]
-    assert _huge_page_advice_after_import(True, NUMPY_MADVISE_HUGEPAGE="1") == ["1", True]
+def test_the_first_cpu_device_turns_numpys_huge_page_advice_off_unless_the_user_chose():
+    """``import fastrun`` leaves numpy's advice (and the environment) alone; the first CPU
+    device turns it off through numpy's switch, setting no variable, whether numpy was
+    imported before fastrun or after.  A user's NUMPY_MADVISE_HUGEPAGE is obeyed."""
+    assert _huge_page_advice(numpy_first=False) == [None, True, False]
+    assert _huge_page_advice(numpy_first=True) == [None, True, False]
+    assert _huge_page_advice(False, NUMPY_MADVISE_HUGEPAGE="1") == ["1", True, True]
+    assert _huge_page_advice(True, NUMPY_MADVISE_HUGEPAGE="0") == ["0", False, False]
 
 
 _FAULTS_OF_REUSE = """
@@ -133,6 +137,7 @@ print(json.dumps([faults_of_one_block(), faults_of_one_block()]))
 
 def _faults_of_reusing_a_48mb_block(setup: str, **given: str) -> list[int]:
     env = {k: v for k, v in os.environ.items() if k != "FASTRUN_KEEP_PAGES"}
+    env["NUMPY_MADVISE_HUGEPAGE"] = "0"  # 4 KB pages throughout: every page is one fault
     env.update(given)
     out = subprocess.run([sys.executable, "-c", _FAULTS_OF_REUSE.format(setup=setup)], env=env,
                          capture_output=True, text=True, check=True).stdout
