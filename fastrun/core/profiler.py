@@ -161,15 +161,7 @@ class Profiler:
         host_inputs = operator.random_inputs(problem, rng)
         check = _OutputCheck(problem, operator, host_inputs, self.options.check_numerics,
                              self.device)
-        # A second draw: every candidate is also run once on other inputs, so one that
-        # returns its first result whatever it is given, or hands every call one shared
-        # output buffer, is caught (see _on_other_inputs).
-        other_check, others = None, []
-        if self.options.check_numerics:
-            other_inputs = operator.random_inputs(problem, np.random.default_rng(
-                [self.options.seed, 1]))
-            other_check = _OutputCheck(problem, operator, other_inputs, True, self.device)
-            others = [self.device.to_device(x) for x in other_inputs]
+        other_check, others = self._other_inputs_check(problem, operator)
         best_ns: float | None = None
         # On the device once: every candidate's inputs are copies of these, made there, and
         # its inputs are compared with these there.
@@ -193,16 +185,9 @@ class Profiler:
                                 if problem.weight_preprocess else None)
                     timing, outputs = self._time(algorithm, problem, inputs, ctx, best_ns,
                                                  prelude, prepared)
-                    # inputs first: a candidate that wrote into them also spoils its own output
-                    reason = check.inputs_unchanged(inputs, originals)
-                    error_value = None
-                    if reason is None:
-                        reason, error_value = check.outputs(outputs)
-                    if reason is None and other_check is not None:
-                        reason, other_error = self._on_other_inputs(
-                            algorithm, problem, ctx, outputs, other_check, others)
-                        if other_error is not None and error_value is not None:
-                            error_value = max(error_value, other_error)
+                    reason, error_value = self._checked(
+                        algorithm, problem, ctx, inputs, originals, outputs,
+                        (check, other_check, others))
                 except (KeyboardInterrupt, SystemExit) as error:
                     if interrupts.by_user:  # Ctrl-C: stop here, keep what was measured
                         log.info("search of %s interrupted during %s", problem, label)
@@ -224,20 +209,7 @@ class Profiler:
                     result.early_stopped.append(label)
                 else:
                     timed[label] = (algorithm, prepared, inputs)
-                result.entries.append(Entry(
-                    algorithm=label,
-                    attributes=algorithm.attributes,
-                    time_s=timing.median_s,
-                    spread_s=timing.spread_s,
-                    workspace_bytes=workspace[label],
-                    error=error_value,
-                    repeats=len(timing.times_ns),
-                    measured_at=time.time(),
-                    version=__version__,
-                ))
-                stopped = " (stopped early: clearly slower)" if timing.early_stopped else ""
-                self.progress.step(label, f"{timing.median_s * 1e3:.4f} ms "
-                                          f"x{len(timing.times_ns)}{stopped}")
+                self._record(result, algorithm, timing, workspace[label], error_value)
             result.interrupted = result.interrupted or interrupts.by_user
 
         result.entries.sort(key=lambda e: e.time_s)
@@ -249,6 +221,49 @@ class Profiler:
         winner = result.entries[0].algorithm if result.entries else "nothing usable"
         self.progress.end(f"{winner} ({result.seconds:.2f} s)")
         return result
+
+    def _record(self, result: ProfileResult, algorithm: Algorithm, timing: _Timing,
+                workspace_bytes: int, error: float | None) -> None:
+        """A timed candidate's entry, and its line of progress."""
+        label = algorithm.desc.text
+        result.entries.append(Entry(
+            algorithm=label, attributes=algorithm.attributes, time_s=timing.median_s,
+            spread_s=timing.spread_s, workspace_bytes=workspace_bytes, error=error,
+            repeats=len(timing.times_ns), measured_at=time.time(), version=__version__))
+        stopped = " (stopped early: clearly slower)" if timing.early_stopped else ""
+        self.progress.step(label, f"{timing.median_s * 1e3:.4f} ms "
+                                  f"x{len(timing.times_ns)}{stopped}")
+
+    def _other_inputs_check(self, problem: Problem, operator: Operator
+                            ) -> tuple[_OutputCheck | None, list[object]]:
+        """A second draw of inputs, on the device, with its check: every candidate is also run
+        once on them, so one that returns its first result whatever it is given, or hands
+        every call one shared output buffer, is caught (see :meth:`_on_other_inputs`)."""
+        if not self.options.check_numerics:
+            return None, []
+        other_inputs = operator.random_inputs(problem, np.random.default_rng(
+            [self.options.seed, 1]))
+        return (_OutputCheck(problem, operator, other_inputs, True, self.device),
+                [self.device.to_device(x) for x in other_inputs])
+
+    def _checked(self, algorithm: Algorithm, problem: Problem, ctx: RunContext,
+                 inputs: list[object], originals: list[object], outputs: dict[str, object],
+                 checks: tuple[_OutputCheck, _OutputCheck | None, list[object]]
+                 ) -> tuple[str | None, float | None]:
+        """Why a timed candidate is excluded (None: it is not), and its numerical error: its
+        inputs first (one that wrote into them also spoils its own output), then its
+        outputs, then one call on the other inputs."""
+        check, other_check, others = checks
+        reason = check.inputs_unchanged(inputs, originals)
+        error_value = None
+        if reason is None:
+            reason, error_value = check.outputs(outputs)
+        if reason is None and other_check is not None:
+            reason, other_error = self._on_other_inputs(algorithm, problem, ctx, outputs,
+                                                        other_check, others)
+            if other_error is not None and error_value is not None:
+                error_value = max(error_value, other_error)
+        return reason, error_value
 
     def _confirm(self, problem: Problem, result: ProfileResult,
                  timed: Mapping[str, tuple[Algorithm, object, list[object]]],
