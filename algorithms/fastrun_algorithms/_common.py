@@ -276,6 +276,17 @@ def ceil_div(a: int, b: int) -> int:
     return -(-a // b)
 
 
+def same_pads(size: int, kernel: int, stride: int, dilation: int,
+              upper: bool) -> tuple[int, int]:
+    """ONNX's auto_pad SAME_UPPER/SAME_LOWER for one axis (conv and pooling alike):
+    ``ceil(size / stride)`` outputs, the total padding that needs split evenly, the odd one at
+    the end (UPPER) or the beginning (LOWER)."""
+    out = -(-size // stride)
+    total = max(0, (out - 1) * stride + dilation * (kernel - 1) + 1 - size)
+    small, large = total // 2, total - total // 2
+    return (small, large) if upper else (large, small)
+
+
 def round_up(value: int, multiple: int) -> int:
     """The smallest multiple of ``multiple`` (>= 1) that is >= ``value``."""
     return ceil_div(value, multiple) * multiple

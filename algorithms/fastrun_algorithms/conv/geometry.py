@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 
 from fastrun.operator import Problem
+from fastrun_algorithms._common import same_pads
 from fastrun_algorithms.layout.blocking import BLOCKED, LANES, LAYOUTS, NCHW, blocks
 
 AUTO_PADS = ("NOTSET", "SAME_UPPER", "SAME_LOWER", "VALID")
@@ -38,6 +39,50 @@ def _pair(value: Any, spatial: int, name: str, default: int) -> tuple[int, ...]:
     if any(v < 1 for v in values):
         raise ValueError(f"conv {name} must be positive, got {list(values)}")
     return values
+
+
+def _pads(params: Mapping[str, Any], sizes: Sequence[int], kernel: Sequence[int],
+          strides: Sequence[int], dilations: Sequence[int]
+          ) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """(begins, ends) of the padding, from explicit pads or ONNX's auto_pad."""
+    spatial = len(sizes)
+    auto_pad = str(params.get("auto_pad", "NOTSET") or "NOTSET").upper()
+    if auto_pad not in AUTO_PADS:
+        raise ValueError(f"conv auto_pad must be one of {', '.join(AUTO_PADS)}, got {auto_pad!r}")
+    if auto_pad == "VALID":
+        return (0,) * spatial, (0,) * spatial
+    if auto_pad != "NOTSET":
+        split = [same_pads(*axis, upper=auto_pad == "SAME_UPPER")
+                 for axis in zip(sizes, kernel, strides, dilations, strict=True)]
+        return tuple(b for b, _ in split), tuple(e for _, e in split)
+    pads = tuple(int(p) for p in params.get("pads") or (0,) * (2 * spatial))
+    if len(pads) != 2 * spatial:
+        raise ValueError(f"conv pads needs {2 * spatial} values (begins then ends), got "
+                         f"{list(pads)}")
+    if any(p < 0 for p in pads):
+        raise ValueError(f"conv pads must not be negative, got {list(pads)}")
+    return pads[:spatial], pads[spatial:]
+
+
+def _epilogue_params(params: Mapping[str, Any]) -> dict[str, Any]:
+    """The activation (relu6 spelled as clip(0, 6)) and its clip bounds, only where not at
+    their defaults."""
+    activation = str(params.get("activation", "none") or "none").lower()
+    if activation == "relu6":  # the common spelling of clip(0, 6)
+        activation = "clip"
+    if activation not in ACTIVATIONS:
+        raise ValueError(f"conv activation must be one of {', '.join(ACTIVATIONS)} (or relu6), "
+                         f"got {activation!r}")
+    result: dict[str, Any] = {} if activation == "none" else {"activation": activation}
+    if activation == "clip":
+        low = float(params.get("clip_min", 0.0) if params.get("clip_min") is not None else 0.0)
+        high = float(params.get("clip_max", 6.0) if params.get("clip_max") is not None else 6.0)
+        if low > high:
+            raise ValueError(f"conv clip_min {low} is above clip_max {high}")
+        result["clip_min"], result["clip_max"] = low, high
+    elif params.get("clip_min") is not None or params.get("clip_max") is not None:
+        raise ValueError("conv clip_min/clip_max need activation='clip'")
+    return result
 
 
 def canonical_params(shapes: Sequence[Sequence[int]], params: Mapping[str, Any]) -> dict[str, Any]:
@@ -88,28 +133,7 @@ def canonical_params(shapes: Sequence[Sequence[int]], params: Mapping[str, Any])
                          f"weight's spatial shape {list(kernel)}")
     strides = _pair(params.get("strides"), spatial, "strides", 1)
     dilations = _pair(params.get("dilations"), spatial, "dilations", 1)
-    auto_pad = str(params.get("auto_pad", "NOTSET") or "NOTSET").upper()
-    if auto_pad not in AUTO_PADS:
-        raise ValueError(f"conv auto_pad must be one of {', '.join(AUTO_PADS)}, got {auto_pad!r}")
-    if auto_pad == "NOTSET":
-        pads = tuple(int(p) for p in params.get("pads") or (0,) * (2 * spatial))
-        if len(pads) != 2 * spatial:
-            raise ValueError(f"conv pads needs {2 * spatial} values (begins then ends), got "
-                             f"{list(pads)}")
-        if any(p < 0 for p in pads):
-            raise ValueError(f"conv pads must not be negative, got {list(pads)}")
-        begins, ends = pads[:spatial], pads[spatial:]
-    elif auto_pad == "VALID":
-        begins = ends = (0,) * spatial
-    else:
-        begins, ends = [], []
-        for size, k, stride, dilation in zip(x_shape[2:], kernel, strides, dilations,
-                                             strict=True):
-            out = -(-size // stride)
-            total = max(0, (out - 1) * stride + (k - 1) * dilation + 1 - size)
-            small, large = total // 2, total - total // 2
-            begins.append(small if auto_pad == "SAME_UPPER" else large)
-            ends.append(large if auto_pad == "SAME_UPPER" else small)
+    begins, ends = _pads(params, x_shape[2:], kernel, strides, dilations)
     if spatial == 1:  # as 2-D with height 1
         strides, dilations = (1, *strides), (1, *dilations)
         begins, ends = (0, *begins), (0, *ends)
@@ -122,22 +146,7 @@ def canonical_params(shapes: Sequence[Sequence[int]], params: Mapping[str, Any])
         "pads": (*begins, *ends),
         "group": group,
     }
-    activation = str(params.get("activation", "none") or "none").lower()
-    if activation == "relu6":  # the common spelling of clip(0, 6)
-        activation = "clip"
-    if activation not in ACTIVATIONS:
-        raise ValueError(f"conv activation must be one of {', '.join(ACTIVATIONS)} (or relu6), "
-                         f"got {activation!r}")
-    if activation != "none":
-        result["activation"] = activation
-    if activation == "clip":
-        low = float(params.get("clip_min", 0.0) if params.get("clip_min") is not None else 0.0)
-        high = float(params.get("clip_max", 6.0) if params.get("clip_max") is not None else 6.0)
-        if low > high:
-            raise ValueError(f"conv clip_min {low} is above clip_max {high}")
-        result["clip_min"], result["clip_max"] = low, high
-    elif params.get("clip_min") is not None or params.get("clip_max") is not None:
-        raise ValueError("conv clip_min/clip_max need activation='clip'")
+    result.update(_epilogue_params(params))
     if params.get("weight_preprocess"):
         result["weight_preprocess"] = True
     if residual:

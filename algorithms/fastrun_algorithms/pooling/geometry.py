@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from fastrun.operator import Problem
+from fastrun_algorithms._common import same_pads
 
 AUTO_PADS = ("NOTSET", "SAME_UPPER", "SAME_LOWER", "VALID")
 SUPPORTED_DTYPES = ("float32", "float64")
@@ -86,14 +87,41 @@ def output_size(size: int, kernel: int, stride: int, dilation: int, begin: int, 
     return out
 
 
-def _same_pads(size: int, kernel: int, stride: int, dilation: int,
-               upper: bool) -> tuple[int, int]:
-    """SAME_UPPER/SAME_LOWER: ``ceil(size / stride)`` outputs, the total padding that needs
-    split evenly, the odd one at the end (UPPER) or the beginning (LOWER)."""
-    out = -(-size // stride)
-    total = max(0, (out - 1) * stride + dilation * (kernel - 1) + 1 - size)
-    small, large = total // 2, total - total // 2
-    return (small, large) if upper else (large, small)
+def _pool_pads(operator: str, params: Mapping[str, Any], sizes: Sequence[int],
+               kernel: Sequence[int], strides: Sequence[int], dilations: Sequence[int]
+               ) -> tuple[tuple[int, ...], tuple[int, ...], bool]:
+    """(begins, ends, whether auto_pad set them) of the padding: explicit pads, or ONNX's
+    auto_pad (which refuses explicit pads beside it)."""
+    spatial = len(sizes)
+    auto_pad = params.get("auto_pad", "NOTSET") or "NOTSET"
+    if isinstance(auto_pad, bytes):
+        auto_pad = auto_pad.decode()
+    auto_pad = str(auto_pad).upper()
+    if auto_pad not in AUTO_PADS:
+        raise ValueError(f"{operator} auto_pad must be one of {', '.join(AUTO_PADS)}, "
+                         f"got {auto_pad!r}")
+    pads = params.get("pads")
+    if pads is not None:
+        pads = tuple(pads) if isinstance(pads, (list, tuple)) else (pads,)
+        if any(isinstance(p, (bool, float)) for p in pads):
+            raise ValueError(f"{operator} pads must be integers, got {list(pads)}")
+        pads = tuple(int(p) for p in pads)
+        if len(pads) != 2 * spatial:
+            raise ValueError(f"{operator} pads needs {2 * spatial} values (begins then ends) "
+                             f"for {spatial}-D pooling, got {list(pads)}")
+        if any(p < 0 for p in pads):
+            raise ValueError(f"{operator} pads must not be negative, got {list(pads)}")
+    if auto_pad == "NOTSET":
+        pads = pads or (0,) * (2 * spatial)
+        return pads[:spatial], pads[spatial:], False
+    if pads is not None and any(pads):
+        raise ValueError(f"{operator} cannot take both pads {list(pads)} and "
+                         f"auto_pad={auto_pad}")
+    if auto_pad == "VALID":
+        return (0,) * spatial, (0,) * spatial, True
+    split = [same_pads(*axis, upper=auto_pad == "SAME_UPPER")
+             for axis in zip(sizes, kernel, strides, dilations, strict=True)]
+    return tuple(b for b, _ in split), tuple(e for _, e in split), True
 
 
 def canonical_pool_params(operator: str, shapes: Sequence[Sequence[int]],
@@ -131,39 +159,9 @@ def canonical_pool_params(operator: str, shapes: Sequence[Sequence[int]],
     ceil_mode = _flag(operator, params, "ceil_mode")
     _flag(operator, params, "storage_order")
     count_include_pad = _flag(operator, params, "count_include_pad") if average else 0
-    auto_pad = params.get("auto_pad", "NOTSET") or "NOTSET"
-    if isinstance(auto_pad, bytes):
-        auto_pad = auto_pad.decode()
-    auto_pad = str(auto_pad).upper()
-    if auto_pad not in AUTO_PADS:
-        raise ValueError(f"{operator} auto_pad must be one of {', '.join(AUTO_PADS)}, "
-                         f"got {auto_pad!r}")
-    pads = params.get("pads")
-    if pads is not None:
-        pads = tuple(pads) if isinstance(pads, (list, tuple)) else (pads,)
-        if any(isinstance(p, (bool, float)) for p in pads):
-            raise ValueError(f"{operator} pads must be integers, got {list(pads)}")
-        pads = tuple(int(p) for p in pads)
-        if len(pads) != 2 * spatial:
-            raise ValueError(f"{operator} pads needs {2 * spatial} values (begins then ends) "
-                             f"for {spatial}-D pooling, got {list(pads)}")
-        if any(p < 0 for p in pads):
-            raise ValueError(f"{operator} pads must not be negative, got {list(pads)}")
-    if auto_pad == "NOTSET":
-        pads = pads or (0,) * (2 * spatial)
-        begins, ends = pads[:spatial], pads[spatial:]
-    else:
-        if pads is not None and any(pads):
-            raise ValueError(f"{operator} cannot take both pads {list(pads)} and "
-                             f"auto_pad={auto_pad}")
-        ceil_mode = 0
-        if auto_pad == "VALID":
-            begins = ends = (0,) * spatial
-        else:
-            split = [_same_pads(*axis, upper=auto_pad == "SAME_UPPER")
-                     for axis in zip(sizes, kernel, strides, dilations, strict=True)]
-            begins = tuple(b for b, _ in split)
-            ends = tuple(e for _, e in split)
+    begins, ends, auto = _pool_pads(operator, params, sizes, kernel, strides, dilations)
+    if auto:
+        ceil_mode = 0  # auto_pad fixes the output size itself
     floors = [output_size(*axis, False)
               for axis in zip(sizes, kernel, strides, dilations, begins, ends, strict=True)]
     if min(floors) < 1:
