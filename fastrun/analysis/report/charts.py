@@ -381,6 +381,49 @@ def _overlaps(a: tuple[float, float, float, float], b: tuple[float, float, float
     return a[0] < b[0] + b[2] and b[0] < a[0] + a[2] and a[1] < b[1] + b[3] and b[1] < a[1] + a[3]
 
 
+def _share_stack(rows: Sequence[Any], left: float, right: float, top: float,
+                 height: float) -> list[str]:
+    """The bar of every timed layer's share of the measured total, from ``left`` to
+    ``right``, with the total beside it (or a line saying no layer was timed)."""
+    timed = [r.time_s for r in rows if r.time_s]
+    total = sum(timed)
+    parts = [svg_text(left - 8, top + 15, "all layers", "end", weight="600")]
+    if total <= 0:
+        parts.append(svg_text(left, top + 15, "no layer has a measured time (none was found "
+                              "in the input)", size=11, fill=AXIS))
+        return parts
+    x, span = left, right - left
+    for shade, r in enumerate(r for r in rows if r.time_s):
+        w = r.time_s / total * span
+        colour = SOURCE_COLOURS.get(r.source, OTHER)
+        opacity = "1" if shade % 2 == 0 else "0.72"
+        tip = (f"{r.node} ({r.op_type}): {r.algorithm}, {fmt_time(r.time_s)}, "
+               f"{r.time_s / total:.1%} of the total")
+        parts.append(
+            f'<g class="stack">{svg_title(tip)}'
+            f'<rect x="{_num(x)}" y="{_num(top)}" width="{_num(max(w, 0.5))}" '
+            f'height="{_num(height)}" fill="{colour}" fill-opacity="{opacity}" '
+            f'stroke="#ffffff" stroke-width="0.6"/></g>')
+        x += w
+    parts.append(svg_text(right + 8, top + 15,
+                          f"{fmt_time(total)} measured in {len(timed)} of {len(rows)} layers",
+                          size=11, fill="#374151"))
+    return parts
+
+
+def _source_legend(rows: Sequence[Any], left: float, top: float) -> list[str]:
+    """A swatch and a name for each decision source the rows use."""
+    parts = []
+    for source in SOURCE_COLOURS:
+        if not any(r.source == source for r in rows):
+            continue
+        parts.append(f'<rect x="{_num(left)}" y="{_num(top)}" width="10" height="10" rx="2" '
+                     f'fill="{SOURCE_COLOURS[source]}"/>')
+        parts.append(svg_text(left + 14, top + 9, source, size=11, fill="#374151"))
+        left += 24 + _CHAR * len(source) + 10
+    return parts
+
+
 def model_chart(model: ModelData, shown: set[str]) -> str:
     """Per-layer bars of the chosen algorithms' times, coloured by where the decision came from;
     a stacked bar on top shows each layer's share of the measured total."""
@@ -398,43 +441,8 @@ def model_chart(model: ModelData, shown: set[str]) -> str:
     high = max(timed, default=0.0)
     scale = Scale(0.0, high * 1.04 or 1.0, label_width, plot_end)
     parts = [svg_open(width, height, f"per-layer decisions of {model.name}")]
-    total = sum(timed)
-    parts.append(svg_text(label_width - 8, stack_top + 15, "all layers", "end", weight="600"))
-    if total > 0:
-        x = label_width
-        span = plot_end - label_width
-        shade = 0
-        for r in rows:
-            if not r.time_s:
-                continue
-            w = r.time_s / total * span
-            colour = SOURCE_COLOURS.get(r.source, OTHER)
-            opacity = "1" if shade % 2 == 0 else "0.72"
-            tip = (f"{r.node} ({r.op_type}): {r.algorithm}, {fmt_time(r.time_s)}, "
-                   f"{r.time_s / total:.1%} of the total")
-            parts.append(
-                f'<g class="stack">{svg_title(tip)}'
-                f'<rect x="{_num(x)}" y="{_num(stack_top)}" width="{_num(max(w, 0.5))}" '
-                f'height="{_num(stack_height)}" fill="{colour}" fill-opacity="{opacity}" '
-                f'stroke="#ffffff" stroke-width="0.6"/></g>')
-            x += w
-            shade += 1
-        parts.append(svg_text(plot_end + 8, stack_top + 15,
-                              f"{fmt_time(total)} measured in {len(timed)} of {len(rows)} layers",
-                              size=11, fill="#374151"))
-    else:
-        parts.append(svg_text(label_width, stack_top + 15,
-                              "no layer has a measured time (none was found in the input)",
-                              size=11, fill=AXIS))
-    legend_x = label_width
-    for source in SOURCE_COLOURS:
-        if not any(r.source == source for r in rows):
-            continue
-        parts.append(f'<rect x="{_num(legend_x)}" y="{_num(stack_top + stack_height + 10)}" '
-                     f'width="10" height="10" rx="2" fill="{SOURCE_COLOURS[source]}"/>')
-        parts.append(svg_text(legend_x + 14, stack_top + stack_height + 19, source, size=11,
-                              fill="#374151"))
-        legend_x += 24 + _CHAR * len(source) + 10
+    parts += _share_stack(rows, label_width, plot_end, stack_top, stack_height)
+    parts += _source_legend(rows, label_width, stack_top + stack_height + 10)
     axis_y = top + row * len(rows) + 4
     for tick in nice_ticks(0.0, scale.high, 5) if timed else ():
         x = scale(tick)
