@@ -12,7 +12,7 @@ from collections.abc import Callable
 
 
 def machine() -> str:
-    from fastrun.vectors import cpu_model_and_flags
+    from fastrun.devices.cpu.vectors import cpu_model_and_flags
 
     model, _ = cpu_model_and_flags()
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()

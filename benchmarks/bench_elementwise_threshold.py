@@ -15,8 +15,8 @@ output sizes from 1 KiB to 64 MiB (powers of 2 of output bytes) and
   what the heuristic (no profiling) would pick.
 
 The threading runtime matters: ``import fastrun`` sets ``OMP_WAIT_POLICY=passive`` (see
-``fastrun/_threads.py``) unless the environment already sets it, and passive workers sleep
-between parallel regions, so every call pays to wake them.  Run it a second time with
+``fastrun/devices/cpu/threads.py``) unless the environment already sets it, and passive workers
+sleep between parallel regions, so every call pays to wake them.  Run it a second time with
 ``OMP_WAIT_POLICY=active`` to see the spinning runtime's crossover.
 
     python -m benchmarks.bench_elementwise_threshold [--quick] [--ops add,mul]

@@ -33,7 +33,7 @@ SETTINGS = ["28", "4", "16", "20", "24"]  # 28 is OpenBLAS's default
 THREAD_VARIABLES = ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT", "OPENBLAS_NUM_THREADS",
                     "OMP_NUM_THREADS", "GOTO_NUM_THREADS", "OPENBLAS_THREAD_TIMEOUT")
 CORES = str(os.cpu_count() or 1)
-#: name -> environment; the empty one is what ``import fastrun`` sets (fastrun/_threads.py)
+#: name -> environment; the empty one is fastrun's default (fastrun/devices/cpu/threads.py)
 CONFIGS = {
     "numba spinning, BLAS 1 thread (fastrun's default)": {},
     "numba spinning, BLAS on all cores": {"OPENBLAS_NUM_THREADS": CORES},

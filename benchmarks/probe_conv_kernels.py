@@ -63,7 +63,7 @@ def _fastrun_times(algorithm_names: str, layers, threads: int, calls: int,
     import numba
 
     numba.set_num_threads(threads)
-    from fastrun._memory import keep_freed_pages
+    from fastrun.devices.cpu.memory import keep_freed_pages
 
     keep_freed_pages()  # as a loaded model has it
     return {name: _algorithm_times(session, name, layers, calls, layout)

@@ -6,7 +6,7 @@ are not square: Winograd's are batches of (K x C) @ (C x tiles) with 16 to 196 t
 have 49 to 784 columns.  For each such product at batch 1 this prints the algorithms' times
 (interleaved medians, the same inputs) and the ratios register_tiled / blas and blas_split /
 blas; below 1.0 means faster than numpy's OpenBLAS (on one thread, fastrun's default:
-fastrun/_threads.py).
+fastrun/devices/cpu/threads.py).
 
     python -m benchmarks.probe_matmul_tiles [--rounds 7]
 """

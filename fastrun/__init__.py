@@ -40,7 +40,7 @@ _EXPORTS = {
     "call": "fastrun.api",
     "current_session": "fastrun.api",
     "get_device": "fastrun.devices",
-    "configure_threads": "fastrun._threads",
+    "configure_threads": "fastrun.devices.cpu.threads",
 }
 
 __all__ = ["__version__", *_EXPORTS]

@@ -130,7 +130,7 @@ def tuning_budget(explicit: int | None = None, default: int = 24) -> int:
 
 
 def vector_bits(explicit: str | None = None) -> str:
-    """'512', '256' or 'auto' (see fastrun.vectors)."""
+    """'512', '256' or 'auto' (see fastrun.devices.cpu.vectors)."""
     return setting(explicit, "FASTRUN_VECTOR_BITS", "512", _parse_vector_bits)
 
 
@@ -142,13 +142,13 @@ def _parse_vector_bits(raw: str) -> str:
 
 
 def keep_pages(explicit: bool | None = None) -> bool:
-    """Whether a CPU model asks glibc to keep freed pages (see fastrun._memory)."""
+    """Whether a CPU model asks glibc to keep freed pages (see fastrun.devices.cpu.memory)."""
     return setting(explicit, "FASTRUN_KEEP_PAGES", True, _parse_switch)
 
 
 def share_cores(explicit: bool | None = None) -> bool:
     """Whether a CPU model's run leaves the cores other processes use to them
-    (fastrun.devices.cpu_share)."""
+    (fastrun.devices.cpu.share)."""
     return setting(explicit, "FASTRUN_SHARE_CORES", True, _parse_switch)
 
 

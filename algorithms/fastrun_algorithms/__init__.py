@@ -1,15 +1,16 @@
 """fastrun's compute library: operators and algorithms registered into fastrun as a plugin.
 
 Thread-pool settings that keep numba's and OpenBLAS's threads from slowing each other down are
-made by ``fastrun`` itself (``fastrun/_threads.py``), before numpy is loaded.
+made by ``fastrun`` itself (``fastrun/devices/cpu/threads.py``), before numpy is loaded.
 """
 
 
 def register(registry) -> None:
     """Entry point of the ``fastrun.plugins`` group: add every operator and algorithm.
 
-    numba's vector width is set first (``fastrun.vectors``), before any kernel compiles."""
-    from fastrun import vectors
+    numba's vector width is set first (``fastrun.devices.cpu.vectors``), before any kernel
+    compiles."""
+    from fastrun.devices.cpu import vectors
 
     vectors.configure_numba()
     from fastrun_algorithms import (

@@ -144,12 +144,12 @@ def vector_registers() -> tuple[int, int]:
     """(vector registers, float32 lanes in each) of the code numba compiles here.
 
     The features are numba's (``NUMBA_CPU_FEATURES`` if the user set it, else the host's);
-    on AVX-512 the width is the one :mod:`fastrun.vectors` has numba use, which depends only
-    on the environment and the processor, so a kernel module imported before the library
-    registers gets the same answer as one imported after."""
+    on AVX-512 the width is the one :mod:`fastrun.devices.cpu.vectors` has numba use, which
+    depends only on the environment and the processor, so a kernel module imported before the
+    library registers gets the same answer as one imported after."""
     from numba.core import config as numba_config
 
-    from fastrun import vectors
+    from fastrun.devices.cpu import vectors
 
     features = numba_config.CPU_FEATURES
     if not features:

@@ -126,6 +126,10 @@ class Device:
         """Called when a session starts on this device: set up what its timings assume (the
         CPU sets numba's thread count).  Nothing by default."""
 
+    def model_loaded(self) -> None:
+        """Called when a model is loaded to run on this device: set up what its steady
+        inferences assume (the CPU keeps freed pages mapped).  Nothing by default."""
+
     @classmethod
     def open(cls, options: str) -> Device:
         """The device a spec selects: ``options`` is the text after 'KIND:' ('' for 'KIND')."""

@@ -29,7 +29,7 @@ from typing import Any
 
 import numpy as np
 
-from fastrun import _memory, config
+from fastrun import config
 from fastrun.api import Session
 from fastrun.cache import InMemoryCache
 from fastrun.core import limits
@@ -112,8 +112,7 @@ class Model:
         self.device = session.device
         #: True on a device with its own memory: tensors live there from input to output
         self.on_device = not session.device.host_memory
-        if not self.on_device and config.keep_pages():
-            _memory.keep_freed_pages()
+        self.device.model_loaded()
         #: device copies of the constants steps read, by id of their Value (uploaded once)
         self._uploaded: dict[int, Any] = {}
         self.inputs = _input_values(graph, dict(input_shapes or {}), batch)

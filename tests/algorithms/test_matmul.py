@@ -564,7 +564,7 @@ def test_blas_split_says_why_without_numpys_openblas(monkeypatch, tmp_path) -> N
     import _ctypes
     import shutil
 
-    from fastrun import openblas
+    from fastrun.devices.cpu import openblas
     from fastrun_algorithms.matmul import blas_split
 
     def look_in(folder: Path) -> None:

@@ -12,7 +12,7 @@ import numba
 import pytest
 
 from fastrun.devices.cpu import CPUDevice
-from fastrun.devices.cpu_share import IdleCores, threads_to_use
+from fastrun.devices.cpu.share import IdleCores, threads_to_use
 
 STAT = """cpu  {total} 0 0 0 0 0 0 0 0 0
 cpu0 {c0} 0 0 {i0} 0 0 0 0 0 0

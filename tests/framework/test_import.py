@@ -104,7 +104,8 @@ def test_numpy_imported_first_still_gets_one_blas_thread_unless_the_user_chose()
 def _huge_page_advice(numpy_first: bool, **given: str) -> list:
     """[the variable, numpy's advice after import, after the first CPU device]."""
     return _json_after_import(
-        "import numpy; from fastrun import _memory; before = _memory.huge_page_advice(); "
+        "import numpy; from fastrun.devices.cpu import memory as _memory; "
+        "before = _memory.huge_page_advice(); "
         "from fastrun.devices.cpu import CPUDevice; CPUDevice(1); "
         "print(json.dumps([os.environ.get('NUMPY_MADVISE_HUGEPAGE'), before, "
         "_memory.huge_page_advice()]))", ("NUMPY_MADVISE_HUGEPAGE",), numpy_first, **given)
@@ -122,7 +123,7 @@ def test_the_first_cpu_device_turns_numpys_huge_page_advice_off_unless_the_user_
 
 _FAULTS_OF_REUSE = """
 import json, resource, numpy, fastrun
-from fastrun import _memory
+from fastrun.devices.cpu import memory as _memory
 {setup}
 def faults_of_one_block():
     before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
@@ -171,10 +172,11 @@ def _layer_after_a_parallel_kernel(activate_first: bool = False, **given: str
 
 
 def test_numba_runs_on_the_threading_layer_the_category_names():
-    """OpenMP by default (its regions cost less, see fastrun/_threads.py); TBB, where the user
-    asks for it, found where pip put it without any loader path set; a layer the user chose is
-    kept and named.  A session starts numba's pool before it reads the category: the layer
-    is decided first even then (it once ran OpenMP under a category that named TBB)."""
+    """OpenMP by default (its regions cost less, see fastrun/devices/cpu/threads.py); TBB,
+    where the user asks for it, found where pip put it without any loader path set; a layer
+    the user chose is kept and named.  A session starts numba's pool before it reads the
+    category: the layer is decided first even then (it once ran OpenMP under a category that
+    named TBB)."""
     assert _layer_after_a_parallel_kernel() == ("layer=omp", "omp")
     assert _layer_after_a_parallel_kernel(activate_first=True) == ("layer=omp", "omp")
     assert _layer_after_a_parallel_kernel(True, NUMBA_THREADING_LAYER="tbb") == ("layer=tbb",

@@ -8,9 +8,8 @@ import sys
 
 import pytest
 
-from fastrun import vectors
-from fastrun.devices.cpu import CPUDevice
-from fastrun.vectors import cpu_model_and_flags
+from fastrun.devices.cpu import CPUDevice, vectors
+from fastrun.devices.cpu.vectors import cpu_model_and_flags
 
 AVX512 = "avx512f" in cpu_model_and_flags()[1]
 

@@ -14,7 +14,7 @@ the left one, so a block (k0:k1, p0:p1) of the output is ``W[k0:k1] @ X[n][:, p0
 strides C, H*W and H*W: pointers into the operands, no copies.  Blocks are small enough to give
 every thread several (:func:`plan`), and workers take them one at a time from a shared counter
 (``_common.next_task``), so a worker that falls behind holds nothing up.  The gemm is the one
-``blas_split`` calls (numpy's OpenBLAS, on the calling thread: ``fastrun/_threads.py``).
+``blas_split`` calls (numpy's OpenBLAS, on the calling thread: ``fastrun/devices/cpu/threads.py``).
 
 REPRODUCIBLE: each output value is summed over C by one gemm call, whichever worker makes it,
 and the blocks depend only on the problem and the thread count, which is part of the CPU

@@ -1,6 +1,7 @@
 """matmul as one single-threaded OpenBLAS call per block of the output, on numba's workers.
 
-Why it exists.  fastrun keeps OpenBLAS on the calling thread (``fastrun/_threads.py``): two
+Why it exists.  fastrun keeps OpenBLAS on the calling thread
+(``fastrun/devices/cpu/threads.py``): two
 thread pools that both stay awake between calls fight over the cores, and numba's pool is the
 one the kernels need awake.  ``blas`` then runs a product on one core.  This algorithm gives
 the products that pay for more threads both: numba's (already spinning) workers each make one
@@ -31,9 +32,9 @@ import numba
 import numpy as np
 from numba import prange
 
-from fastrun import openblas
 from fastrun.algorithm import Algorithm, RunContext
 from fastrun.attribute import AlgoAttribute
+from fastrun.devices.cpu import openblas
 from fastrun.operator import Problem
 from fastrun_algorithms.matmul import heuristic
 from fastrun_algorithms.matmul._batch import layout_of, materialised_bytes, operand_3d

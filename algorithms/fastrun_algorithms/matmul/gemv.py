@@ -2,7 +2,7 @@
 
 Why it exists.  A CNN ends in a fully connected layer, a (1, K) @ (K, N) product whose cost is
 reading B once: 5 MB for MobileNetV2's (1280, 1000).  OpenBLAS runs it on the calling thread
-(``fastrun/_threads.py``), ``blas_split`` splits the output's rows (there is one), and
+(``fastrun/devices/cpu/threads.py``), ``blas_split`` splits the output's rows (there is one), and
 ``register_tiled`` wastes seven of its eight tile rows; on the 16-core host that layer took
 200-250 us of MobileNetV2's 3.8-4.4 ms, one core streaming B from memory while fifteen waited.
 

@@ -13,7 +13,7 @@ The order, best first:
    for its parallel region, and numpy runs a batch against one shared matrix well.
 2. ``blas_split`` when numba has more than one thread and the product has at least
    ``SPLIT_MIN_MACS`` multiply-adds: OpenBLAS runs on one thread
-   (``fastrun/_threads.py``), and this spreads its calls over numba's workers.
+   (``fastrun/devices/cpu/threads.py``), and this spreads its calls over numba's workers.
 3. ``blas``: OpenBLAS beats or ties the numba kernels everywhere else measured here.
    Even for tiny products numpy's call (~1.0 us for 1 x 1 to 16 x 16) is cheaper than
    the naive kernel's run() (~1.8 us, mostly dispatch), so there is no tiny-problem
@@ -59,7 +59,7 @@ TILED_MAX_K = 1024
 #: OpenBLAS's 95 us: waking the second thread is not paid back).
 TILED_MIN_MACS = 1 << 21
 
-#: ``blas_split`` goes before ``blas`` (one thread, fastrun/_threads.py) from this many
+#: ``blas_split`` goes before ``blas`` (one thread, fastrun/devices/cpu/threads.py) from this many
 #: multiply-adds on, when numba has more than one thread: a 1 x 512 @ 512 x 1000 product (2^19)
 #: took 21 us split over two workers against 33 us on one.
 SPLIT_MIN_MACS = 1 << 19

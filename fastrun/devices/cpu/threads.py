@@ -13,7 +13,7 @@ OpenMP's weakness is its barrier: a region ends when every worker has reached it
 whose core another process holds delays every region by a scheduler slice (resnet18 at 2
 threads beside a busy loop pinned to one core: 53 ms, where TBB, whose idle workers take the
 remaining tasks, ran 16 ms).  A model run avoids that by using only the cores other processes
-leave idle (``fastrun.devices.cpu_share``), so the barrier waits for no descheduled worker.
+leave idle (``fastrun.devices.cpu.share``), so the barrier waits for no descheduled worker.
 :func:`threading_layer` picks the layer (a ``NUMBA_THREADING_LAYER`` the user set wins), before
 numba starts its pool, and the layer is part of the CPU device's category.
 
@@ -58,7 +58,7 @@ import importlib
 import os
 import sys
 
-from fastrun import openblas
+from fastrun.devices.cpu import openblas
 
 #: variable -> (default, other variables whose presence means the user already decided)
 DEFAULTS = {

@@ -3,6 +3,13 @@
 Its category names everything that changes a CPU kernel's time: the processor and its
 instruction set level, the thread count, numpy and its BLAS (with its threads), numba, the
 vector width numba compiles for and numba's threading layer.
+
+The package holds everything the CPU device sets up for the process: the thread pools'
+defaults (``threads``), the vector width (``vectors``), numpy's OpenBLAS (``openblas``), the
+memory settings (``memory``) and the cores other processes leave idle (``share``).
+
+What it may import: the device protocol, the base modules (``config``, ``category``), numpy,
+and numba and llvmlite inside functions (``import fastrun`` stays light).
 """
 
 from __future__ import annotations
@@ -17,12 +24,12 @@ from importlib.metadata import PackageNotFoundError, version
 import numpy as np
 
 from fastrun import config
-from fastrun._memory import turn_off_huge_page_advice
-from fastrun._threads import blas_threads, configure_threads, threading_layer
 from fastrun.category import DEVICE, device_text
 from fastrun.devices import Device
-from fastrun.devices.cpu_share import IdleCores, threads_to_use
-from fastrun.vectors import cpu_model_and_flags
+from fastrun.devices.cpu.memory import keep_freed_pages, turn_off_huge_page_advice
+from fastrun.devices.cpu.share import IdleCores, threads_to_use
+from fastrun.devices.cpu.threads import blas_threads, configure_threads, threading_layer
+from fastrun.devices.cpu.vectors import cpu_model_and_flags
 
 
 def _package_version(name: str) -> str:
@@ -85,14 +92,14 @@ class CPUDevice(Device):
         # TBB's library is not on the loader's path (OpenMP), while the category named TBB.
         threading_layer()
         self.threads = config.num_threads(threads)
-        #: the cores other processes keep busy (fastrun.devices.cpu_share), made on first use
+        #: the cores other processes keep busy (fastrun.devices.cpu.share), made on first use
         self._idle: IdleCores | None = None
         #: the thread count the last model run used (see sharing)
         self.shared_threads = self.threads
 
     @property
     def category(self) -> str:
-        from fastrun import vectors
+        from fastrun.devices.cpu import vectors
 
         return _cpu_category(self.threads, vectors.category_fact())
 
@@ -102,10 +109,16 @@ class CPUDevice(Device):
 
         numba.set_num_threads(min(self.threads, numba.config.NUMBA_NUM_THREADS))
 
+    def model_loaded(self) -> None:
+        """Keep freed pages mapped for the next inference (``FASTRUN_KEEP_PAGES``, default
+        on; :mod:`fastrun.devices.cpu.memory`)."""
+        if config.keep_pages():
+            keep_freed_pages()
+
     @contextlib.contextmanager
     def sharing(self) -> Iterator[None]:
         """Around a model run: use no more threads than the cores other processes leave idle
-        (``FASTRUN_SHARE_CORES``, default on; :mod:`fastrun.devices.cpu_share`), so that no
+        (``FASTRUN_SHARE_CORES``, default on; :mod:`fastrun.devices.cpu.share`), so that no
         parallel region waits for workers that have no core; the category's count again
         after, so that a search in between times at it."""
         wanted = self._threads_to_share()

@@ -2,7 +2,8 @@
 
 numpy's wheels ship OpenBLAS as ``scipy-openblas`` with prefixed, 64-bit-integer symbols
 (``scipy_cblas_sgemm64_``, ``scipy_openblas_get_num_threads64_``).  fastrun needs it twice:
-the CPU device's category records how many threads OpenBLAS really has (``fastrun/_threads.py``
+the CPU device's category records how many threads OpenBLAS really has
+(``fastrun/devices/cpu/threads.py``
 asks for one, but a program that imported numpy first started OpenBLAS before fastrun could
 ask), and ``blas_split`` calls its gemm from numba's workers.  Nothing here imports numpy
 before the caller has: the library is looked up next to an already imported numpy.
