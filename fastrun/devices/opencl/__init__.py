@@ -251,6 +251,8 @@ class OpenCLDevice(Device):
         #: the build helpers while :meth:`parallel_builds` is open (None: build here alone)
         self._helpers: Any = None
         self._parallel_depth = 0
+        #: opens a timed call's gate left shut too long (see :meth:`measure`)
+        self._gate_watch = _GateWatch()
 
     @property
     def spec(self) -> str:
@@ -585,7 +587,7 @@ class OpenCLDevice(Device):
             host_start = time.perf_counter_ns()
             cl.enqueue_marker(self.queue, wait_for=[gate.event])
             first = cl.enqueue_marker(self.queue)
-            gate.arm()
+            self._gate_watch.watch(gate)
             value = function()
             last = cl.enqueue_marker(self.queue)
             if not gate.open():
@@ -593,6 +595,7 @@ class OpenCLDevice(Device):
             last.wait()
             host_ns = time.perf_counter_ns() - host_start
         finally:
+            self._gate_watch.done(gate)
             gate.open()  # also after a call that raised mid-way
             self._timing_queue.finish()
             self.queue = self._run_queue
@@ -619,28 +622,61 @@ GATE_TIMEOUT_S = 0.05
 
 
 class _Gate:
-    """A user event that holds a queue shut, opened by :meth:`open` or, past
-    :data:`GATE_TIMEOUT_S` after :meth:`arm`, by a timer thread."""
+    """A user event that holds a queue shut until :meth:`open` (by the timed call's end, or
+    by :class:`_GateWatch` past :data:`GATE_TIMEOUT_S`)."""
 
     def __init__(self, cl: Any, context: Any):
         self._cl = cl
         self.event = cl.UserEvent(context)
         self._lock = threading.Lock()
         self._opened = False
-        self._timer: threading.Timer | None = None
-
-    def arm(self) -> None:
-        self._timer = threading.Timer(GATE_TIMEOUT_S, self.open)
-        self._timer.daemon = True
-        self._timer.start()
 
     def open(self) -> bool:
-        """Open the queue; True if this call opened it (not the timer, nor an earlier call)."""
+        """Open the queue; True if this call opened it (not the watch, nor an earlier call)."""
         with self._lock:
             if self._opened:
                 return False
             self._opened = True
-        if self._timer is not None:
-            self._timer.cancel()
         self.event.set_status(self._cl.command_execution_status.COMPLETE)
         return True
+
+
+class _GateWatch:
+    """One daemon thread per device that opens the gate of a timed call still enqueueing
+    :data:`GATE_TIMEOUT_S` after it began.  Why one thread, kept: a ``threading.Timer`` per
+    timed call made an empty timed call cost 330 us of host time on the 2-core VM instead of
+    about 120, more than many a kernel it timed, and every repeat of a search paid it.
+    :meth:`OpenCLDevice.measure` times one call at a time, so one gate is watched at a time."""
+
+    def __init__(self):
+        self._condition = threading.Condition()
+        self._gate: _Gate | None = None
+        self._deadline = 0.0
+        self._thread: threading.Thread | None = None
+
+    def watch(self, gate: _Gate) -> None:
+        with self._condition:
+            self._gate, self._deadline = gate, time.monotonic() + GATE_TIMEOUT_S
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._run, name="fastrun-opencl-gate",
+                                                daemon=True)
+                self._thread.start()
+            self._condition.notify()
+
+    def done(self, gate: _Gate) -> None:
+        with self._condition:
+            if self._gate is gate:
+                self._gate = None
+
+    def _run(self) -> None:
+        with self._condition:
+            while True:
+                if self._gate is None:
+                    self._condition.wait()
+                    continue
+                remaining = self._deadline - time.monotonic()
+                if remaining > 0:
+                    self._condition.wait(remaining)
+                    continue
+                gate, self._gate = self._gate, None
+                gate.open()
