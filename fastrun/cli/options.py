@@ -49,6 +49,15 @@ def parse_budget(text: str) -> float:
     return value
 
 
+def add_search_limits(parser: argparse.ArgumentParser) -> None:
+    """What a search may spend: timed repeats per candidate, and workspace (every command that
+    searches: load_and_run's and profile's strategy flags, and tune)."""
+    parser.add_argument("--budget", type=parse_budget, default=None, metavar="SECONDS",
+                        help="timed repeats per candidate (default 0.2 s, FASTRUN_PROFILE_SECONDS)")
+    parser.add_argument("--workspace-limit", type=parse_size, default=None,
+                        metavar="SIZE", help="workspace limit, e.g. 64MiB (default: unlimited)")
+
+
 def add_strategy_arguments(parser: argparse.ArgumentParser) -> None:
     """The search flags, with MegEngine's load_and_run meaning."""
     search = parser.add_mutually_exclusive_group()
@@ -58,14 +67,11 @@ def add_strategy_arguments(parser: argparse.ArgumentParser) -> None:
                         help="profile every usable algorithm, NAIVE included, on a cache miss")
     parser.add_argument("--reproducible", action="store_true",
                         help="choose only REPRODUCIBLE algorithms")
-    parser.add_argument("--workspace-limit", type=parse_size, default=None,
-                        metavar="SIZE", help="workspace limit, e.g. 64MiB (default: unlimited)")
     parser.add_argument("--algo-policy", "--fast-run-algo-policy", dest="algo_policy",
                         metavar="FILE",
                         help="cache file; alone: read it and use heuristics for misses; with "
                              "--fast-run/--full-run: search what is missing, saving as it goes")
-    parser.add_argument("--budget", type=parse_budget, default=None, metavar="SECONDS",
-                        help="timed repeats per candidate (default 0.2 s, FASTRUN_PROFILE_SECONDS)")
+    add_search_limits(parser)
     parser.add_argument("--nearest", type=parse_distance, default=None, metavar="DISTANCE",
                         help="without a search, serve a problem the cache lacks from the "
                              "nearest measured one within this shape distance (default 1.0, "

@@ -10,7 +10,7 @@ import os
 import sys
 
 from fastrun.cli import unsaved
-from fastrun.cli.options import parse_budget, parse_size
+from fastrun.cli.options import add_search_limits
 
 
 def add_parser(commands) -> None:
@@ -49,10 +49,7 @@ def add_parser(commands) -> None:
     tune.add_argument("--timeout", type=float, default=None, metavar="SECONDS",
                       help="a job running longer on a worker is handed to another (default: "
                            "no limit)")
-    tune.add_argument("--budget", type=parse_budget, default=None, metavar="SECONDS",
-                      help="timed repeats per candidate (default 0.2 s, FASTRUN_PROFILE_SECONDS)")
-    tune.add_argument("--workspace-limit", type=parse_size, default=None, metavar="SIZE",
-                      help="workspace limit, e.g. 64MiB (default: unlimited)")
+    add_search_limits(tune)
     tune.add_argument("--times", metavar="FILE",
                       help="the search-times log read for ordering and appended to (default: "
                            "CACHE.times.jsonl)")
