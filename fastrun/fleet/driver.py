@@ -25,7 +25,7 @@ from fastrun.category import explain
 from fastrun.fleet.engines import EngineError
 from fastrun.fleet.jobs import Ident, TuneJob, append_time
 from fastrun.fleet.scheduler import Scheduler, split
-from fastrun.fleet.worker import CLOSE_CALL
+from fastrun.fleet.worker import close_call
 
 
 class TuneError(RuntimeError):
@@ -356,9 +356,8 @@ def _close_call(job: TuneJob, parts: list[tuple[dict[str, Any], str]]) -> bool:
     for a whole problem; for one searched in parts, each part's full ranking is here."""
     if job.parts == 1:
         return bool(parts[0][0].get("close_call"))
-    times = sorted(raw[2] for result, _ in parts for c, k, raws in result.get("entries", ())
-                   if (c, k) == job.ident for raw in raws)
-    return len(times) >= 2 and times[1] <= CLOSE_CALL * times[0]
+    return close_call([raw[2] for result, _ in parts for c, k, raws in result.get("entries", ())
+                       if (c, k) == job.ident for raw in raws])
 
 
 def _wait_for(running: dict[str, tuple[TuneJob, float]], timeout_s: float | None,

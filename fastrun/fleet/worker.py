@@ -33,6 +33,12 @@ NOT_FORWARDED = ("FASTRUN_CACHE", "FASTRUN_RECORD")
 CLOSE_CALL = 1.1
 
 
+def close_call(times_s: list[float]) -> bool:
+    """Whether a problem's ranking (its candidates' medians) is a close call."""
+    ranked = sorted(times_s)
+    return len(ranked) >= 2 and ranked[1] <= CLOSE_CALL * ranked[0]
+
+
 @dataclass(frozen=True)
 class WorkerSettings:
     device: str = "cpu"
@@ -129,8 +135,7 @@ class Worker:
                     raise RuntimeError(f"no candidate of this part could be timed ({reasons})")
                 mine = [[category, problem.key, [entry_to_raw(e) for e in result.entries]]]
             else:
-                ranked = sorted(session.decide(problem).entries, key=lambda e: e.time_s)
-                close = len(ranked) >= 2 and ranked[1].time_s <= CLOSE_CALL * ranked[0].time_s
+                close = close_call([e.time_s for e in session.decide(problem).entries])
                 mine = []
             produced = mine + [[c, k, [entry_to_raw(e) for e in entries]]
                                for c, k, entries in cache if (c, k) not in given]
