@@ -173,9 +173,9 @@ def tile_columns(wanted: int) -> int:
     Why: the tile's accumulators, its input vectors and eight broadcast weights must all stay
     in registers.  Sixteen columns on AVX2 are 16 accumulators in 16 registers, and LLVM
     spilled the tile to the stack on every multiply-add: ``implicit_gemm`` ran ResNet's layers
-    at 30 GFLOP/s on one core of an AVX2 EPYC, and at 61-75 GFLOP/s with 8 columns
-    (``benchmarks/probe_conv_kernels.py``).  On AVX-512 with 512-bit vectors every width the
-    kernels want fits, and is kept."""
+    at 12-26 GFLOP/s on one core of an AVX2 EPYC, and at 33-38 GFLOP/s with 8 columns
+    (``benchmarks/probe_conv_kernels.py``, docs/performance.md).  On AVX-512 with 512-bit
+    vectors every width the kernels want fits, and is kept."""
     registers, lanes = vector_registers()
     return min(wanted, lanes * (registers // 16))
 

@@ -113,12 +113,13 @@ Categories = dict[str, dict[str, list[Entry]]]
 
 #: A measurement is unstable when the middle half of its repeats (the interquartile range)
 #: spans more than this share of its median.  On a quiet machine the spread is a few percent
-#: of the median; on a loaded 2-core machine a conv measured 6.33 ms with a spread of 9.73 ms,
-#: and a candidate ten times faster there ranked last.
+#: of the median; issue 36 reported a conv on a loaded 2-core machine cached at 6.33 ms with
+#: a spread of 9.73 ms, while a candidate ten times faster there ranked last.
 UNSTABLE_SPREAD = 0.5
-#: ... and more than this many seconds.  A microsecond-scale step (a softmax of 1000 values)
-#: spreads over half its median from timer and interpreter jitter alone, on every machine;
-#: flagged, it would be searched again by every fast-run load, for no gain a model could see.
+#: ... and more than this many seconds.  A microsecond-scale step spreads over half its
+#: median from timer and interpreter jitter alone (a softmax of 1000 values did, in the test
+#: suite on the 2-core VM); flagged, it would be searched again by every fast-run load, for no
+#: gain a model could see.
 UNSTABLE_FLOOR_S = 20e-6
 
 
