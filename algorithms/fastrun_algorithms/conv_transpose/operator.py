@@ -232,7 +232,10 @@ def spread_taps(geo: Geometry, x: np.ndarray, w: np.ndarray,
     rows ``ih * sh + r * dh`` and columns ``iw * sw + s * dw``, then cropped."""
     x, w = as_2d(geo, x, w)
     per_in, per_out = geo.channels // geo.group, geo.out_channels // geo.group
-    full = np.zeros((geo.batch, geo.out_channels, geo.full_h, geo.full_w), x.dtype)
+    full = np.empty((geo.batch, geo.out_channels, geo.full_h, geo.full_w), x.dtype)
+    # The bias starts every sum.  Added to the cropped result instead, numpy's broadcasting
+    # ``+=`` would buffer up to 8192 of its elements: an allocation the workspace misses.
+    np.copyto(full, 0 if bias is None else bias.reshape(1, -1, 1, 1))
     for g in range(geo.group):
         xs = x[:, g * per_in:(g + 1) * per_in].reshape(geo.batch, per_in, -1)
         for r in range(geo.kh):
@@ -246,7 +249,4 @@ def spread_taps(geo: Geometry, x: np.ndarray, w: np.ndarray,
                     geo.batch, per_out, geo.height, geo.width)
     top, left = geo.before_h + geo.top, geo.before_w + geo.left
     out = full[:, :, top:top + geo.out_h, left:left + geo.out_w]
-    out = np.ascontiguousarray(out)
-    if bias is not None:
-        out += bias.reshape(1, -1, 1, 1)
-    return out
+    return np.ascontiguousarray(out)
