@@ -426,6 +426,7 @@ def _summary(args: argparse.Namespace, model, session, load_seconds: float,
         "search_seconds": stats.search_seconds,
         "search_wall_seconds": search_wall,
         "profiled": stats.profiled,
+        "remeasured": stats.remeasured,
         "cache_hits": stats.cache_hits,
         "nearest": stats.nearest,
         "heuristic": stats.heuristic,
@@ -465,7 +466,9 @@ def _print_summary(args: argparse.Namespace, model, session, summary: dict[str, 
               "float16 inputs are converted, float16 outputs cast back")
     print(f"strategy   {summary['strategy']}"
           + (f", cache {args.algo_policy}" if args.algo_policy else ""))
-    print(f"search     {search_wall:.2f} s: {stats.profiled} problem(s) profiled, "
+    print(f"search     {search_wall:.2f} s: {stats.profiled} problem(s) profiled"
+          + (f" ({stats.remeasured} low-confidence cached pick(s) measured again)"
+             if stats.remeasured else "") + ", "
           f"{stats.cache_hits} cache hit(s), "
           + (f"{stats.nearest} from the nearest measured problem, " if stats.nearest else "")
           + f"{stats.heuristic} heuristic, {stats.single} with a single algorithm")

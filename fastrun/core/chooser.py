@@ -148,6 +148,8 @@ class SearchStats:
     nearest: int = 0
     #: problems with exactly one eligible algorithm: nothing to look up or time
     single: int = 0
+    #: of ``profiled``, problems whose cached pick was low-confidence: measured again
+    remeasured: int = 0
     search_seconds: float = 0.0
 
 
@@ -481,6 +483,7 @@ class AlgoChooser:
         if self.options.strategy.profiles and low_confidence(entries) is not None:
             log.info("the cached pick for %s was timed unstably (low-confidence); measuring "
                      "it again", problem)
+            self.stats.remeasured += 1
             return None
         picked = self._pick(problem, entries, candidates, excluded, Source.CACHE)
         if picked is None:

@@ -15,7 +15,7 @@ import time
 import pytest
 
 import fastrun
-from fastrun.cache import FileCache, InMemoryCache
+from fastrun.cache import FileCache, InMemoryCache, low_confidence
 from fastrun.fleet.driver import check_worker, run_tune
 from fastrun.fleet.engines import LocalEngine
 from fastrun.fleet.jobs import read_times
@@ -62,11 +62,13 @@ def test_a_local_tune_fills_the_cache_that_a_model_run_then_hits(tmp_path):
     session = fastrun.Session(device=DEVICE, cache=FileCache(cache_path), strategy="fast-run",
                               progress=False)
     load(SMALL, session).search()
-    assert session.stats.profiled == 0 and session.stats.cache_hits > 0
-    # a second tune finds everything done
+    assert session.stats.profiled == session.stats.remeasured and session.stats.cache_hits > 0
+    # a second tune finds everything done, but what a loaded machine timed unstably
+    shaky = sum(1 for ident in _idents(jobs)
+                if low_confidence(FileCache(cache_path).get(*ident) or ()) is not None)
     again = tune(collect([SMALL], device=DEVICE), cache_path, device=DEVICE, workers=1,
                  budget_s=BUDGET, stream=None)
-    assert again.tuned == 0 and again.skipped == len(jobs)
+    assert again.tuned == shaky and again.skipped == len(jobs) - shaky
 
 
 class _KillingEngine(LocalEngine):

@@ -41,7 +41,8 @@ def test_search_then_cached_run(tmp_path, cnn, capsys):
     assert first["profiled"] > 0 and first["cache_hits"] == 0
     assert first["iter_ms_median"] > 0 and first["iterations"] == 2
     second = summary(tmp_path, cnn, "--fast-run", "--algo-policy", cache, *FAST)
-    assert second["profiled"] == 0 and second["cache_hits"] > 0
+    # only a pick a loaded machine timed unstably (low-confidence) is measured again
+    assert second["profiled"] == second["remeasured"] and second["cache_hits"] > 0
     cache_only = summary(tmp_path, cnn, "--algo-policy", cache, *FAST)
     assert cache_only["profiled"] == 0 and cache_only["heuristic"] == 0
     text = capsys.readouterr().out
@@ -381,7 +382,7 @@ def test_no_save_reads_the_cache_and_never_writes_it(tmp_path, cnn, capsys):
     assert result["profiled"] > 0 and cache.read_bytes() == before  # batch 2: new problems
     again = summary(tmp_path, cnn, "--fast-run", "--algo-policy", str(cache), "--no-save",
                     *FAST)
-    assert again["profiled"] == 0 and again["cache_hits"] > 0
+    assert again["profiled"] == again["remeasured"] and again["cache_hits"] > 0
     assert not os.path.exists(f"{cache}.lock") and cache.read_bytes() == before
     missing = tmp_path / "none.bin"
     assert main([cnn, "--fast-run", "--algo-policy", str(missing), "--no-save", *FAST]) == 0
