@@ -33,6 +33,8 @@ from benchmarks._common import (
     empty_region_us,
     fastrun_search,
     header,
+    model_label,
+    model_spec,
     ort_steady_loop,
     run_worker,
     steady_loop,
@@ -50,7 +52,7 @@ def worker_trace(args: argparse.Namespace) -> dict:
 
     session = fastrun.session(cache=args.cache, strategy="heuristic",
                               device=f"cpu:{args.threads}", progress=False)
-    model = load(f"zoo:{args.model}", session, batch=args.batch, weight_preprocess=True)
+    model = load(model_spec(args.model), session, batch=args.batch, weight_preprocess=True)
     feeds = model.random_inputs(seed=1)
     model.search()
     plain = steady_loop(lambda: model.run(feeds), args.iters, args.warmup)
@@ -89,11 +91,11 @@ def _empty_region(threads: int) -> dict:
 
 
 def worker_search(args: argparse.Namespace) -> dict:
-    return fastrun_search(f"zoo:{args.model}", args.batch, args.threads, args.cache)
+    return fastrun_search(model_spec(args.model), args.batch, args.threads, args.cache)
 
 
 def worker_ort(args: argparse.Namespace) -> dict:
-    return ort_steady_loop(f"zoo:{args.model}", args.batch, args.threads, args.iters,
+    return ort_steady_loop(model_spec(args.model), args.batch, args.threads, args.iters,
                            args.warmup)
 
 
@@ -154,12 +156,13 @@ def main() -> None:
         os.makedirs(directory, exist_ok=True)
         for model in args.models.split(","):
             # bench_scaling's name for the same search: the two can share a --cache-dir
-            cache = os.path.join(directory, f"{model}-b{args.batch}-t{args.threads}-fastrun.bin")
+            name = f"{model_label(model)}-b{args.batch}-t{args.threads}-fastrun.bin"
+            cache = os.path.join(directory, name)
             if not os.path.exists(cache):
                 _spawn("search", model, args, cache)
             result = _spawn("trace", model, args, cache)
             ort = _spawn("ort", model, args, cache)
-            _report(model, result, ort, args.top)
+            _report(model_label(model), result, ort, args.top)
 
 
 if __name__ == "__main__":
