@@ -361,8 +361,8 @@ def test_a_search_into_a_log_file_says_how_far_it_is(tmp_path, cnn, flag):
                               stderr=stderr, text=True, timeout=300, env=env)
     assert done.returncode == 0
     lines = log_file.read_text().splitlines()
-    if flag:
-        assert lines == []
+    if flag:  # no progress line (a warning, such as a busy machine's unstable timing, may be)
+        assert not [line for line in lines if not line.startswith("WARNING")]
     else:
         assert any("problem(s) decided" in line and "left; now" in line for line in lines)
         assert lines[-1].split(": ")[1].startswith("done in")
