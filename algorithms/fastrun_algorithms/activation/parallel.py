@@ -12,11 +12,11 @@ bandwidth.  On (8, 64, 112, 112) float32 (24.5 MiB)
 leaky_relu took 0.45x (numpy needs two passes for it) and relu and clip about the same as
 numpy's single SIMD pass (see ``operator.PARALLEL_MIN_BYTES`` for the sizes in between).
 
-sigmoid and tanh: without Intel's SVML numba calls the scalar libm exp and tanh per element,
-about 5x slower per thread than numpy's SIMD loops.  So sigmoid wins only with many threads:
-0.31-0.35x numpy's time on the 16-core host (4 and 24.5 MiB), but 2.5x slower on the 2-core VM
-(18.6 ms against 7.6 ms); the heuristic puts it first only from
-:data:`~fastrun_algorithms.activation.operator.COMPUTE_BOUND_MIN_THREADS` threads on.  tanh
+sigmoid: in float32 through :func:`fastrun_algorithms._fastmath.sigmoid`, multiply-adds
+LLVM vectorises; in float64 through libm's scalar exp, about 5x slower per thread than numpy's
+SIMD loop.  The heuristic puts it first only from
+:data:`~fastrun_algorithms.activation.operator.COMPUTE_BOUND_MIN_THREADS` threads on; a search
+measures both.  tanh: without Intel's SVML numba calls the scalar libm tanh per element; it
 lost everywhere (4.4-5.9x slower on 16 cores, 25x on 2), so it has no parallel algorithm.
 
 One kernel per operation, generic over the dtype: numba compiles it on the first call with a
@@ -37,6 +37,7 @@ from fastrun.algorithm import Algorithm, RunContext
 from fastrun.attribute import AlgoAttribute
 from fastrun.operator import Problem
 from fastrun_algorithms._common import CACHE, ParallelRanked
+from fastrun_algorithms._fastmath import sigmoid
 from fastrun_algorithms.activation.operator import ClipOperator, HardSigmoidOperator
 
 
@@ -66,10 +67,10 @@ def clip_kernel(x, out, low, high):
 
 @numba.njit(parallel=True, cache=CACHE)
 def sigmoid_kernel(x, out, one):
-    # ``one`` in the input dtype keeps float32 arithmetic in float32.  exp(-v) overflows to
-    # inf for very negative v, and one / inf is the right limit, 0.
+    # float32 through the vectorisable sigmoid (fastrun_algorithms._fastmath), float64
+    # through libm's exp; ``one`` is unused (the argument builder is reciprocal's too).
     for i in prange(x.size):
-        out[i] = one / (one + np.exp(-x[i]))
+        out[i] = sigmoid(x[i])
 
 
 @numba.njit(parallel=True, cache=CACHE)
