@@ -1,9 +1,10 @@
 """Serving unseen shapes from the nearest measured problem: what it is worth, end to end.
 
-A deployment searched its model at 224x224 pixels, batch 1 and batch 8.  Then it meets inputs
-nobody searched: other image sizes (160, 192, 256, 288) and batches (2, 4).  For each such
-setup this script runs, each in a process of its own and alternating for ``--pairs`` rounds,
-a steady loop of ``--iters`` inferences with
+A deployment searched its model at 224x224 pixels (``--base-sizes``: more sizes, such as
+128,224,320, give neighbours on both sides of the sizes run), batch 1 and batch 8.  Then it
+meets inputs nobody searched: other image sizes (160, 192, 256, 288) and batches (2, 4).  For
+each such setup this script runs, each in a process of its own and alternating for
+``--pairs`` rounds, a steady loop of ``--iters`` inferences with
 
 * **nearest L**: the deployment's cache, nothing searched; a missed problem takes the choice
   of its nearest measured problem within distance L (``--limits``; fastrun's default 1.0);
@@ -18,8 +19,8 @@ It prints each process's median and three ratios of medians: nearest / heuristic
 problems each nearest run served from a neighbour.
 
     python -m benchmarks.bench_nearest [--models resnet18,mobilenet_v2] [--threads N]
-        [--sizes 160,192,256,288] [--batches 2,4] [--limits 1.0,2.0] [--pairs 3] [--iters 20]
-        [--json FILE]
+        [--sizes 160,192,256,288] [--batches 2,4] [--base-sizes 224] [--limits 1.0,2.0]
+        [--pairs 3] [--iters 20] [--json FILE]
 """
 
 from __future__ import annotations
@@ -124,6 +125,9 @@ def main() -> None:
     parser.add_argument("--models", default="resnet18,mobilenet_v2")
     parser.add_argument("--sizes", default="160,192,256,288",
                         help="image sizes run at batch 1 (searched: 224)")
+    parser.add_argument("--base-sizes", default=str(BASE_SIZE),
+                        help="image sizes the deployment searched, at each base batch (default "
+                             "224; the batches run are run at 224)")
     parser.add_argument("--batches", default="2,4",
                         help="batches run at 224 pixels (searched: 1 and 8)")
     parser.add_argument("--threads", type=int, default=len(os.sched_getaffinity(0)))
@@ -150,9 +154,10 @@ def main() -> None:
 
     setups = ([(int(s), 1) for s in args.sizes.split(",") if s]
               + [(BASE_SIZE, int(b)) for b in args.batches.split(",") if b])
+    base_sizes = [int(s) for s in args.base_sizes.split(",") if s]
     print(header(f"nearest measured neighbour: {args.threads} threads, {args.pairs} "
-                 f"alternating rounds of {args.iters} inferences; searched at {BASE_SIZE} px, "
-                 f"batches {BASE_BATCHES}"))
+                 f"alternating rounds of {args.iters} inferences; searched at "
+                 f"{', '.join(map(str, base_sizes))} px, batches {BASE_BATCHES}"))
     print("| model | pixels | batch | limit | served by nearest | nearest ms | heuristic ms "
           "| fresh ms | onnxruntime ms | nearest/heuristic | nearest/fresh | fresh/ort "
           "| fresh search |")
@@ -163,9 +168,10 @@ def main() -> None:
         os.makedirs(cache_dir, exist_ok=True)
         for model in args.models.split(","):
             base = os.path.join(cache_dir, f"{model}-base.bin")
-            searches = [_spawn("search", model, BASE_SIZE, batch, args, base)
-                        for batch in BASE_BATCHES]
-            print(f"| {model} | {BASE_SIZE} | {', '.join(map(str, BASE_BATCHES))} | the "
+            searches = [_spawn("search", model, size, batch, args, base)
+                        for size in base_sizes for batch in BASE_BATCHES]
+            print(f"| {model} | {', '.join(map(str, base_sizes))} | "
+                  f"{', '.join(map(str, BASE_BATCHES))} | the "
                   f"deployment's search: {sum(s['search_s'] for s in searches):.1f} s, "
                   f"{sum(s['profiled'] for s in searches)} problems | | | | | | | | | |",
                   flush=True)

@@ -31,7 +31,13 @@ from fastrun.attribute import AlgoAttribute
 from fastrun.cache import Entry, PersistentCache, entry_order, low_confidence
 from fastrun.cache.problems import ProblemRecorder
 from fastrun.category import text as category_text
-from fastrun.core.nearest import NearestIndex, carried_entries
+from fastrun.core.nearest import (
+    NearestIndex,
+    Neighbour,
+    blended_entries,
+    bracket,
+    carried_entries,
+)
 from fastrun.core.profiler import Failure, Profiler, ProfileResult
 from fastrun.core.reasons import Exclusion, Source, Why, why_of
 from fastrun.core.strategy import ExecutionPolicy, SearchOptions
@@ -43,6 +49,10 @@ from fastrun.registry import Registry
 from fastrun.units import human_bytes
 
 log = logging.getLogger(__name__)
+
+#: (problem key, algorithm) of neighbours' picks refused as unusable, warned about once
+_REFUSED: set[tuple[str, str]] = set()
+_REFUSED_LOCK = threading.Lock()
 
 
 class NoUsableAlgorithmError(RuntimeError):
@@ -527,30 +537,69 @@ class AlgoChooser:
 
     def _from_nearest(self, problem: Problem, operator: Operator, category: str,
                       candidates: list[Algorithm], excluded: dict[str, str]) -> Decision | None:
-        """The choice of the nearest measured problem whose entries name an algorithm usable
-        here, under this strategy and limit (:mod:`fastrun.core.nearest`); None when there is
-        none within the limit."""
+        """The choice of the measured problems nearest to ``problem`` whose entries name an
+        algorithm usable here, under this strategy and limit (:mod:`fastrun.core.nearest`):
+        the rankings of two neighbours on either side of it blended, where the cache has such
+        a pair, else the nearest neighbour's; None when there is none within the limit."""
         by_name = {c.desc.text: c for c in candidates}
-        for neighbour in self.nearest.neighbours(category, problem, self.options.nearest,
-                                                 operator):
+        neighbours = self.nearest.neighbours(category, problem, self.options.nearest, operator)
+        carried: dict[str, list[Entry]] = {}
+        for neighbour in neighbours:
             entries = self.cache.get(category, neighbour.key)
-            if not entries:
-                continue
-            carried = carried_entries(entries, problem, neighbour.problem(problem),
-                                      operator.work, by_name)
-            picked = self._pick(problem, carried, candidates, excluded, Source.NEAREST,
-                                accept=_carried_children)
-            if picked is None:
-                continue
-            algorithm, policy = picked
-            # The neighbour's time measured another problem: carried here, it is an estimate.
-            policy = replace(policy, time_s=None, estimate_s=policy.time_s,
-                             neighbour=neighbour.key, distance=neighbour.distance)
-            log.info("%s: no measurement; served by %s, measured on its nearest neighbour %s "
-                     "(distance %.2f)", problem, algorithm.desc.text, neighbour.key,
-                     neighbour.distance)
-            return Decision(problem, algorithm, policy, category, [], [], excluded)
+            if entries:
+                carried[neighbour.key] = carried_entries(
+                    entries, problem, neighbour.problem(problem), operator.work, by_name)
+                self._refuse_unusable(problem, neighbour.key, carried[neighbour.key], excluded)
+        pair = bracket([n for n in neighbours if n.key in carried], problem, operator)
+        if pair is not None:
+            first, second = pair
+            blended = blended_entries(carried[first.key], first.distance,
+                                      carried[second.key], second.distance)
+            decision = self._nearest_decision(problem, category, blended, candidates, excluded,
+                                              first, second)
+            if decision is not None:
+                return decision
+        for neighbour in neighbours:
+            if neighbour.key in carried:
+                decision = self._nearest_decision(problem, category, carried[neighbour.key],
+                                                  candidates, excluded, neighbour, None)
+                if decision is not None:
+                    return decision
         return None
+
+    def _nearest_decision(self, problem: Problem, category: str, entries: list[Entry],
+                          candidates: list[Algorithm], excluded: dict[str, str],
+                          neighbour: Neighbour, far_side: Neighbour | None) -> Decision | None:
+        picked = self._pick(problem, entries, candidates, excluded, Source.NEAREST,
+                            accept=_carried_children)
+        if picked is None:
+            return None
+        algorithm, policy = picked
+        # The neighbours' times measured other problems: carried here, they are an estimate.
+        policy = replace(policy, time_s=None, estimate_s=policy.time_s, neighbour=neighbour.key,
+                         distance=neighbour.distance,
+                         bracket=None if far_side is None else far_side.key,
+                         bracket_distance=None if far_side is None else far_side.distance)
+        log.info("%s: no measurement; served by %s, %s", problem, algorithm.desc.text,
+                 policy.neighbour_text())
+        return Decision(problem, algorithm, policy, category, [], [], excluded)
+
+    def _refuse_unusable(self, problem: Problem, key: str, entries: Sequence[Entry],
+                         excluded: dict[str, str]) -> None:
+        """Warn, once per process and problem, when a neighbour's pick cannot compute
+        ``problem`` (a kernel limited to smaller sizes, say): it is refused, and the next
+        usable entry serves."""
+        fastest = min(entries, key=entry_order, default=None)
+        why = None if fastest is None else excluded.get(fastest.algorithm)
+        if getattr(why, "why", None) is not Why.UNUSABLE:
+            return
+        with _REFUSED_LOCK:
+            if (problem.key, fastest.algorithm) in _REFUSED:
+                return
+            _REFUSED.add((problem.key, fastest.algorithm))
+        log.warning("%s: the pick of its measured neighbour %s, %s, cannot compute it (%s); "
+                    "refused, the next usable algorithm of that ranking serves", problem, key,
+                    fastest.algorithm, why)
 
     def _from_heuristic(self, problem: Problem, operator: Operator, category: str,
                         candidates: list[Algorithm], excluded: dict[str, str]) -> Decision:

@@ -48,6 +48,11 @@ Carrying the ranking
     algorithm that cannot compute the problem.  The carried time is the decision's estimate,
     which the runtime's layout planner uses as it would a measurement.
 
+Both sides
+    Where two neighbours within the limit lie on either side of the problem (:func:`bracket`),
+    their carried rankings are blended first (:func:`blended_entries`): a ranking that bends
+    between two measured shapes is followed rather than extrapolated from one of them.
+
 What it is worth (``benchmarks/bench_nearest.py``, docs/performance.md, the 16-core Xeon at 16
 threads): from a cache searched at 224 pixels, batch 1 and 8, other batches and image sizes
 ran 0.64-0.98 of the rule of thumb's time and 0.83-1.05 of a fresh search's, the two worst
@@ -119,6 +124,50 @@ def carried_entries(entries: Sequence[Entry], here: Problem, there: Problem,
         carried.append(replace(entry, time_s=entry.time_s * scale,
                                spread_s=entry.spread_s * scale))
     return carried
+
+
+def bracket(neighbours: Sequence[Neighbour], problem: Problem,
+            operator: Operator) -> tuple[Neighbour, Neighbour] | None:
+    """The two neighbours, nearest pair first, between which ``problem`` lies: on every size
+    axis its size is within the range of theirs (160-pixel images between 128 and 224, batch 4
+    between 2 and 8).  None when no pair of ``neighbours`` brackets it.  The first of the pair
+    is the one ``neighbours`` lists first (the nearer)."""
+    here = np.asarray(_log_sizes(operator.size_axes(problem.shapes)))
+    sized = [(n, np.asarray(_log_sizes(operator.size_axes(n.problem(problem).shapes))))
+             for n in neighbours]
+    best: tuple[float, Neighbour, Neighbour] | None = None
+    for i, (first, first_sizes) in enumerate(sized):
+        for second, second_sizes in sized[i + 1:]:
+            low = np.minimum(first_sizes, second_sizes) - 1e-9
+            high = np.maximum(first_sizes, second_sizes) + 1e-9
+            total = first.distance + second.distance
+            if (low <= here).all() and (here <= high).all() and (best is None
+                                                                 or total < best[0]):
+                best = (total, first, second)
+    return None if best is None else best[1:]
+
+
+def blended_entries(first: Sequence[Entry], first_distance: float, second: Sequence[Entry],
+                    second_distance: float) -> list[Entry]:
+    """Entries of the algorithms both bracketing neighbours measured (each already carried to
+    the problem, :func:`carried_entries`), each time interpolated between the two in log
+    space, the nearer neighbour weighing more.  One neighbour's ranking is a straight line
+    from one side; two from both sides follow a ranking that bends between them (a tile that
+    fits at 128 pixels and not at 224).  An algorithm only one of them kept is left out: a
+    cache keeps a problem's Pareto front, so its absence on one side says it lost there."""
+    total = first_distance + second_distance
+    weight = second_distance / total if total > 0 else 0.5  # of the first neighbour
+    others = {entry.algorithm: entry for entry in second}
+    blended = []
+    for entry in first:
+        other = others.get(entry.algorithm)
+        if other is None or entry.time_s <= 0 or other.time_s <= 0:
+            continue
+        time_s = math.exp(weight * math.log(entry.time_s)
+                          + (1 - weight) * math.log(other.time_s))
+        blended.append(replace(entry, time_s=time_s,
+                               spread_s=weight * entry.spread_s + (1 - weight) * other.spread_s))
+    return blended
 
 
 def _group(dtypes: tuple[str, ...], shapes: tuple[tuple[int, ...], ...], params: str,

@@ -147,6 +147,10 @@ class ExecutionPolicy:
     #: source 'nearest': the key of the measured problem whose choice this is, and its distance
     neighbour: str | None = None
     distance: float | None = None
+    #: source 'nearest' from two neighbours on either side of this problem: the other one's
+    #: key and distance (their rankings were blended, :func:`fastrun.core.nearest.bracket`)
+    bracket: str | None = None
+    bracket_distance: float | None = None
     #: source 'nearest': the neighbour's time carried to this problem (its time scaled by the
     #: algorithm's work here over there): an estimate, which plans layouts as a measured time
     #: would, but never stands in for a measurement
@@ -177,7 +181,10 @@ class ExecutionPolicy:
         """'to KEY (distance D)' for a choice served from a neighbour, else ''."""
         if self.neighbour is None:
             return ""
-        return f"to {self.neighbour} (distance {self.distance:.2f})"
+        text = f"to {self.neighbour} (distance {self.distance:.2f})"
+        if self.bracket is not None:
+            text += f" and {self.bracket} (distance {self.bracket_distance:.2f}), blended"
+        return text
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -191,4 +198,6 @@ class ExecutionPolicy:
             **({"neighbour": self.neighbour, "distance": self.distance,
                 "estimate_s": self.estimate_s}
                if self.neighbour is not None else {}),
+            **({"bracket": self.bracket, "bracket_distance": self.bracket_distance}
+               if self.bracket is not None else {}),
         }

@@ -129,6 +129,55 @@ def test_an_algorithm_unusable_for_the_new_problem_is_never_taken(clock):
     assert "too large" in decision.excluded["fast"]
 
 
+def test_a_refused_neighbours_pick_is_warned_about_once(clock, caplog):
+    rule, fast = two_algorithms(clock, largest=32)
+    slowest = FakeAlgo("fake", "slowest", 9 * MS, clock, heuristic_rank=2)  # two candidates left
+    registry = make_registry(rule, fast, slowest)
+    cache = searched(registry, clock, 32)
+    with caplog.at_level("WARNING", logger="fastrun.core.chooser"):
+        for _ in range(2):
+            assert chooser(registry, clock, "heuristic", cache).decide(
+                problem(n=50)).algorithm is rule
+    refused = [r.getMessage() for r in caplog.records if "refused" in r.getMessage()]
+    assert len(refused) == 1 and "fast" in refused[0] and "too large" in refused[0]
+
+
+class Sized(FakeAlgo):
+    """Takes ``costs[n]`` nanoseconds on a problem of n elements: rankings that bend."""
+
+    def __init__(self, *args, costs: dict[int, int], **kwargs):
+        super().__init__(*args, **kwargs)
+        self.costs = costs
+
+    def run(self, problem, inputs, ctx, prepared=None):
+        self.cost_ns = self.costs[problem.shapes[0][0]]
+        return super().run(problem, inputs, ctx, prepared)
+
+
+def test_two_neighbours_on_either_side_are_blended(clock):
+    """'a' wins at 32 elements and loses at 128.  Carried to 64 (work in proportion to the
+    elements): a 2 ms from 32 and 5 ms from 128; b 4 ms and 3 ms.  The nearer of two
+    neighbours at equal distance is the larger one, which alone would pick b; blended (equal
+    weights, geometric means) a takes sqrt(10) = 3.16 ms and b sqrt(12) = 3.46 ms."""
+    from fastrun.attribute import AlgoAttribute
+
+    a = Sized("fake", "a", 0, clock, costs={32: 1 * MS, 128: 10 * MS})
+    b = Sized("fake", "b", 0, clock, costs={32: 2 * MS, 128: 6 * MS},
+              attributes=AlgoAttribute.NONE)  # another attribute set: both entries are kept
+    registry = make_registry(a, b)
+    cache = searched(registry, clock, 32, 128)
+    decision = chooser(registry, clock, "heuristic", cache).decide(problem(n=64))
+    policy = decision.policy
+    assert decision.algorithm is a and decision.source == "nearest"
+    assert (policy.neighbour, policy.bracket) == (problem(n=128).key, problem(n=32).key)
+    assert policy.distance == policy.bracket_distance == pytest.approx(1.0)
+    assert policy.estimate_s == pytest.approx(math.sqrt(10) * 1e-3)
+    assert "blended" in policy.render() and policy.to_dict()["bracket"] == problem(n=32).key
+    # one side only (nothing measured above 128): the nearest neighbour's ranking alone
+    alone = chooser(registry, clock, "heuristic", cache).decide(problem(n=200))
+    assert alone.algorithm is b and alone.policy.bracket is None
+
+
 def test_the_workspace_limit_holds_for_a_neighbours_choice(clock):
     rule, fast = two_algorithms(clock)
     registry = make_registry(rule, fast)
