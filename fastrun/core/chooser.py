@@ -50,8 +50,8 @@ from fastrun.units import human_bytes
 
 log = logging.getLogger(__name__)
 
-#: (problem key, algorithm) of neighbours' picks refused as unusable, warned about once
-_REFUSED: set[tuple[str, str]] = set()
+#: algorithms of neighbours' picks refused as unusable in this process (warned about once)
+_REFUSED: set[str] = set()
 _REFUSED_LOCK = threading.Lock()
 
 
@@ -586,20 +586,21 @@ class AlgoChooser:
 
     def _refuse_unusable(self, problem: Problem, key: str, entries: Sequence[Entry],
                          excluded: dict[str, str]) -> None:
-        """Warn, once per process and problem, when a neighbour's pick cannot compute
-        ``problem`` (a kernel limited to smaller sizes, say): it is refused, and the next
-        usable entry serves."""
+        """Say when a neighbour's pick cannot compute ``problem`` (a kernel limited to
+        smaller sizes, say): it is refused, and the next usable entry serves.  A warning the
+        first time an algorithm is refused in a process, so that a model served from
+        neighbours prints one line per algorithm, not one per layer; info after that."""
         fastest = min(entries, key=entry_order, default=None)
         why = None if fastest is None else excluded.get(fastest.algorithm)
         if getattr(why, "why", None) is not Why.UNUSABLE:
             return
         with _REFUSED_LOCK:
-            if (problem.key, fastest.algorithm) in _REFUSED:
-                return
-            _REFUSED.add((problem.key, fastest.algorithm))
-        log.warning("%s: the pick of its measured neighbour %s, %s, cannot compute it (%s); "
-                    "refused, the next usable algorithm of that ranking serves", problem, key,
-                    fastest.algorithm, why)
+            first = fastest.algorithm not in _REFUSED
+            _REFUSED.add(fastest.algorithm)
+        log.log(logging.WARNING if first else logging.INFO,
+                "%s: the pick of its measured neighbour %s, %s, cannot compute it (%s); "
+                "refused, the next usable algorithm of that ranking serves", problem, key,
+                fastest.algorithm, why)
 
     def _from_heuristic(self, problem: Problem, operator: Operator, category: str,
                         candidates: list[Algorithm], excluded: dict[str, str]) -> Decision:

@@ -128,10 +128,10 @@ def carried_entries(entries: Sequence[Entry], here: Problem, there: Problem,
 
 def bracket(neighbours: Sequence[Neighbour], problem: Problem,
             operator: Operator) -> tuple[Neighbour, Neighbour] | None:
-    """The two neighbours, nearest pair first, between which ``problem`` lies: on every size
-    axis its size is within the range of theirs (160-pixel images between 128 and 224, batch 4
-    between 2 and 8).  None when no pair of ``neighbours`` brackets it.  The first of the pair
-    is the one ``neighbours`` lists first (the nearer)."""
+    """Of the pairs of ``neighbours`` between which ``problem`` lies (on every size axis its
+    size within the range of theirs: 160-pixel images between 128 and 224, batch 4 between 2
+    and 8), the one with the smallest summed distance; None when no pair brackets it.  The
+    first of the pair is the one ``neighbours`` lists first (the nearer)."""
     here = np.asarray(_log_sizes(operator.size_axes(problem.shapes)))
     sized = [(n, np.asarray(_log_sizes(operator.size_axes(n.problem(problem).shapes))))
              for n in neighbours]

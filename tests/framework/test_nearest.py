@@ -130,15 +130,19 @@ def test_an_algorithm_unusable_for_the_new_problem_is_never_taken(clock):
 
 
 def test_a_refused_neighbours_pick_is_warned_about_once(clock, caplog):
+    from fastrun.core import chooser as chooser_module
+
+    chooser_module._REFUSED.clear()  # other tests here refuse 'fast' too
     rule, fast = two_algorithms(clock, largest=32)
     slowest = FakeAlgo("fake", "slowest", 9 * MS, clock, heuristic_rank=2)  # two candidates left
     registry = make_registry(rule, fast, slowest)
     cache = searched(registry, clock, 32)
     with caplog.at_level("WARNING", logger="fastrun.core.chooser"):
-        for _ in range(2):
+        for n in (50, 50, 60):  # the same problem again, then another layer
             assert chooser(registry, clock, "heuristic", cache).decide(
-                problem(n=50)).algorithm is rule
-    refused = [r.getMessage() for r in caplog.records if "refused" in r.getMessage()]
+                problem(n=n)).algorithm is rule
+    refused = [r.getMessage() for r in caplog.records
+               if "refused" in r.getMessage() and r.levelname == "WARNING"]
     assert len(refused) == 1 and "fast" in refused[0] and "too large" in refused[0]
 
 
