@@ -21,9 +21,9 @@ Fast Run rests on one premise: an algorithm's time does not depend on what ran b
 thread pools could share the cores here, numba's and OpenBLAS's, and on a small machine they
 fight: a pool that busy-waits after its work takes the core the other one needs next (on the
 2-core VM, numba's workers spinning made the next multi-threaded sgemm 4x slower, and
-OpenBLAS's made a numba kernel wait a scheduler slice; ``docs/performance.md``, "Thread
-pools").  So the defaults make numba's pool the only parallel one, and keep it awake between
-kernels:
+OpenBLAS's made a numba kernel wait a scheduler slice;
+``docs/history/two-cores-2026-11-21.md``, "Thread pools on two cores").  So the defaults
+make numba's pool the only parallel one, and keep it awake between kernels:
 
 * ``GOMP_SPINCOUNT=300000`` (libgomp's own default when no wait policy is set, stated so that
   it holds whatever else the user sets): numba's workers spin after a region before sleeping
@@ -48,8 +48,9 @@ the intent: ``OMP_WAIT_POLICY`` set by the user leaves ``GOMP_SPINCOUNT`` alone,
 when it loaded: its thread count is set through OpenBLAS's own call, under the same rule (its
 idle threads stay asleep), and the variables are set too, for child processes and for numba's
 OpenMP layer, which starts at its first parallel kernel.  ``OPENBLAS_THREAD_TIMEOUT`` cannot
-be changed once OpenBLAS is loaded (see docs/performance.md); it only matters to a user who
-gives OpenBLAS more than one thread, and such a user can set it before starting Python.
+be changed once OpenBLAS is loaded (see docs/history/two-cores-2026-11-21.md); it only
+matters to a user who gives OpenBLAS more than one thread, and such a user can set it before
+starting Python.
 """
 
 import contextlib
