@@ -220,7 +220,14 @@ def get_device(spec: str | Device | None = None) -> Device:
     """
     if isinstance(spec, Device):
         return spec
-    text = (spec or "cpu").strip().lower()
-    kind, _, options = text.partition(":")
+    kind, options = split_spec(spec)
     return device_class(kind).open(options)
+
+
+def split_spec(spec: str | None) -> tuple[str, str]:
+    """(kind, options) of a device spec: ``'opencl:0:1'`` -> ``('opencl', '0:1')``, ``'cpu'``
+    and None -> ``('cpu', '')``.  The one reading of a spec's shape: the options name one
+    device (or a thread count), their absence lets a tune take every device of the kind."""
+    kind, _, options = (spec or "cpu").strip().lower().partition(":")
+    return kind, options
 

@@ -26,6 +26,7 @@ import time
 from dataclasses import dataclass, replace
 from typing import Any
 
+from fastrun.devices import split_spec
 from fastrun.fleet.worker import Worker, WorkerSettings
 
 
@@ -219,7 +220,7 @@ class RayActor:
 
 def _per_gpu(device: str) -> bool:
     """Whether a tune on ``device`` runs one Ray actor per GPU: any device but the CPU."""
-    return device.split(":", 1)[0] != "cpu"
+    return split_spec(device)[0] != "cpu"
 
 
 class RayEngine:

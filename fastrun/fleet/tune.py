@@ -16,6 +16,7 @@ from typing import TextIO
 
 from fastrun import category
 from fastrun.cache import FileCache
+from fastrun.devices import split_spec
 from fastrun.fleet.driver import TuneSummary, run_tune
 from fastrun.fleet.engines import LocalEngine, RayEngine
 from fastrun.fleet.jobs import TuneJob, apply_times, collect_jobs, read_times
@@ -113,7 +114,8 @@ def tune(jobs: list[TuneJob], cache_path: str, device: str = "cpu",
     if ray:
         engine = RayEngine(settings, ray, workers)
     else:
-        named = ":" in device  # 'opencl:0:1' names one device; 'opencl' lets the tune take all
+        # 'opencl:0:1' names one device; 'opencl' lets the tune take all
+        named = bool(split_spec(device)[1])
         devices = [session.device.spec] if named else session.device.fleet_specs()
         engine = LocalEngine(settings, workers, getattr(session.device, "threads", None),
                              devices)

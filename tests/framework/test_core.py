@@ -118,3 +118,9 @@ def test_device_specs():
         get_device("cpu:x")
     with pytest.raises(ValueError, match="expected PLATFORM:DEVICE"):
         get_device("opencl:1")
+    # the one reading of a spec's shape (get_device, the tune's device list, Ray's actors)
+    from fastrun.devices import split_spec
+
+    assert split_spec("OpenCL:0:1 ") == ("opencl", "0:1")
+    assert split_spec("cpu:4") == ("cpu", "4") and split_spec(None) == ("cpu", "")
+    assert split_spec("opencl") == ("opencl", "")
