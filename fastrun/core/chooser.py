@@ -542,29 +542,32 @@ class AlgoChooser:
         the rankings of two neighbours on either side of it blended, where the cache has such
         a pair, else the nearest neighbour's; None when there is none within the limit."""
         by_name = {c.desc.text: c for c in candidates}
-        neighbours = self.nearest.neighbours(category, problem, self.options.nearest, operator)
-        carried: dict[str, list[Entry]] = {}
-        for neighbour in neighbours:
-            entries = self.cache.get(category, neighbour.key)
-            if entries:
-                carried[neighbour.key] = carried_entries(
-                    entries, problem, neighbour.problem(problem), operator.work, by_name)
-                self._refuse_unusable(problem, neighbour.key, carried[neighbour.key], excluded)
-        pair = bracket([n for n in neighbours if n.key in carried], problem, operator)
+        measured = [(n, entries) for n in self.nearest.neighbours(category, problem,
+                                                                  self.options.nearest, operator)
+                    if (entries := self.cache.get(category, n.key))]
+
+        def carried(neighbour: Neighbour, entries: list[Entry]) -> list[Entry]:
+            """The neighbour's ranking carried here, its refused pick said (it is consulted)."""
+            ranking = carried_entries(entries, problem, neighbour.problem(problem),
+                                      operator.work, by_name)
+            self._refuse_unusable(problem, neighbour.key, ranking, excluded)
+            return ranking
+
+        pair = bracket([n for n, _ in measured], problem, operator)
         if pair is not None:
             first, second = pair
-            blended = blended_entries(carried[first.key], first.distance,
-                                      carried[second.key], second.distance)
+            entries = {n.key: e for n, e in measured}
+            blended = blended_entries(carried(first, entries[first.key]), first.distance,
+                                      carried(second, entries[second.key]), second.distance)
             decision = self._nearest_decision(problem, category, blended, candidates, excluded,
                                               first, second)
             if decision is not None:
                 return decision
-        for neighbour in neighbours:
-            if neighbour.key in carried:
-                decision = self._nearest_decision(problem, category, carried[neighbour.key],
-                                                  candidates, excluded, neighbour, None)
-                if decision is not None:
-                    return decision
+        for neighbour, entries in measured:
+            decision = self._nearest_decision(problem, category, carried(neighbour, entries),
+                                              candidates, excluded, neighbour, None)
+            if decision is not None:
+                return decision
         return None
 
     def _nearest_decision(self, problem: Problem, category: str, entries: list[Entry],
