@@ -65,6 +65,7 @@ class TerminalProgress(Progress):
     def __init__(self, stream: TextIO):
         self.stream = stream
         self._bar: Any = None
+        self._redirect: Any = None  # console logging sent through tqdm while a bar is up
         self._where = ""  # the job's current item, or "searching"
         self._job = False
         self._depth = 0
@@ -74,8 +75,14 @@ class TerminalProgress(Progress):
 
     def _new_bar(self, total: int, unit: str, description: str) -> None:
         from tqdm import tqdm
+        from tqdm.contrib.logging import logging_redirect_tqdm
 
         self._close()
+        # A warning written while the bar is drawn would be glued to the bar's line: console
+        # log records go through tqdm, which clears the bar, writes the record on a line of
+        # its own and draws the bar again below it.
+        self._redirect = logging_redirect_tqdm()
+        self._redirect.__enter__()
         # The counts and times first, then what is being searched (tqdm cuts the line at the
         # terminal's width, so a long node or problem name loses its end, not the figures).
         self._bar = tqdm(total=total, unit=unit, desc=description, file=self.stream,
@@ -88,6 +95,9 @@ class TerminalProgress(Progress):
         if self._bar is not None:
             self._bar.close()
             self._bar = None
+        if self._redirect is not None:
+            self._redirect.__exit__(None, None, None)
+            self._redirect = None
 
     def job(self, total: int, title: str) -> None:
         super().job(total, title)

@@ -79,3 +79,25 @@ def test_a_log_gets_a_line_now_and_then_with_the_count_and_an_eta():
                      "resnet18: 4/8 problem(s) decided, 0:24 elapsed, about 0:24 left; now conv5",
                      "resnet18: 6/8 problem(s) decided, 0:36 elapsed, about 0:12 left; now conv7",
                      "resnet18: done in 0:48"]
+
+
+def test_a_warning_during_the_bar_gets_a_line_of_its_own(monkeypatch):
+    """A console log record written while the bar is up (a busy machine's timing warning)
+    goes through tqdm: the bar is cleared first and drawn again after it, so the record
+    starts its own line and no bar text is glued to it; the handlers are restored after."""
+    screen = io.StringIO()
+    monkeypatch.setattr("sys.stderr", screen)
+    handler = logging.StreamHandler(screen)
+    handler.setFormatter(logging.Formatter("%(levelname)s %(name)s: %(message)s"))
+    root = logging.getLogger()
+    monkeypatch.setattr(root, "handlers", [handler])
+    progress = TerminalProgress(screen)
+    progress.job(2, "model")
+    progress.job_item(1, 2, "conv1")
+    logging.getLogger("fastrun.profile").warning("timing is unstable on this machine")
+    assert root.handlers != [handler]  # redirected while the bar is up
+    progress.job_end()
+    assert root.handlers == [handler]
+    lines = screen.getvalue().replace("\r", "\n").split("\n")
+    warning = [line for line in lines if "timing is unstable" in line]
+    assert warning == ["WARNING fastrun.profile: timing is unstable on this machine"]

@@ -238,8 +238,8 @@ def test_perf_tool_figures_shapes_duration_and_profile(tmp_path, cnn, capsys):
 
 def test_progress_on_a_narrow_terminal_fits_and_never_overshoots(tmp_path):
     """load_and_run on a real pseudo-terminal 80 columns wide: every redraw of the bar fits
-    the line (no wrapped debris), the problem count never passes its total, and the bar is
-    gone at the end."""
+    the line (no wrapped debris), a warning is never glued to the bar, the problem count
+    never passes its total, and the bar is gone at the end."""
     import fcntl
     import pty
     import re
@@ -271,7 +271,11 @@ def test_progress_on_a_narrow_terminal_fits_and_never_overshoots(tmp_path):
     plain = re.sub(r"\x1b\[[0-9;]*[A-Za-z]", "", text)
     redraws = [part for line in plain.split("\n") for part in line.split("\r")]
     assert any("problem" in part or "/" in part for part in redraws), text[:500]
-    assert max(len(part.rstrip()) for part in redraws) <= 80
+    # A log record (a busy machine's timing warning) starts a line of its own and may wrap
+    # like any log line; every redraw of the bar fits.
+    records = [part for part in redraws if "fastrun" in part and ": " in part]
+    assert all(re.match(r"(WARNING|ERROR|INFO) fastrun", part) for part in records), records
+    assert max(len(part.rstrip()) for part in redraws if part not in records) <= 80
     counts = [tuple(map(int, m.groups())) for part in redraws
               if (m := re.match(r"\s*(\d+)/(\d+) +\d+%", part))]
     assert counts and all(done <= total for done, total in counts)
