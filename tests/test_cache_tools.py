@@ -178,8 +178,10 @@ def test_merge_outputs_of_two_concurrent_writer_processes(tmp_path: Path, capsys
             measured = [e for entries in versions for e in entries
                         if e.algorithm == entry.algorithm]
             assert entry in measured
-            best = max((e.repeats, e.measured_at) for e in measured)
-            assert (entry.repeats, entry.measured_at) == best
+            # the merge rule: the steady one (a busy machine marks some unstable), then
+            # more repeats, then the newer
+            best = max((not e.unstable, e.repeats, e.measured_at) for e in measured)
+            assert (not entry.unstable, entry.repeats, entry.measured_at) == best
         if all(key in data.get(category, {}) for data in (a, b)):
             conflicts += sum(
                 1 for ea in a[category][key] for eb in b[category][key]
@@ -216,11 +218,29 @@ def test_merge_rule_more_repeats_then_newer_then_later_input(cache_file: Path, t
     code, text, _ = cli(capsys, "merge", str(cache_file), str(tmp_path / "b.bin"),
                         str(tmp_path / "c.bin"), "-o", str(out))
     assert code == 0
-    assert "more repeats wins, then the newer one" in text
-    assert "conflicts resolved: 2 (more repeats 1, newer 0, later input 1)" in text
+    assert "the steady one wins" in text and "more repeats, then the newer one" in text
+    assert "conflicts resolved: 2 (steady 0, more repeats 1, newer 0, later input 1)" in text
     merged = {e.algorithm: e for e in read_cache_file(out)[category][key]}
     assert merged["blas"] == b_blas and merged["strassen"] == c_strassen
     assert read_cache_file(out)[category]["new-key"] == [blas]
+
+
+def test_merge_rule_a_steady_measurement_beats_an_unstable_one(cache_file: Path,
+                                                               tmp_path: Path, capsys) -> None:
+    """A measurement timed on a busy machine (spread too wide to rank by) loses to a steady
+    one of the same algorithm, though it has more repeats and is newer."""
+    data = read_cache_file(cache_file)
+    category, key = matmul_key(data)
+    blas = {e.algorithm: e for e in data[category][key]}["blas"]
+    shaky = dataclasses.replace(blas, repeats=blas.repeats + 5, measured_at=blas.measured_at + 10,
+                                time_s=blas.time_s / 2, spread_s=blas.time_s * 3 + 0.01)
+    assert shaky.unstable and not blas.unstable
+    write(tmp_path / "b.bin", {category: {key: [shaky]}})
+    report = cli_json(capsys, "merge", str(cache_file), str(tmp_path / "b.bin"),
+                      "-o", str(tmp_path / "out.bin"))
+    assert report["resolved_by"]["steady"] == 1
+    merged = {e.algorithm: e for e in read_cache_file(tmp_path / "out.bin")[category][key]}
+    assert merged["blas"] == blas
 
 
 def test_merge_into_an_existing_output_keeps_its_contents(cache_file: Path, tmp_path: Path,

@@ -329,11 +329,12 @@ def merge(inputs: Sequence[str | os.PathLike[str]],
     """Merge cache files into ``output`` by the cache's merge rule (:func:`merge_entries`).
 
     For every key, entries are combined by algorithm; of two measurements of one algorithm the
-    one with more repeats wins, then the newer one, then the one from the later input; the
-    union is pruned. ``output`` may be one of the inputs. If it exists and is not an input, its
-    contents are kept and merged too, as the first input: merging into a live cache never drops
-    what is already there. The output is written once, atomically, under its lock; inputs are
-    only read.
+    steady one wins (a low-confidence measurement loses to a steady one), then the one with
+    more repeats, then the newer one, then the one from the later input; the union is pruned.
+    ``output`` may be one of the inputs. If it exists and is not an input, its contents are
+    kept and merged too, as the first input: merging into a live cache never drops what is
+    already there. The output is written once, atomically, under its lock; inputs are only
+    read.
 
     Returns the counts: per source its keys, the keys only it has, the entries of the result
     taken from it; and the conflicts (one algorithm of one key measured differently in several
@@ -378,7 +379,7 @@ def _merge_sources(sources: Sequence[tuple[str, Categories]]) -> tuple[Categorie
                     origin[id(entry)] = index
 
     result: Categories = {}
-    conflicts = {"more_repeats": 0, "newer": 0, "later_input": 0}
+    conflicts = {"steady": 0, "more_repeats": 0, "newer": 0, "later_input": 0}
     identical = pruned = 0
     kept = [0] * len(sources)
     for (category, key), entries in grouped.items():
@@ -422,11 +423,14 @@ def _merge_sources(sources: Sequence[tuple[str, Categories]]) -> tuple[Categorie
 
 def _resolved_by(versions: list[Entry]) -> str:
     """Which part of the merge rule decided between differing measurements of one algorithm."""
-    most = max(e.repeats for e in versions)
-    if sum(1 for e in versions if e.repeats == most) == 1:
+    steady = [e for e in versions if not e.unstable] or versions
+    if len(steady) == 1:
+        return "steady"
+    most = max(e.repeats for e in steady)
+    if sum(1 for e in steady if e.repeats == most) == 1:
         return "more_repeats"
-    newest = max(e.measured_at for e in versions if e.repeats == most)
-    if sum(1 for e in versions if e.repeats == most and e.measured_at == newest) == 1:
+    newest = max(e.measured_at for e in steady if e.repeats == most)
+    if sum(1 for e in steady if e.repeats == most and e.measured_at == newest) == 1:
         return "newer"
     return "later_input"
 

@@ -22,7 +22,8 @@ from fastrun.cli.options import argument_type
 from fastrun.units import plural
 
 MERGE_RULE = ("for each key, entries are combined by algorithm; of two measurements of the same "
-              "algorithm the one with more repeats wins, then the newer one (measured_at), then "
+              "algorithm the steady one wins (a low-confidence measurement loses), then the one "
+              "with more repeats, then the newer one (measured_at), then "
               "the one from the later input; the union is then pruned (an entry goes when one "
               "with the same attributes is no slower and needs no more workspace)")
 
@@ -356,7 +357,8 @@ def merge_text(report: dict[str, Any]) -> str:
     by = report["resolved_by"]
     lines += [
         f"  keys in several files: {report['shared_keys']}",
-        f"  conflicts resolved: {report['conflicts']} (more repeats {by['more_repeats']}, "
+        f"  conflicts resolved: {report['conflicts']} (steady {by['steady']}, "
+        f"more repeats {by['more_repeats']}, "
         f"newer {by['newer']}, later input {by['later_input']}); identical duplicates: "
         f"{report['identical_duplicates']}; dominated entries pruned: {report['pruned']}",
         f"  rule: {MERGE_RULE}",
