@@ -121,8 +121,10 @@ def run(args: argparse.Namespace) -> int:
                or unsaved.output_paths_error(args, ("json", "times")))
     if problem:
         raise ValueError(problem)
+    from fastrun.fleet.engines import quiet_interrupts
     from fastrun.fleet.tune import collect, tune
 
+    quiet_interrupts()  # the summary reports a Ctrl-C; no echo of it from native callbacks
     workers = _counts(args.workers, [1])
     if len(workers) > 1:
         raise ValueError("--workers takes one number unless --simulate is given")

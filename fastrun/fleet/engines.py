@@ -22,6 +22,7 @@ import contextlib
 import multiprocessing
 import multiprocessing.connection
 import os
+import sys
 import time
 from dataclasses import dataclass, replace
 from typing import Any
@@ -46,10 +47,28 @@ class EngineError(RuntimeError):
 
 # -- local processes ---------------------------------------------------------------------------
 
+def quiet_interrupts() -> None:
+    """Keep a Ctrl-C from printing a traceback where Python cannot raise it.
+
+    An interrupt that lands in a callback from native code (llvmlite's object cache while
+    numba compiles, for one) cannot propagate. Python prints it as "Exception ignored in ...",
+    with a traceback, and the process goes on until the next interrupt point. The tune
+    reports the interrupt itself, so that echo is dropped. Any other unraisable exception
+    still goes to Python's default hook."""
+    default = sys.__unraisablehook__
+
+    def hook(unraisable) -> None:
+        if not isinstance(unraisable.exc_value, KeyboardInterrupt):
+            default(unraisable)
+
+    sys.unraisablehook = hook
+
+
 def _local_main(connection, settings: dict[str, Any]) -> None:
     """A local worker's process: answer the driver until it hangs up.  A Ctrl-C on the
     terminal reaches every process of its group: the driver reports it (and keeps what the
     workers sent), so a worker ends without a word of its own."""
+    quiet_interrupts()
     try:
         _serve(connection, settings)
     except KeyboardInterrupt:

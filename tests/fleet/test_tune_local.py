@@ -297,3 +297,26 @@ def test_a_low_confidence_pick_is_tuned_again(tmp_path):
     assert low_confidence(FileCache(cache_path).get(category, key)) is not None
     again = tune(jobs, cache_path, device=DEVICE, workers=1, budget_s=BUDGET, stream=None)
     assert again.tuned == 1 and again.skipped == len(jobs) - 1
+
+
+def test_an_interrupt_in_a_native_callback_prints_no_traceback(monkeypatch, capsys):
+    """A Ctrl-C that lands in a callback from native code (llvmlite's object cache while
+    numba compiles) cannot be raised; Python would print it with a traceback. The tune's
+    processes drop that echo; any other unraisable exception is still printed."""
+    import ctypes
+
+    from fastrun.fleet.engines import quiet_interrupts
+
+    monkeypatch.setattr(sys, "unraisablehook", sys.unraisablehook)
+    quiet_interrupts()
+
+    def raising(error):
+        @ctypes.CFUNCTYPE(None)
+        def callback():
+            raise error
+        callback()
+
+    raising(KeyboardInterrupt())
+    assert "Traceback" not in capsys.readouterr().err
+    raising(ValueError("a real fault"))
+    assert "ValueError: a real fault" in capsys.readouterr().err
