@@ -12,7 +12,7 @@ import numpy as np
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from fastrun_algorithms.conv import blocked_direct
+from fastrun_algorithms.conv import blocked_direct, heuristic, tiled_1x1
 from fastrun_algorithms.conv.operator import ConvOperator
 from tests.algorithms._helpers import (
     CONV_ACTIVATIONS,
@@ -140,8 +140,12 @@ def test_the_heuristic_puts_it_where_it_was_measured_to_win(monkeypatch):
     wide = [(1, 64, 56, 56), (64, 64, 3, 3)]
     assert _first(wide, 16, monkeypatch, pads=[1] * 4) == "winograd_f4x3"
     one_by_one = [(1, 256, 14, 14), (64, 256, 1, 1)]
-    for threads in (2, 16):  # tiled_1x1 first on 1x1 stride-1 layers, however many threads
-        assert _first(one_by_one, threads, monkeypatch) == "tiled_1x1"
+    # tiled_1x1 first on 1x1 stride-1 layers, however many threads, where its tile is wide
+    # (AVX-512); with AVX2's narrow tile the BLAS-based kernels (or blocked_direct) go first
+    wide_tile = tiled_1x1.NR >= heuristic.TILED_1X1_MIN_COLUMNS
+    for threads in (2, 16):
+        first = _first(one_by_one, threads, monkeypatch)
+        assert (first == "tiled_1x1") == wide_tile, first
     downsample = [(1, 256, 14, 14), (512, 256, 1, 1)]
     assert _first(downsample, 16, monkeypatch, strides=[2, 2]) == "tiled_1x1"
     # on 2 threads the strided tiles go behind blocked_direct, and conv1x1 stays first

@@ -14,6 +14,7 @@ def register(registry) -> None:
         blocked_direct,
         conv1x1,
         depthwise,
+        depthwise_lanes,
         direct,
         im2col,
         implicit_gemm,
@@ -25,8 +26,8 @@ def register(registry) -> None:
     )
 
     registry.register_operator(ConvOperator())
-    for module in (direct, blocked_direct, depthwise, blocked_depthwise, im2col, implicit_gemm,
-                   conv1x1, pointwise, tiled_1x1, winograd, via_nchw, naive):
+    for module in (direct, blocked_direct, depthwise, depthwise_lanes, blocked_depthwise, im2col,
+                   implicit_gemm, conv1x1, pointwise, tiled_1x1, winograd, via_nchw, naive):
         for algorithm in module.algorithms():
             registry.register_algorithm(algorithm)
     if opencl_installed():

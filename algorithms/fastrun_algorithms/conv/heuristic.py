@@ -55,6 +55,18 @@ BLOCKED_MAX_WINOGRAD_PIXELS = 1024
 #: pointwise 254 / 351, 24->144 at 56x56 165 / 292 against 134 / 219; from 96 input channels on
 #: blocked_direct won (96->576 at 14x14: 79 / 168 against 121 / 180).
 BLOCKED_MIN_DEPTH_1X1 = 64
+#: ``tiled_1x1`` goes first on 1x1 stride-1 layers only with a tile this many pixels wide
+#: (AVX-512's 32; AVX2's registers hold 8, ``_common.tile_columns``).  With 8 it lost to
+#: ``pointwise`` on 8 of MNASNet's 9 distinct 1x1 layers, each alone on 2 threads (the 2-core
+#: VM, AVX2): 16->48 at 112x112 641 against 328 us, 24->72 at 56x56 307 against 166, 192->1152
+#: at 7x7 387 against 241; it won only 480->80 at 14x14, 190 against 204.
+TILED_1X1_MIN_COLUMNS = 16
+#: ``depthwise_lanes`` before ``depthwise`` on output rows narrower than this: where a
+#: vector over a row's pixels is mostly idle.  Each layer alone on 2 threads (the 2-core VM,
+#: AVX2; min over 8 interleaved rounds, with Relu): 576 x 14x14 3x3 213 against 558 us,
+#: 1152 x 7x7 5x5 200 against 366, 240 x 28x28 5x5 stride 2 (14 wide out) 164 against 322;
+#: on 72 x 56x56 3x3 ``depthwise`` won, 168 against 410.
+DEPTHWISE_LANES_MAX_WIDTH = 16
 #: ``blocked_direct`` wastes the lanes of a 16-channel block past a group's output channels.
 BLOCKED_MIN_CHANNELS = 16
 
