@@ -28,9 +28,10 @@ VARIABLES: dict[str, str] = {
     "FASTRUN_CACHE_MAX_BYTES": "largest cache file fastrun reads (default 1GiB); a larger file "
     "is left alone and the run keeps its results in memory",
     "FASTRUN_CACHE_LOCK_TIMEOUT": "seconds a cache write waits for another process's lock "
-    "before the run goes on in memory (default 60)",
+    "before the run goes on in memory (default 60); the message names the holder's pid",
     "FASTRUN_MEMORY_LIMIT": "largest tensor a model or fastrun profile may allocate, e.g. "
-    "64GiB (default: this machine's memory); larger ones are refused before allocation",
+    "64GiB (default: this machine's memory); larger ones are refused before allocation, "
+    "naming the node",
     "FASTRUN_WORKSPACE_LIMIT": "default workspace limit, e.g. 64MiB",
     "FASTRUN_NUM_THREADS": "thread count the CPU device reports in its category and gives numba",
     "FASTRUN_PROFILE_SECONDS": "seconds of timed repeats per candidate (default 0.2; "
@@ -44,18 +45,31 @@ VARIABLES: dict[str, str] = {
     "FASTRUN_KEEP_PAGES": "1 (default): a CPU model keeps freed memory mapped for the next "
     "inference (glibc); 0 returns large blocks to the system",
     "FASTRUN_SHARE_CORES": "1 (default): a CPU model's run uses no more threads than the cores "
-    "other processes leave idle (a parallel region waits for every worker); 0 always uses the "
-    "device's thread count",
+    "other processes leave idle (a parallel region waits for every worker; docs/runtime.md, A "
+    "shared machine); 0 always uses the device's thread count",
     "FASTRUN_BLOCKED_LAYOUT": "1: a CPU model's search may run convolutions in the "
-    "channel-blocked layout where that is measured to pay; 0 (default) keeps every step NCHW",
+    "channel-blocked layout where that is measured to pay, and keeps that plan only if whole "
+    "inferences run faster than all NCHW (docs/runtime.md, Layouts); 0 (default) keeps every "
+    "step NCHW",
     "FASTRUN_REPLAY": "1 (default): a model on the OpenCL device records its kernel launches "
-    "once and replays them on every run; 0 issues every step through its algorithm",
+    "once, checks the recording against an ordinary run and replays it on every later run "
+    "(docs/runtime.md, Launch plans); 0 issues every step through its algorithm",
     "FASTRUN_BUILD_PROCESSES": "helper processes that compile a search's OpenCL programs at "
     "once (default on a GPU: one per CPU but one, at most 12 and one per 4 GiB of its memory; "
-    "none on a CPU device, whose driver compiles when a kernel first runs; 0 turns them off)",
+    "none on a CPU device, whose driver compiles when a kernel first runs; 0 turns them off; "
+    "docs/opencl.md, Building kernels during a search)",
     "FASTRUN_OPENCL_DEVICE": "PLATFORM:DEVICE indices of the device 'opencl' selects, e.g. 0:1 "
     "(default: the first GPU, else the first device)",
 }
+
+def markdown_table() -> str:
+    """:data:`VARIABLES` as the Markdown table of ``docs/settings.md``: the page shows what
+    ``fastrun config`` shows, and a test keeps the two equal, so the meanings are written
+    once, here."""
+    rows = ["| variable | meaning |", "| --- | --- |"]
+    rows += [f"| `{name}` | {meaning.replace('|', '/')} |" for name, meaning in VARIABLES.items()]
+    return "\n".join(rows) + "\n"
+
 
 _SIZE_UNITS = {
     "": 1, "b": 1,
