@@ -12,17 +12,20 @@ staging it, computes every output pixel of the block with one vector multiply-ad
 transposes the results back as it stores them, all in one parallel region.
 
 Each layer alone on 2 threads (the 2-core VM, AVX2; ``heuristic.DEPTHWISE_LANES_MAX_WIDTH``
-has the figures): 0.35-0.57 of ``depthwise``'s time on 14x14 and 7x7 planes, 2.4x it at 56x56,
-so the search decides.  Whole-tensor reorders around ``blocked_depthwise`` were faster on a
-3x3 layer (576 x 14x14: 146 against 213 us, separate runs) and slower on a 5x5 one
-(480 x 14x14: 435 against 259): the blocked kernel has a 3x3 path of its own and a general
-one for the rest.
+and docs/performance.md have the figures): 0.35-0.65 of ``depthwise``'s time on 14x14 and 7x7
+planes, 2.5x it at 56x56, so the search decides.  Whole-tensor reorders around
+``blocked_depthwise`` took 146 us on a 576 x 14x14 3x3 layer (133 here, separate runs) and
+435 on a 480 x 14x14 5x5 one (205 here): the blocked kernel has a 3x3 path of its own and a
+general one for the rest.
 
 How.  A task is (image, block of 16 channels, block of output rows).  The staged block holds
 the input rows the output rows read, with the padding as zeros, so every output pixel is
 interior.  A pixel's taps are one expression per lane (the 3x3, 5x5 and 7x7 kernels each have
-their own), summed into a stack tile, activated there, and its 16 lanes stored to their 16
-planes.  X, the output and the staged block are indexed flat, with
+their own), summed into a stack tile, and its 16 lanes stored to their 16 planes.  Relu and
+clip are bounds applied in that expression as selects; the other activations run over the
+tile in a loop of their own, since a switch over the activation codes inside the lane loop
+kept it scalar (with that switch for every activation the kernel took 2.4-2.7x as long on
+the layers below).  X, the output and the staged block are indexed flat, with
 the lane count a constant.  When C is not a multiple of 16 the last block starts at C - 16 and
 overlaps the one before it (those channels are computed twice, identically); fewer than 16
 channels are refused.  The weights are packed once into (blocks, R*S, 16) with the bias
@@ -57,7 +60,7 @@ from fastrun_algorithms._common import (
 )
 from fastrun_algorithms.conv import heuristic
 from fastrun_algorithms.conv.base import ConvAlgorithm
-from fastrun_algorithms.conv.epilogue import activate, epilogue_args
+from fastrun_algorithms.conv.epilogue import CLIP, NONE, RELU, activate, epilogue_args
 from fastrun_algorithms.conv.geometry import ConvGeometry, geometry
 
 #: Channels per task: one float32 vector of AVX-512, two of AVX2.
@@ -112,6 +115,14 @@ def _taps7(xs, o, d, w, b, k, t):
         + xs[U((o + 6 * d) * LANES + t)] * w[b, U((k + 6) * LANES + t)])
 
 
+@numba.njit(inline="always")
+def _bounded(value, floor, ceiling):
+    """``value`` clamped to [floor, ceiling], NaN kept: as selects, so that a lane loop
+    stays a vector loop (a switch over the activation codes there kept it scalar)."""
+    value = value if value > floor else (value - value) + floor
+    return value if value < ceiling else (value - value) + ceiling
+
+
 @numba.njit(cache=CACHE, fastmath=FASTMATH)
 def _tasks(first, last, x, x_shape, packed, packed_bias, size, sh, sw, dh, dw, pt, pl, rows,
            staged_w, code, low, high, xs, out_shape, out):
@@ -132,6 +143,10 @@ def _tasks(first, last, x, x_shape, packed, packed_bias, size, sh, sw, dh, dw, p
     low_v, high_v = out.dtype.type(low), out.dtype.type(high)
     zero = out.dtype.type(0)
     copy_w = min(width, staged_w - pl)
+    # none, relu and clip are bounds, applied in the lane loops without a test of the code
+    bounded = code in (NONE, RELU, CLIP)
+    floor = low_v if code == CLIP else (zero if code == RELU else out.dtype.type(-np.inf))
+    ceiling = high_v if code == CLIP else out.dtype.type(np.inf)
     for task in range(first, last):
         n = task // (nb * rblocks)
         rest = task - n * nb * rblocks
@@ -164,33 +179,33 @@ def _tasks(first, last, x, x_shape, packed, packed_bias, size, sh, sw, dh, dw, p
             for ox in range(out_w):
                 if size == 3:
                     for t in range(LANES):
-                        tile[U(t)] = (
+                        tile[U(t)] = _bounded(
                             packed_bias[b, U(t)] + _taps3(xs, o, dw, packed, b, 0, t)
                             + _taps3(xs, o + d1, dw, packed, b, 3, t)
-                            + _taps3(xs, o + 2 * d1, dw, packed, b, 6, t))
+                            + _taps3(xs, o + 2 * d1, dw, packed, b, 6, t), floor, ceiling)
                 elif size == 5:
                     for t in range(LANES):
-                        tile[U(t)] = (
+                        tile[U(t)] = _bounded(
                             packed_bias[b, U(t)] + _taps5(xs, o, dw, packed, b, 0, t)
                             + _taps5(xs, o + d1, dw, packed, b, 5, t)
                             + _taps5(xs, o + 2 * d1, dw, packed, b, 10, t)
                             + _taps5(xs, o + 3 * d1, dw, packed, b, 15, t)
-                            + _taps5(xs, o + 4 * d1, dw, packed, b, 20, t))
+                            + _taps5(xs, o + 4 * d1, dw, packed, b, 20, t), floor, ceiling)
                 else:
                     for t in range(LANES):
-                        tile[U(t)] = (
+                        tile[U(t)] = _bounded(
                             packed_bias[b, U(t)] + _taps7(xs, o, dw, packed, b, 0, t)
                             + _taps7(xs, o + d1, dw, packed, b, 7, t)
                             + _taps7(xs, o + 2 * d1, dw, packed, b, 14, t)
                             + _taps7(xs, o + 3 * d1, dw, packed, b, 21, t)
                             + _taps7(xs, o + 4 * d1, dw, packed, b, 28, t)
                             + _taps7(xs, o + 5 * d1, dw, packed, b, 35, t)
-                            + _taps7(xs, o + 6 * d1, dw, packed, b, 42, t))
-                # the activation in the tile, in a loop of its own: in the lane loops above
-                # it kept the taps scalar; a pass over each plane's rows after the task
-                # instead was 5-27% slower (576 x 14x14 3x3 to 672 x 14x14 5x5, 2 threads)
-                for t in range(LANES):
-                    tile[U(t)] = activate(tile[U(t)], code, low_v, high_v)
+                            + _taps7(xs, o + 6 * d1, dw, packed, b, 42, t), floor, ceiling)
+                if not bounded:
+                    # the other activations in the tile, in a loop of their own: in the lane
+                    # loops above their test of the code kept the taps scalar
+                    for t in range(LANES):
+                        tile[U(t)] = activate(tile[U(t)], code, low_v, high_v)
                 dst = first_plane * out_plane + oy * out_w + ox
                 for t in range(LANES):
                     out[U(dst + t * out_plane)] = tile[U(t)]

@@ -63,9 +63,9 @@ BLOCKED_MIN_DEPTH_1X1 = 64
 TILED_1X1_MIN_COLUMNS = 16
 #: ``depthwise_lanes`` before ``depthwise`` on output rows narrower than this: where a
 #: vector over a row's pixels is mostly idle.  Each layer alone on 2 threads (the 2-core VM,
-#: AVX2; min over 8 interleaved rounds, with Relu): 576 x 14x14 3x3 213 against 558 us,
-#: 1152 x 7x7 5x5 200 against 366, 240 x 28x28 5x5 stride 2 (14 wide out) 164 against 322;
-#: on 72 x 56x56 3x3 ``depthwise`` won, 168 against 410.
+#: AVX2; min over 8 interleaved rounds, with Relu): 576 x 14x14 3x3 133 against 382 us,
+#: 1152 x 7x7 5x5 128 against 277, 240 x 28x28 5x5 stride 2 (14 wide out) 155 against 239;
+#: on 72 x 56x56 3x3 ``depthwise`` won, 110 against 270.
 DEPTHWISE_LANES_MAX_WIDTH = 16
 #: ``blocked_direct`` wastes the lanes of a 16-channel block past a group's output channels.
 BLOCKED_MIN_CHANNELS = 16
