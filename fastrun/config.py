@@ -62,6 +62,7 @@ VARIABLES: dict[str, str] = {
     "(default: the first GPU, else the first device)",
 }
 
+
 def markdown_table() -> str:
     """:data:`VARIABLES` as the Markdown table of ``docs/settings.md``: the page shows what
     ``fastrun config`` shows, and a test keeps the two equal, so the meanings are written

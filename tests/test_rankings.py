@@ -403,8 +403,10 @@ def test_rank_then_regress_passes_unchanged_code_and_catches_a_slowdown(
     conv = next(p for p in recorded.problems if p.operator == "conv")
     assert len(conv.entries) >= 3 and not any(e.early_stopped for e in conv.entries)
 
-    # unchanged code passes (a generous margin: this is about the plumbing, not the tuning)
-    assert main(["regress", "--baseline", str(baseline), "--margin", "1", *FLAGS,
+    # unchanged code passes (a generous margin: this is about the plumbing, not the tuning;
+    # on a 2-core machine running the suite's other tests beside it, two kernels' ratio once
+    # moved 2.5x between the rank and the regress)
+    assert main(["regress", "--baseline", str(baseline), "--margin", "3", *FLAGS,
                  *IN_PROCESS]) == 0
     out = capsys.readouterr().out
     assert "no regression in 3 problems" in out
@@ -413,7 +415,7 @@ def test_rank_then_regress_passes_unchanged_code_and_catches_a_slowdown(
     # the baseline from another device: still passes, and says only ratios are compared
     foreign = tmp_path / "foreign.msgpack"
     dataclasses.replace(recorded, device="cpu;Some Other CPU;threads=64").save(foreign)
-    assert main(["regress", "--baseline", str(foreign), "--margin", "1", "--json",
+    assert main(["regress", "--baseline", str(foreign), "--margin", "3", "--json",
                  *FLAGS, *IN_PROCESS]) == 0
     report = capsys.readouterr().out
     assert '"cross_device": true' in report
