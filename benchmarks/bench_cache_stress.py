@@ -427,7 +427,7 @@ def damaged(directory: str) -> dict:
 def _format1_put(path: str, lock: filelock.FileLock, category: str, key: str,
                  entries: list[Entry]) -> None:
     """A put as fastrun 0.1 made it: read, merge, re-encode and replace under the lock."""
-    from fastrun._files import atomic_write
+    from fastrun.base.files import atomic_write
 
     with lock:
         document = msgpack.unpackb(Path(path).read_bytes(), raw=False)

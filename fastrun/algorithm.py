@@ -12,11 +12,11 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
 from fastrun.attribute import AlgoAttribute
-from fastrun.problem import value_text
+from fastrun.base.problem import value_text
 
 if TYPE_CHECKING:
+    from fastrun.base.problem import Problem
     from fastrun.devices import Device
-    from fastrun.problem import Problem
 
 
 @dataclass(frozen=True, slots=True)

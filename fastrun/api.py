@@ -17,10 +17,10 @@ from fastrun import config
 from fastrun.cache import FileCache, PersistentCache, default_cache
 from fastrun.cache.problems import ProblemRecorder
 from fastrun.core.chooser import AlgoChooser, Decision, PreparedCall
+from fastrun.core.progress import Progress, make_progress
 from fastrun.core.strategy import ExecutionPolicy, SearchOptions, Strategy
 from fastrun.devices import Device, get_device
 from fastrun.operator import Problem
-from fastrun.progress import Progress, make_progress
 from fastrun.registry import Registry, default_registry
 
 

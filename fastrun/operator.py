@@ -1,8 +1,8 @@
 """Operators.
 
 An :class:`Operator` defines *what* is computed (shape rules, the reference result, how to check
-a candidate's output); a :class:`~fastrun.problem.Problem` is one concrete instance of it
-(``fastrun/problem.py``, re-exported here).
+a candidate's output); a :class:`~fastrun.base.problem.Problem` is one concrete instance of it
+(``fastrun/base/problem.py``, re-exported here).
 """
 
 from __future__ import annotations
@@ -14,9 +14,9 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-# Problem is what an operator poses; it lives in fastrun.problem (which imports neither this
+# Problem is what an operator poses; it lives in fastrun.base.problem (which imports neither this
 # module nor fastrun.algorithm) and is re-exported here, where users have always found it.
-from fastrun.problem import Problem, Shape, split_key
+from fastrun.base.problem import Problem, Shape, split_key
 
 if TYPE_CHECKING:
     from fastrun.algorithm import Algorithm
@@ -196,7 +196,7 @@ class Operator:
             return float("inf")
         if not reference.size:
             return 0.0
-        from fastrun._max_error import worst_and_scale  # numba: compiled on a first check
+        from fastrun.base.max_error import worst_and_scale  # numba: compiled on a first check
 
         worst, scale = worst_and_scale(output, np.asarray(reference))
         if not np.isfinite(worst):

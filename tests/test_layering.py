@@ -115,3 +115,12 @@ def test_every_package_says_its_job_and_what_it_may_import():
         doc = ast.get_docstring(ast.parse(init.read_text(encoding="utf-8"))) or ""
         assert doc, f"{init} has no docstring"
         assert "may import" in doc, f"{init}'s docstring does not say what it may import"
+
+
+def test_the_top_of_the_package_holds_the_plugin_api_and_little_else():
+    """At most 8 modules at the top of ``fastrun/`` (besides ``__init__``, ``__main__`` and
+    ``_version``): the plugin API, which plugins import from there, the settings and the
+    facade; every other piece lives in the package of its layer (``base``, ``core``, ...)."""
+    top = sorted(path.stem for path in ROOT.glob("*.py")
+                 if path.stem not in ("__init__", "__main__", "_version"))
+    assert len(top) <= 8, top

@@ -33,10 +33,10 @@ from dataclasses import asdict, dataclass, field, fields, replace
 from typing import TYPE_CHECKING, Any
 
 from fastrun import category as category_module
-from fastrun._files import atomic_write
 from fastrun.attribute import AlgoAttribute
+from fastrun.base.files import atomic_write
+from fastrun.base.formats import RANKINGS_FORMAT, RANKINGS_VERSION
 from fastrun.cache import Entry
-from fastrun.formats import RANKINGS_FORMAT, RANKINGS_VERSION
 from fastrun.operator import Problem
 
 if TYPE_CHECKING:

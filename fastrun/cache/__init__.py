@@ -10,7 +10,7 @@ Four modules, one job each, in one direction of imports:
 * :mod:`.tools`: ``fastrun cache`` (show, export, import, merge, prune, verify).
 
 What it may import: the core's category facts and settings (``fastrun.category``,
-``fastrun.config``, ``fastrun.formats``, ``fastrun.attribute``); never the chooser, the
+``fastrun.config``, ``fastrun.base.formats``, ``fastrun.attribute``); never the chooser, the
 runtime or a device.  Everything users import from ``fastrun.cache`` is re-exported here.
 """
 

@@ -48,8 +48,8 @@ from typing import Any
 import msgpack
 
 from fastrun import category as categories_module
+from fastrun.base.formats import CACHE_FORMAT1_NAME
 from fastrun.category import CategoryError
-from fastrun.formats import CACHE_FORMAT1_NAME
 
 MAGIC = b"FASTRUN\x1a"  # \x1a: a text tool stops there; no text or msgpack file starts so
 VERSION = 3

@@ -21,7 +21,7 @@ line; readers skip it and the next writer starts on a fresh line.  Recording hap
 miss only, which a process meets once per problem (decisions are kept in memory), so a call
 that dispatches costs nothing more.
 
-What it may import: the base modules (``fastrun.config``, ``fastrun.formats``) and filelock.
+What it may import: the base modules (``fastrun.config``, ``fastrun.base.formats``) and filelock.
 """
 
 from __future__ import annotations
@@ -36,7 +36,7 @@ from typing import Any
 
 import filelock
 
-from fastrun.formats import PROBLEMS_FORMAT, PROBLEMS_VERSION
+from fastrun.base.formats import PROBLEMS_FORMAT, PROBLEMS_VERSION
 
 HEADER = json.dumps({"format": PROBLEMS_FORMAT, "version": PROBLEMS_VERSION})
 

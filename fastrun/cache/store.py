@@ -46,8 +46,8 @@ from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
 from fastrun import config
-from fastrun._files import Replacement, is_stale_temporary
 from fastrun.attribute import AlgoAttribute
+from fastrun.base.files import Replacement, is_stale_temporary
 from fastrun.cache import file as cachefile
 from fastrun.cache.file import CacheFormatError
 from fastrun.cache.lock import FileLock, LockTimeout
@@ -912,9 +912,10 @@ class FileCache:
         self._remove_stale_temporaries()
 
     def _remove_stale_temporaries(self) -> None:
-        """Temporary files of writers killed mid-write (:func:`fastrun._files.is_stale_temporary`:
-        a compaction writes its temporary file before it takes the lock, so a live one may be
-        there; it names its host and process)."""
+        """Temporary files of writers killed mid-write
+        (:func:`fastrun.base.files.is_stale_temporary`: a compaction writes its temporary
+        file before it takes the lock, so a live one may be there; it names its host and
+        process)."""
         directory, name = os.path.split(self.target)
         with contextlib.suppress(OSError):
             for leftover in os.listdir(directory):

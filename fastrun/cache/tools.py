@@ -27,6 +27,7 @@ from typing import Any
 
 from fastrun import category as category_module
 from fastrun.attribute import AlgoAttribute
+from fastrun.base.formats import CACHE_EXPORT_FORMAT, CACHE_EXPORT_VERSION
 from fastrun.cache import (
     CacheFormatError,
     Categories,
@@ -39,7 +40,6 @@ from fastrun.cache import (
 )
 from fastrun.cache import file as cachefile
 from fastrun.cache.file import Damage
-from fastrun.formats import CACHE_EXPORT_FORMAT, CACHE_EXPORT_VERSION
 
 
 class CacheToolError(ValueError):

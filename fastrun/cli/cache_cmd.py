@@ -14,12 +14,12 @@ import os
 import sys
 from typing import Any
 
-from fastrun._files import atomic_write
+from fastrun.base.files import atomic_write
+from fastrun.base.units import plural
 from fastrun.category import printable
 from fastrun.category import split as split_category
 from fastrun.cli.formatting import human_bytes, human_seconds
 from fastrun.cli.options import argument_type
-from fastrun.units import plural
 
 MERGE_RULE = ("for each key, entries are combined by algorithm; of two measurements of the same "
               "algorithm the steady one wins (a low-confidence measurement loses), then the one "

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from fastrun.base.units import human_bytes, human_seconds
 from fastrun.core.reasons import Why, why_of
-from fastrun.units import human_bytes, human_seconds
 
 __all__ = ["decision_dict", "decision_text", "human_bytes", "human_seconds"]
 

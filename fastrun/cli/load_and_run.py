@@ -22,6 +22,7 @@ from typing import Any
 import numpy as np
 
 from fastrun._version import __version__
+from fastrun.base.formats import PROFILE_FORMAT, PROFILE_VERSION
 from fastrun.cli import formatting, pipes, unsaved
 from fastrun.cli.options import (
     TimingInterrupted,
@@ -29,7 +30,6 @@ from fastrun.cli.options import (
     strategy_from,
     time_iterations,
 )
-from fastrun.formats import PROFILE_FORMAT, PROFILE_VERSION
 
 log = logging.getLogger("fastrun.load_and_run")
 

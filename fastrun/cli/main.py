@@ -11,10 +11,10 @@ from collections.abc import Sequence
 from typing import Any
 
 from fastrun import config
+from fastrun.base.problem import parse_value
 from fastrun.cli import formatting, pipes, unsaved
 from fastrun.cli.options import add_strategy_arguments, strategy_from
 from fastrun.devices import device_backends
-from fastrun.problem import parse_value
 
 
 def _parse_shape(text: str) -> tuple[int, ...]:

@@ -17,7 +17,7 @@ import sys
 import time
 from typing import Any
 
-from fastrun._files import atomic_write
+from fastrun.base.files import atomic_write
 from fastrun.cli import unsaved
 
 #: As fastrun.analysis.report.DEFAULT_MAX_PROBLEMS; not imported from there so that building the

@@ -39,7 +39,7 @@ def number_error(flag: str, value: float | None, least: float,
 def output_paths_error(args: argparse.Namespace, names: Sequence[str]) -> str | None:
     """What is wrong with an output file argument (``names``: their dests) that would be
     written only after the work, or None: checked before any."""
-    from fastrun._files import unwritable_reason
+    from fastrun.base.files import unwritable_reason
 
     for name in names:
         path = getattr(args, name, None)
@@ -56,7 +56,7 @@ def cache_path_error(path: str, remedy: str = "name another file, or add --save-
     a read-only cache, a file that is no fastrun cache or of a newer format, a missing
     folder), or None.  Checked before any work, and before a lock file would be made beside
     a path that is not a cache."""
-    from fastrun._files import unwritable_reason
+    from fastrun.base.files import unwritable_reason
     from fastrun.cache import file as cache_file
 
     found = cache_file.probe(path)

@@ -28,6 +28,7 @@ import numpy as np
 
 from fastrun.algorithm import Algorithm
 from fastrun.attribute import AlgoAttribute
+from fastrun.base.units import human_bytes
 from fastrun.cache import Entry, PersistentCache, entry_order, low_confidence
 from fastrun.cache.problems import ProblemRecorder
 from fastrun.category import text as category_text
@@ -39,14 +40,13 @@ from fastrun.core.nearest import (
     carried_entries,
 )
 from fastrun.core.profiler import Failure, Profiler, ProfileResult
+from fastrun.core.progress import Progress
 from fastrun.core.reasons import Exclusion, Source, Why, why_of
 from fastrun.core.strategy import ExecutionPolicy, SearchOptions
 from fastrun.core.tuning import budgeted_candidates
 from fastrun.devices import Device
 from fastrun.operator import Operator, Problem
-from fastrun.progress import Progress
 from fastrun.registry import Registry
-from fastrun.units import human_bytes
 
 log = logging.getLogger(__name__)
 

@@ -20,7 +20,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from fastrun import config
-from fastrun.units import human_bytes
+from fastrun.base.units import human_bytes
 
 
 class TensorTooLargeError(ValueError):

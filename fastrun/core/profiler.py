@@ -41,10 +41,10 @@ from fastrun._version import __version__
 from fastrun.algorithm import Algorithm, RunContext
 from fastrun.cache import Entry, low_confidence, unstable
 from fastrun.core import limits
+from fastrun.core.progress import Progress
 from fastrun.core.strategy import SearchOptions
 from fastrun.devices import Device
 from fastrun.operator import Operator, Problem
-from fastrun.progress import Progress
 
 log = logging.getLogger(__name__)
 

@@ -9,7 +9,7 @@ from typing import Any
 
 from fastrun import config
 from fastrun.attribute import AlgoAttribute
-from fastrun.units import human_bytes
+from fastrun.base.units import human_bytes
 
 
 class Strategy(enum.Flag):

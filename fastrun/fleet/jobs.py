@@ -19,8 +19,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from fastrun.base.formats import TUNE_TIMES_FORMAT, TUNE_TIMES_VERSION
 from fastrun.core.chooser import AlgoChooser
-from fastrun.formats import TUNE_TIMES_FORMAT, TUNE_TIMES_VERSION
 from fastrun.operator import Problem
 
 Ident = tuple[str, str]  #: (category, key): what a cache entry is stored under

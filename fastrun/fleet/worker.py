@@ -22,7 +22,7 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from fastrun.progress import Progress
+from fastrun.core.progress import Progress
 
 #: The driver's variables forwarded to every worker (settings, not facts of the machine).
 FORWARDED_PREFIX = "FASTRUN_"

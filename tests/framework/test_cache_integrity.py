@@ -350,7 +350,7 @@ def test_a_compaction_keeps_the_records_appended_while_it_encoded(tmp_path, monk
 def test_a_live_compactors_temporary_file_is_kept_and_a_dead_ones_removed(tmp_path):
     """A compaction writes its temporary file before it takes the lock, so one may be in
     progress while another process compacts: only a dead writer's leftover is removed."""
-    from fastrun._files import Replacement
+    from fastrun.base.files import Replacement
 
     path = tmp_path / "c.bin"
     FileCache(path).put(CATEGORY, "k", [entry()])

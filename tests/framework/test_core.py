@@ -7,10 +7,10 @@ import pytest
 
 from fastrun.algorithm import Algorithm, AlgorithmDesc
 from fastrun.attribute import AlgoAttribute
+from fastrun.base.problem import parse_value
 from fastrun.devices import get_device
 from fastrun.devices.cpu import CPUDevice
 from fastrun.operator import Problem
-from fastrun.problem import parse_value
 from fastrun.registry import Registry, RegistryError
 from tests.framework.fakes import DoubleOp
 

@@ -5,8 +5,8 @@ import logging
 
 from fastrun.cache import InMemoryCache
 from fastrun.core.chooser import AlgoChooser
+from fastrun.core.progress import LineProgress, Progress, TerminalProgress, make_progress
 from fastrun.core.strategy import SearchOptions, Strategy
-from fastrun.progress import LineProgress, Progress, TerminalProgress, make_progress
 from tests.framework.fakes import FakeAlgo, FakeClock, FakeDevice, make_registry, problem
 
 

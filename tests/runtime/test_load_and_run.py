@@ -354,8 +354,8 @@ def test_a_search_into_a_log_file_says_how_far_it_is(tmp_path, cnn, flag):
     none with --no-progress."""
     log_file = tmp_path / "search.log"
     code = ("import sys\n"
-            "import fastrun.progress\n"
-            "fastrun.progress.LINE_INTERVAL_S = 0.0\n"
+            "import fastrun.core.progress\n"
+            "fastrun.core.progress.LINE_INTERVAL_S = 0.0\n"
             "from fastrun.cli.load_and_run import main\n"
             f"sys.exit(main([{cnn!r}, '--fast-run', '--budget', '0.005', '--iter', '1', "
             f"*{flag!r}]))\n")

@@ -20,9 +20,9 @@ import msgpack
 
 from fastrun import cache as cache_module
 from fastrun import category as category_module
+from fastrun.base.formats import RANKINGS_FORMAT
 from fastrun.cache import Entry
 from fastrun.cache import file as cachefile
-from fastrun.formats import RANKINGS_FORMAT
 
 #: Problems drawn by default: a page of a 10,000-problem cache would be tens of megabytes and
 #: unusable in a browser; the most expensive problems are the interesting ones.

@@ -31,7 +31,7 @@ from fastrun.analysis.report.data import (
     date_text,
     problem_anchor,
 )
-from fastrun.units import plural
+from fastrun.base.units import plural
 
 # --------------------------------------------------------------------------------------------
 # Page
