@@ -24,8 +24,8 @@ interior.  A pixel's taps are one expression per lane (the 3x3, 5x5 and 7x7 kern
 their own), summed into a stack tile, and its 16 lanes stored to their 16 planes.  Relu and
 clip are bounds applied in that expression as selects; the other activations run over the
 tile in a loop of their own, since a switch over the activation codes inside the lane loop
-kept it scalar (with that switch for every activation the kernel took 2.4-2.7x as long on
-the layers below).  X, the output and the staged block are indexed flat, with
+kept it scalar (with that switch for every activation the kernel took 1.7-2.7x as long on
+the layers of docs/performance.md).  X, the output and the staged block are indexed flat, with
 the lane count a constant.  When C is not a multiple of 16 the last block starts at C - 16 and
 overlaps the one before it (those channels are computed twice, identically); fewer than 16
 channels are refused.  The weights are packed once into (blocks, R*S, 16) with the bias
