@@ -189,12 +189,16 @@ def prune(entries: Iterable[Entry]) -> list[Entry]:
     return _pareto(entries, entry_order, lambda e: e.attributes, lambda e: e.workspace_bytes)
 
 
+def merge_rank(entry: Entry) -> tuple[bool, int, float]:
+    """What decides between two measurements of one algorithm, best highest: the steady one,
+    then more repeats, then the newer (a tie goes to the later input)."""
+    return (not entry.unstable, entry.repeats, entry.measured_at)
+
+
 def merge_entries(old: Iterable[Entry], new: Iterable[Entry]) -> list[Entry]:
     """Combine two measurement lists of one key by the module's documented merge rule: the
-    union by algorithm (the steady one wins, then more repeats, then the newer, then the
-    new), pruned."""
-    return prune(_union((old, new), lambda e: e.algorithm,
-                        lambda e: (not e.unstable, e.repeats, e.measured_at)))
+    union by algorithm (:func:`merge_rank`; a tie goes to the new), pruned."""
+    return prune(_union((old, new), lambda e: e.algorithm, merge_rank))
 
 
 #: Attribute names as a file stores them -> the set they name, for the raw merge.

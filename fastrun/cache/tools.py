@@ -40,6 +40,7 @@ from fastrun.cache import (
 )
 from fastrun.cache import file as cachefile
 from fastrun.cache.file import Damage
+from fastrun.cache.store import merge_rank
 
 
 class CacheToolError(ValueError):
@@ -422,16 +423,13 @@ def _merge_sources(sources: Sequence[tuple[str, Categories]]) -> tuple[Categorie
 
 
 def _resolved_by(versions: list[Entry]) -> str:
-    """Which part of the merge rule decided between differing measurements of one algorithm."""
-    steady = [e for e in versions if not e.unstable] or versions
-    if len(steady) == 1:
-        return "steady"
-    most = max(e.repeats for e in steady)
-    if sum(1 for e in steady if e.repeats == most) == 1:
-        return "more_repeats"
-    newest = max(e.measured_at for e in steady if e.repeats == most)
-    if sum(1 for e in steady if e.repeats == most and e.measured_at == newest) == 1:
-        return "newer"
+    """Which part of the merge rule (:func:`merge_rank`) decided between differing
+    measurements of one algorithm: the first part whose best value only one of them has."""
+    ranks = [merge_rank(e) for e in versions]
+    for depth, part in enumerate(("steady", "more_repeats", "newer"), start=1):
+        best = max(rank[:depth] for rank in ranks)
+        if sum(1 for rank in ranks if rank[:depth] == best) == 1:
+            return part
     return "later_input"
 
 
