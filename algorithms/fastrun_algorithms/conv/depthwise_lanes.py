@@ -62,9 +62,11 @@ from fastrun_algorithms.conv import heuristic
 from fastrun_algorithms.conv.base import ConvAlgorithm
 from fastrun_algorithms.conv.epilogue import CLIP, NONE, RELU, activate, epilogue_args
 from fastrun_algorithms.conv.geometry import ConvGeometry, geometry
+from fastrun_algorithms.layout.blocking import LANES, blocks
 
-#: Channels per task: one float32 vector of AVX-512, two of AVX2.
-LANES = 16
+# A task's channels are LANES (16, one float32 vector of AVX-512, two of AVX2), as many as a
+# block of the channel-blocked layout, whose count ``blocks`` gives.
+
 #: The kernel sizes (square) with a kernel of their own.
 KERNELS = (3, 5, 7)
 #: Output positions a task covers at most, so that its staged block stays in L2.
@@ -74,13 +76,20 @@ BLOCK_OUTPUTS = 1024
 _SCRATCH = ScratchPool()
 
 
+@numba.njit(inline="always")
+def _block_start(block, channels):
+    """The first channel of ``block``: the last block ends at the last channel, overlapping
+    the one before it when C is not a multiple of 16."""
+    return min(block * LANES, channels - LANES)
+
+
 def _pack_kernel(w: np.ndarray, bias: np.ndarray, has_bias: bool, packed: np.ndarray,
                  packed_bias: np.ndarray) -> None:
     """``packed[b, r*S + s, t] = w[c, 0, r, s]`` and ``packed_bias[b, t] = bias[c]`` with
-    ``c = c0 + t``, block ``b`` starting at ``c0 = min(16 b, C - 16)``."""
+    ``c = c0 + t``, block ``b`` starting at ``c0`` (:func:`_block_start`)."""
     channels, _, kernel_h, kernel_w = w.shape
     for b in range(packed.shape[0]):
-        c0 = min(b * LANES, channels - LANES)
+        c0 = _block_start(b, channels)
         for t in range(LANES):
             for r in range(kernel_h):
                 for s in range(kernel_w):
@@ -153,7 +162,7 @@ def _tasks(first, last, x, x_shape, packed, packed_bias, size, sh, sw, dh, dw, p
         b = rest // rblocks
         oy0 = (rest - b * rblocks) * rows
         t_rows = min(rows, out_h - oy0)
-        first_plane = n * channels + min(b * LANES, channels - LANES)
+        first_plane = n * channels + _block_start(b, channels)
         # stage the input rows these output rows read, channels minor
         y_first = oy0 * sh - pt
         staged_h = (t_rows - 1) * sh + (size - 1) * dh + 1
@@ -245,10 +254,6 @@ def _compiled() -> tuple[Callable[..., None], Callable[..., None]]:
     return pack, conv
 
 
-def _blocks(channels: int) -> int:
-    return -(-channels // LANES)
-
-
 class DepthwiseLanesConv(ConvAlgorithm):
     """NCHW depthwise convolution with vectors over 16 channels (see the module docstring)."""
 
@@ -285,7 +290,7 @@ class DepthwiseLanesConv(ConvAlgorithm):
         every thread where the image has few channel blocks."""
         rows = max(1, min(geo.oh, BLOCK_OUTPUTS // geo.ow))
         wanted = PARTS_PER_THREAD * numba.get_num_threads()
-        per_rows = geo.n * _blocks(geo.c)
+        per_rows = geo.n * blocks(geo.c)
         if per_rows * -(-geo.oh // rows) < wanted:
             rows = max(1, min(rows, -(-geo.oh * per_rows // wanted)))
         return rows
@@ -305,7 +310,7 @@ class DepthwiseLanesConv(ConvAlgorithm):
         geo = geometry(problem)
         staged = numba.get_num_threads() * self._stage_positions(geo) * LANES * 4
         packed = 0 if problem.weight_preprocess else (
-            4 * _blocks(geo.c) * LANES * (geo.r * geo.s + 1))
+            4 * blocks(geo.c) * LANES * (geo.r * geo.s + 1))
         return staged + packed
 
     def preprocess(self, problem: Problem, inputs: Sequence[Any]) -> tuple[np.ndarray, ...]:
@@ -313,8 +318,8 @@ class DepthwiseLanesConv(ConvAlgorithm):
         geo = geometry(problem)
         w = np.asarray(inputs[1]).reshape(geo.k, 1, geo.r, geo.s)
         bias = np.asarray(inputs[2]) if geo.has_bias else np.zeros(1, np.float32)
-        packed = np.empty((_blocks(geo.c), geo.r * geo.s, LANES), dtype=np.float32)
-        packed_bias = np.empty((_blocks(geo.c), LANES), dtype=np.float32)
+        packed = np.empty((blocks(geo.c), geo.r * geo.s, LANES), dtype=np.float32)
+        packed_bias = np.empty((blocks(geo.c), LANES), dtype=np.float32)
         _compiled()[0](w, bias, geo.has_bias, packed, packed_bias)
         return packed, packed_bias
 
@@ -325,8 +330,8 @@ class DepthwiseLanesConv(ConvAlgorithm):
         x, _ = geo.as_4d(np.asarray(inputs[0]), np.asarray(inputs[1]))
         x = np.ascontiguousarray(x)
         out = np.empty((geo.n, geo.k, geo.oh, geo.ow), dtype=np.float32)
-        key = (problem.key, numba.get_num_threads())
         threads = numba.get_num_threads()
+        key = (problem.key, threads)
         buffers = _SCRATCH.take(key, lambda: (
             np.zeros((threads, self._stage_positions(geo) * LANES), np.float32),))
         _compiled()[1](x, packed.reshape(packed.shape[0], -1), packed_bias, geo.r,

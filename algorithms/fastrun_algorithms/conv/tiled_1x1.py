@@ -235,13 +235,14 @@ class Tiled1x1Conv(ConvAlgorithm):
         # blocked_direct on 576->96 at 14x14), and on the 16-core host fast-run picked it for
         # 14 of MobileNetV2's 19 distinct 1x1 layers, blocked_direct for the other 5 (the
         # deepest sums).  A narrow tile goes after pointwise (heuristic.TILED_1X1_MIN_COLUMNS).
-        if self._strided(geo) and numba.get_num_threads() < heuristic.BLOCKED_MIN_THREADS:
+        strided = self._strided(geo)
+        if strided and numba.get_num_threads() < heuristic.BLOCKED_MIN_THREADS:
             # ResNet-50's three strided (downsampling) 1x1 layers (2026-11-27,
             # probe_conv_kernels), against onnxruntime's time: on 2 threads it took 1.07-1.19,
             # blocked_direct 0.93-1.05 and im2col 0.93-0.99, so it goes after blocked_direct;
             # on 16 threads it took 0.89-1.19, blocked_direct 1.19-1.21, im2col 1.06-1.40.
             return (2, 0.5)
-        if not self._strided(geo) and NR < heuristic.TILED_1X1_MIN_COLUMNS:
+        if not strided and NR < heuristic.TILED_1X1_MIN_COLUMNS:
             return (0, 4)  # a narrow tile (AVX2): after pointwise and conv1x1
         return (0, 0.2)
 
