@@ -15,6 +15,7 @@ Targets (GPU): the tuned kernel at >= 80% of cuBLAS at 4096, tuning SGEMM 4096 i
     python benchmarks/bench_opencl_matmul.py                 # 1024..8192 + 3 skinny shapes
     python benchmarks/bench_opencl_matmul.py --quick         # small shapes (PoCL smoke run)
     python benchmarks/bench_opencl_matmul.py --device opencl:0:1 --tuning-budget 32
+    python benchmarks/bench_opencl_matmul.py --shapes 6304x2304x768 6304x768x3072
 """
 
 from __future__ import annotations
@@ -122,6 +123,14 @@ def peer():
     return CuBLAS(torch) if torch.cuda.is_available() else NumpyBLAS()
 
 
+def _parse_shape(text: str) -> tuple[str, int, int, int]:
+    try:
+        m, n, k = (int(v) for v in text.lower().split("x"))
+    except ValueError:
+        raise SystemExit(f"--shapes: {text!r} is not MxNxK (three integers joined by x)") from None
+    return (f"{m}x{n}x{k}", m, n, k)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="small shapes (PoCL smoke run)")
@@ -132,9 +141,14 @@ def main() -> None:
     parser.add_argument("--budget-s", type=float, default=0.05,
                         help="seconds of timed repeats per fully timed candidate")
     parser.add_argument("--only", nargs="*", default=None, help="labels to run")
+    parser.add_argument("--shapes", nargs="*", default=None, metavar="MxNxK",
+                        help="these products instead of the default set (for example a "
+                             "model's: 6304x2304x768 is ViT-B/16's QKV projection at batch 32)")
     args = parser.parse_args()
 
     shapes = QUICK if args.quick else SQUARE + SKINNY
+    if args.shapes:
+        shapes = [_parse_shape(text) for text in args.shapes]
     if args.only:
         shapes = [s for s in shapes if s[0] in args.only]
     the_peer = peer()

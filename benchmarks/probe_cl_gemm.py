@@ -49,6 +49,23 @@ def _median(device, function, runs: int = 20) -> float:
     return statistics.median(device.measure(function)[0] * 1e-9 for _ in range(runs))
 
 
+def _ptxas_report(device, algorithm, problem) -> str:
+    """The lines of NVIDIA's build log that say what each kernel of the configuration uses
+    (built again from source with -cl-nv-verbose, outside the device's program cache)."""
+    import pyopencl as cl
+
+    from fastrun_algorithms.matmul._batch import layout_of
+
+    options = algorithm.options(np.dtype(problem.dtypes[0]),
+                                algorithm.shape_defines(layout_of(problem)))
+    program = cl.Program(device.context, algorithm.source)
+    program.build(options=[*options, "-cl-nv-verbose"], devices=[device.cl_device])
+    text = program.get_build_info(device.cl_device, cl.program_build_info.LOG)
+    lines = [line.strip() for line in text.splitlines()
+             if any(word in line for word in ("Compiling", "registers", "spill", "stack"))]
+    return "\n".join("    " + line for line in lines) or "    (no compiler report in the log)"
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--sizes", type=int, nargs="*", default=[4096])
@@ -56,6 +73,9 @@ def main() -> None:
     parser.add_argument("--variants", nargs="*", default=["-"],
                         help="extra -D defines tried with every configuration, each "
                              "'NAME=V,NAME=V' ('-' for none; 'cl-...' passes -cl-... as it is)")
+    parser.add_argument("--ptxas", action="store_true",
+                        help="also build each configuration with -cl-nv-verbose and print "
+                             "what NVIDIA's compiler reports (registers, spills, shared memory)")
     parser.add_argument("--configs", required=True,
                         help="';'-separated configurations, each 'key=value,...'")
     args = parser.parse_args()
@@ -108,6 +128,8 @@ def main() -> None:
             print(f"{size} {seconds * 1e3:8.3f} ms {flops / seconds / 1e12:5.1f} TF/s "
                   f"{peer / seconds:5.0%}  err {error:.1e} build {build:.1f}s  "
                   f"{algorithm.desc.text} {' '.join(algorithm.extra)}", flush=True)
+            if args.ptxas:
+                print(_ptxas_report(device, algorithm, problem), flush=True)
 
 
 if __name__ == "__main__":

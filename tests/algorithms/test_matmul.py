@@ -512,11 +512,11 @@ def test_blocked_rejects_bad_parameters() -> None:
 def test_split_plan_gives_every_thread_work_and_splits_few_rows_by_columns() -> None:
     from fastrun_algorithms.matmul.blas_split import split_plan
 
-    assert split_plan(batch=1, m=512, n=49, threads=2) == (2, True)
-    assert split_plan(batch=1, m=1, n=1000, threads=2) == (2, False)  # one row: by columns
-    assert split_plan(batch=36, m=64, n=196, threads=2) == (1, True)  # whole products
-    assert split_plan(batch=3, m=64, n=64, threads=8) == (3, True)
-    assert split_plan(batch=1, m=40, n=64, threads=4) == (4, False)  # 10 rows a block: too few
+    assert split_plan(batch=1, m=512, n=49, threads=2) == (2, 1)
+    assert split_plan(batch=1, m=1, n=1000, threads=2) == (1, 2)  # one row: by columns
+    assert split_plan(batch=36, m=64, n=196, threads=2) == (1, 1)  # whole products
+    assert split_plan(batch=3, m=64, n=64, threads=8) == (3, 1)
+    assert split_plan(batch=1, m=40, n=64, threads=4) == (1, 4)  # 10 rows a block: too few
 
 
 @needs_split
@@ -532,19 +532,20 @@ def test_blas_split_matches_reference(threads: int, shapes: tuple) -> None:
 
 @needs_split
 @pytest.mark.parametrize("dtype", ["float32", "float64"])
-@pytest.mark.parametrize("by_rows", [True, False])
-@pytest.mark.parametrize("parts", [1, 2, 3, 5, 40])
-def test_blas_split_kernel_blocks_cover_the_output_once(dtype: str, by_rows: bool,
-                                                        parts: int) -> None:
-    """Any number of blocks (more than rows or columns too: empty blocks are skipped), by rows
-    or by columns, over a batch with a shared B."""
+@pytest.mark.parametrize("grid", [(1, 1), (2, 1), (1, 2), (3, 1), (1, 5), (2, 3), (3, 2),
+                                  (40, 1), (1, 40), (5, 8)])
+@pytest.mark.parametrize("n", [31, 100])
+def test_blas_split_kernel_blocks_cover_the_output_once(dtype: str, grid: tuple[int, int],
+                                                        n: int) -> None:
+    """Any grid of blocks (more than rows or columns too: empty blocks are skipped), by rows,
+    by columns or both, over a batch with a shared B."""
     from fastrun_algorithms.matmul.blas_split import split_kernel
 
-    rng = np.random.default_rng(parts)
+    rng = np.random.default_rng(sum(grid) + n)
     a = rng.uniform(-1, 1, (3, 23, 19)).astype(dtype)
-    b = rng.uniform(-1, 1, (1, 19, 31)).astype(dtype)
-    out = np.full((3, 23, 31), np.nan, dtype=dtype)
-    split_kernel(dtype)(a, b, out, parts, by_rows, ())
+    b = rng.uniform(-1, 1, (1, 19, n)).astype(dtype)
+    out = np.full((3, 23, n), np.nan, dtype=dtype)
+    split_kernel(dtype)(a, b, out, *grid, ())
     np.testing.assert_allclose(out, a @ b, rtol=1e-5, atol=1e-5)
 
 

@@ -116,8 +116,8 @@ class SplitBlasLinear(Algorithm):
                 _finish_rows(out, bias, len(inputs) > 2, CODES[problem.param("activation")])
             return out
         out = np.empty((1, m, n), x.dtype)
-        parts, by_rows = split_plan(1, m, n, numba.get_num_threads())
+        row_parts, col_parts = split_plan(1, m, n, numba.get_num_threads())
         epilogue = (bias, len(inputs) > 2, CODES[problem.param("activation")])
         split_kernel(problem.dtypes[0], _finish_block)(x.reshape(1, m, k), w.reshape(1, k, n),
-                                                       out, parts, by_rows, epilogue)
+                                                       out, row_parts, col_parts, epilogue)
         return out[0]

@@ -46,6 +46,8 @@ SYMBOLS = {"float32": "scipy_cblas_sgemm64_", "float64": "scipy_cblas_dgemm64_"}
 #: Fewest output rows per block for a split by rows; with fewer the output is split by columns
 #: (a 1 x 512 @ 512 x 1000 product: 38 us by rows, 21 by columns, 33 unsplit).
 MIN_ROWS_PER_BLOCK = 16
+#: Column blocks start on multiples of this many values (a 64-byte line of float32).
+COLUMN_ALIGN = 16
 
 
 @functools.cache
@@ -90,14 +92,16 @@ def no_finish(out, p, r0, r1, c0, c1, extra):
 
 
 def _split_kernel(gemm: Callable[..., None], finish: Callable[..., None]) -> Callable[..., None]:
-    """The parallel loop over (product, block) jobs for one gemm function: each job makes one
-    gemm call, then ``finish(out, product, rows r0:r1, columns c0:c1, extra)`` on its block
-    while it is in cache (the ``linear`` operator's bias and activation; :func:`no_finish`
-    for a plain product).  Built per dtype at run time: the function's address is only known
-    once its library is loaded, so numba cannot cache the compiled loop on disk (about 1 s to
-    compile, once per process)."""
+    """The parallel loop over (product, block) jobs for one gemm function: the output of each
+    product is cut into ``row_parts`` x ``col_parts`` blocks, and each job makes one gemm
+    call, then ``finish(out, product, rows r0:r1, columns c0:c1, extra)`` on its block while
+    it is in cache (the ``linear`` operator's bias and activation; :func:`no_finish` for a
+    plain product).  Column cuts fall on multiples of :data:`COLUMN_ALIGN` so that every
+    block but the last starts on a cache line.  Built per dtype at run time: the function's
+    address is only known once its library is loaded, so numba cannot cache the compiled
+    loop on disk (about 1 s to compile, once per process)."""
 
-    def kernel(a, b, out, parts, by_rows, extra):
+    def kernel(a, b, out, row_parts, col_parts, extra):
         batch, m, n = out.shape
         k = a.shape[2]
         item = out.itemsize
@@ -106,39 +110,49 @@ def _split_kernel(gemm: Callable[..., None], finish: Callable[..., None]) -> Cal
         b_step = b.strides[0] if b.shape[0] > 1 else 0
         a0, b0 = np.int64(a.ctypes.data), np.int64(b.ctypes.data)
         c0 = np.int64(out.ctypes.data)
-        for job in prange(batch * parts):
-            p = job // parts
-            part = job - p * parts
+        blocks = row_parts * col_parts
+        for job in prange(batch * blocks):
+            p = job // blocks
+            block = job - p * blocks
+            r = block // col_parts
+            c = block - r * col_parts
             pa, pb, pc = a0 + p * a_step, b0 + p * b_step, c0 + p * m * n * item
-            if by_rows:
-                first, end = m * part // parts, m * (part + 1) // parts
-                if end > first:
-                    gemm(ROW_MAJOR, NO_TRANS, NO_TRANS, end - first, n, k, 1.0,
-                         pa + first * lda * item, lda, pb, ldb, 0.0,
-                         pc + first * ldc * item, ldc)
-                    finish(out, p, first, end, 0, n, extra)
-            else:
-                first, end = n * part // parts, n * (part + 1) // parts
-                if end > first:
-                    gemm(ROW_MAJOR, NO_TRANS, NO_TRANS, m, end - first, k, 1.0, pa, lda,
-                         pb + first * item, ldb, 0.0, pc + first * item, ldc)
-                    finish(out, p, 0, m, first, end, extra)
+            first_row, end_row = m * r // row_parts, m * (r + 1) // row_parts
+            first_col = _column_cut(n, c, col_parts)
+            end_col = _column_cut(n, c + 1, col_parts)
+            if end_row > first_row and end_col > first_col:
+                gemm(ROW_MAJOR, NO_TRANS, NO_TRANS, end_row - first_row, end_col - first_col,
+                     k, 1.0, pa + first_row * lda * item, lda, pb + first_col * item, ldb,
+                     0.0, pc + (first_row * ldc + first_col) * item, ldc)
+                finish(out, p, first_row, end_row, first_col, end_col, extra)
 
     return numba.njit(parallel=True, error_model="numpy")(kernel)
 
 
+@numba.njit(inline="always")
+def _column_cut(n, c, col_parts):
+    """Where column block ``c`` of ``col_parts`` starts: an even share rounded down to
+    :data:`COLUMN_ALIGN` (the end, ``n``, for ``c == col_parts``)."""
+    if c >= col_parts:
+        return n
+    return (n * c // col_parts) // COLUMN_ALIGN * COLUMN_ALIGN
+
+
 @functools.cache
 def split_kernel(dtype: str, finish: Callable[..., None] = no_finish) -> Callable[..., None]:
-    """``kernel(a, b, out, parts, by_rows, extra)`` for ``dtype``'s gemm, each block finished
-    by ``finish`` (compiled once per process and finisher)."""
+    """``kernel(a, b, out, row_parts, col_parts, extra)`` for ``dtype``'s gemm, each block
+    finished by ``finish`` (compiled once per process and finisher)."""
     return _split_kernel(_gemm_functions()[0][dtype], finish)
 
 
-def split_plan(batch: int, m: int, n: int, threads: int) -> tuple[int, bool]:
-    """(blocks per product, split by rows?): enough jobs for every thread, whole products
-    when the batch alone keeps the threads busy."""
+def split_plan(batch: int, m: int, n: int, threads: int) -> tuple[int, int]:
+    """(row blocks, column blocks) per product: enough jobs for every thread, whole products
+    when the batch alone keeps the threads busy; by rows where every block keeps
+    :data:`MIN_ROWS_PER_BLOCK` rows, else by columns.  The kernel takes any grid of both;
+    on BERT's and ViT's projections at 16 threads no grid beat this cut by more than 4%
+    (``benchmarks/probe_linear_grid.py``, docs/performance.md)."""
     parts = max(1, -(-threads // max(batch, 1)))
-    return parts, m >= MIN_ROWS_PER_BLOCK * parts
+    return (parts, 1) if m >= MIN_ROWS_PER_BLOCK * parts else (1, parts)
 
 
 def _blas_ready(x: np.ndarray) -> np.ndarray:
@@ -174,8 +188,9 @@ class SplitBlasMatmul(Algorithm):
         a = _blas_ready(operand_3d(np.asarray(inputs[0]), layout.a3_shape, layout))
         b = _blas_ready(operand_3d(np.asarray(inputs[1]), layout.b3_shape, layout))
         out = np.empty(layout.out3_shape, dtype=a.dtype)
-        parts, by_rows = split_plan(layout.batch, layout.m, layout.n, numba.get_num_threads())
-        split_kernel(problem.dtypes[0])(a, b, out, parts, by_rows, ())
+        row_parts, col_parts = split_plan(layout.batch, layout.m, layout.n,
+                                          numba.get_num_threads())
+        split_kernel(problem.dtypes[0])(a, b, out, row_parts, col_parts, ())
         return layout.from_3d(out)
 
     def heuristic_rank(self, problem: Problem) -> tuple[float, ...]:
