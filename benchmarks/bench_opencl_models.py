@@ -72,6 +72,15 @@ class TorchGraph:
         self.nodes = [(n.op_type, list(n.input), n.output[0],
                        {a.name: helper.get_attribute_value(a) for a in n.attribute})
                       for n in proto.graph.node]
+        # Clip's bounds as numbers read here: reading a tensor on the card while a CUDA graph
+        # is captured would end the capture
+        host = {t.name: numpy_helper.to_array(t) for t in proto.graph.initializer}
+        for op, inputs, _, attrs in self.nodes:
+            if op == "Clip":
+                for index, key in ((1, "min"), (2, "max")):
+                    if len(inputs) > index and inputs[index] in host:
+                        attrs[key] = float(host[inputs[index]])
+                        inputs[index] = ""
         for op, _, _, _ in self.nodes:
             if not hasattr(self, f"_op_{op}"):
                 raise SystemExit(f"the torch peer does not run ONNX {op} nodes")
@@ -103,6 +112,7 @@ class TorchGraph:
     def _op_Clip(self, a, attrs):
         low = float(a[1]) if len(a) > 1 and a[1] is not None else attrs.get("min", -3.4e38)
         high = float(a[2]) if len(a) > 2 and a[2] is not None else attrs.get("max", 3.4e38)
+        # (a bound from another node's output is read from the card: not capturable)
         return self.f.hardtanh(a[0], low, high)
 
     def _op_MaxPool(self, a, attrs):
