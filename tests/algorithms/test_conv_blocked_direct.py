@@ -140,9 +140,10 @@ def test_the_heuristic_puts_it_where_it_was_measured_to_win(monkeypatch):
     wide = [(1, 64, 56, 56), (64, 64, 3, 3)]
     assert _first(wide, 16, monkeypatch, pads=[1] * 4) == "winograd_f4x3"
     one_by_one = [(1, 256, 14, 14), (64, 256, 1, 1)]
-    # tiled_1x1 first on 1x1 stride-1 layers, however many threads, where its tile is wide
-    # (AVX-512); with AVX2's narrow tile the BLAS-based kernels (or blocked_direct) go first
-    wide_tile = tiled_1x1.NR >= heuristic.TILED_1X1_MIN_COLUMNS
+    # tiled_1x1 first on 1x1 stride-1 layers, however many threads, where its tile is 8
+    # channels high (AVX-512); with AVX2's 4-row tile the BLAS-based kernels (or
+    # blocked_direct) go first
+    wide_tile = tiled_1x1.MR >= heuristic.TILED_1X1_MIN_ROWS
     for threads in (2, 16):
         first = _first(one_by_one, threads, monkeypatch)
         assert (first == "tiled_1x1") == wide_tile, first

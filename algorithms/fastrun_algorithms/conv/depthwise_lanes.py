@@ -60,7 +60,7 @@ from fastrun_algorithms._common import (
 )
 from fastrun_algorithms.conv import heuristic
 from fastrun_algorithms.conv.base import ConvAlgorithm
-from fastrun_algorithms.conv.epilogue import CLIP, NONE, RELU, activate, epilogue_args
+from fastrun_algorithms.conv.epilogue import activate, bounds, clamp, epilogue_args
 from fastrun_algorithms.conv.geometry import ConvGeometry, geometry
 from fastrun_algorithms.layout.blocking import LANES, blocks
 
@@ -124,14 +124,6 @@ def _taps7(xs, o, d, w, b, k, t):
         + xs[U((o + 6 * d) * LANES + t)] * w[b, U((k + 6) * LANES + t)])
 
 
-@numba.njit(inline="always")
-def _bounded(value, floor, ceiling):
-    """``value`` clamped to [floor, ceiling], NaN kept: as selects, so that a lane loop
-    stays a vector loop (a switch over the activation codes there kept it scalar)."""
-    value = value if value > floor else (value - value) + floor
-    return value if value < ceiling else (value - value) + ceiling
-
-
 @numba.njit(cache=CACHE, fastmath=FASTMATH)
 def _tasks(first, last, x, x_shape, packed, packed_bias, size, sh, sw, dh, dw, pt, pl, rows,
            staged_w, code, low, high, xs, out_shape, out):
@@ -153,9 +145,7 @@ def _tasks(first, last, x, x_shape, packed, packed_bias, size, sh, sw, dh, dw, p
     zero = out.dtype.type(0)
     copy_w = min(width, staged_w - pl)
     # none, relu and clip are bounds, applied in the lane loops without a test of the code
-    bounded = code in (NONE, RELU, CLIP)
-    floor = low_v if code == CLIP else (zero if code == RELU else out.dtype.type(-np.inf))
-    ceiling = high_v if code == CLIP else out.dtype.type(np.inf)
+    bounded, floor, ceiling = bounds(code, low, high, out)
     for task in range(first, last):
         n = task // (nb * rblocks)
         rest = task - n * nb * rblocks
@@ -188,13 +178,13 @@ def _tasks(first, last, x, x_shape, packed, packed_bias, size, sh, sw, dh, dw, p
             for ox in range(out_w):
                 if size == 3:
                     for t in range(LANES):
-                        tile[U(t)] = _bounded(
+                        tile[U(t)] = clamp(
                             packed_bias[b, U(t)] + _taps3(xs, o, dw, packed, b, 0, t)
                             + _taps3(xs, o + d1, dw, packed, b, 3, t)
                             + _taps3(xs, o + 2 * d1, dw, packed, b, 6, t), floor, ceiling)
                 elif size == 5:
                     for t in range(LANES):
-                        tile[U(t)] = _bounded(
+                        tile[U(t)] = clamp(
                             packed_bias[b, U(t)] + _taps5(xs, o, dw, packed, b, 0, t)
                             + _taps5(xs, o + d1, dw, packed, b, 5, t)
                             + _taps5(xs, o + 2 * d1, dw, packed, b, 10, t)
@@ -202,7 +192,7 @@ def _tasks(first, last, x, x_shape, packed, packed_bias, size, sh, sw, dh, dw, p
                             + _taps5(xs, o + 4 * d1, dw, packed, b, 20, t), floor, ceiling)
                 else:
                     for t in range(LANES):
-                        tile[U(t)] = _bounded(
+                        tile[U(t)] = clamp(
                             packed_bias[b, U(t)] + _taps7(xs, o, dw, packed, b, 0, t)
                             + _taps7(xs, o + d1, dw, packed, b, 7, t)
                             + _taps7(xs, o + 2 * d1, dw, packed, b, 14, t)

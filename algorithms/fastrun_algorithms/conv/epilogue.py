@@ -70,6 +70,27 @@ def activate(value, code, low, high):
 
 
 @numba.njit(inline="always")
+def bounds(code, low, high, out):
+    """(bounded, floor, ceiling): whether ``code`` is an activation that only clamps (none,
+    relu, clip) and the interval it clamps to, in the type of the array ``out``.  A vector
+    loop over outputs applies such an activation with :func:`clamp` and stays a vector loop;
+    a test of the code inside it (as :func:`activate` makes) kept the loops of
+    ``depthwise_lanes`` and ``tiled_1x1`` scalar.  ``low`` and ``high`` as
+    :func:`epilogue_args` gives them."""
+    kind = out.dtype.type
+    floor = kind(low) if code == CLIP else (kind(0) if code == RELU else kind(-np.inf))
+    ceiling = kind(high) if code == CLIP else kind(np.inf)
+    return code in (NONE, RELU, CLIP), floor, ceiling
+
+
+@numba.njit(inline="always")
+def clamp(value, floor, ceiling):
+    """``value`` clamped to [floor, ceiling], NaN kept, as selects (see :func:`bounds`)."""
+    value = value if value > floor else (value - value) + floor
+    return value if value < ceiling else (value - value) + ceiling
+
+
+@numba.njit(inline="always")
 def epilogue_value(value, bias, code, low, high):
     """One output value after bias and activation (inlined into the kernels' output loops)."""
     return activate(value + bias, code, low, high)

@@ -55,12 +55,17 @@ BLOCKED_MAX_WINOGRAD_PIXELS = 1024
 #: pointwise 254 / 351, 24->144 at 56x56 165 / 292 against 134 / 219; from 96 input channels on
 #: blocked_direct won (96->576 at 14x14: 79 / 168 against 121 / 180).
 BLOCKED_MIN_DEPTH_1X1 = 64
-#: ``tiled_1x1`` goes first on 1x1 stride-1 layers only with a tile this many pixels wide
-#: (AVX-512's 32; AVX2's registers hold 8, ``_common.tile_columns``).  With 8 it lost to
-#: ``pointwise`` on 8 of MNASNet's 9 distinct 1x1 layers, each alone on 2 threads (the 2-core
-#: VM, AVX2): 16->48 at 112x112 641 against 328 us, 24->72 at 56x56 307 against 166, 192->1152
-#: at 7x7 387 against 241; it won only 480->80 at 14x14, 190 against 204.
-TILED_1X1_MIN_COLUMNS = 16
+#: ``tiled_1x1`` goes first on 1x1 stride-1 layers only with a tile this many output channels
+#: high (``tiled_1x1.tile_shape``: 8 with 32 vector registers, 4 with AVX2's 16); otherwise
+#: after ``pointwise`` and ``conv1x1``.  AVX2's earlier 8 x 8 tile lost to ``pointwise`` on 8
+#: of MNASNet's 9 distinct 1x1 layers alone on 2 threads (16->48 at 112x112 641 against 328
+#: us).  Its 4 x 16 tile, interleaved with ``pointwise`` on nine ShuffleNet and MobileNet
+#: layers, won five by 1.1-1.6x (58->58 at 28x28 85 against 113 us) and lost four by
+#: 1.1-1.2x (16->48 at 112x112 681 against 606).  In MNASNet, searched with each tile, its
+#: steps took 10-90% more than their searched times where ``pointwise``'s took up to 40% more,
+#: and the steps' sums came out the same (12.48 against 12.51 ms, one run each), so the order
+#: on AVX2 is unchanged and the search decides.
+TILED_1X1_MIN_ROWS = 8
 #: ``depthwise_lanes`` before ``depthwise`` on output rows narrower than this: where a
 #: vector over a row's pixels is mostly idle.  Each layer alone on 2 threads (the 2-core VM,
 #: AVX2; min over 8 interleaved rounds, with Relu): 576 x 14x14 3x3 133 against 382 us,

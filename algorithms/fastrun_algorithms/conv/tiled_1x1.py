@@ -1,4 +1,5 @@
-"""1x1 convolution as register tiles of 8 output channels x 32 pixels (8 on AVX2), read in place.
+"""1x1 convolution as register tiles of 8 output channels x 32 pixels (4 x 16 on AVX2), read in
+place.
 
 Why it exists.  A 1x1 convolution is the product (K, C) @ (C, H*W) per image, but MobileNet's
 are awkward products for a BLAS: few input channels (16 to 192) make the sum too short to pay
@@ -10,8 +11,9 @@ multiply-adds into a tile held in registers (a stack buffer,
 applied as the tile is stored with whole-vector stores into the NCHW output.  Sixteen
 accumulators keep both multiply-add units of a core busy through their latency with 10 loads
 per 16 multiply-adds (a 6-channel tile measured the same or up to 20% slower).  With AVX2's 16
-registers the tile is 8 pixels wide, one register per channel
-(:func:`fastrun_algorithms._common.tile_columns`).
+registers the tile is 4 channels x 16 pixels, two registers per channel: two loads and four
+broadcasts per eight multiply-adds (:func:`tile_shape`).  None, relu and clip are applied as
+the tile is stored with selects (``epilogue.clamp``), so that the store loop is a vector loop.
 
 On MobileNetV2's 1x1 layers on 2 cores (AMD Zen 5) it took 0.51-0.82 of the time of the best
 other algorithm (16->96 at 112x112: 179 against ``pointwise``'s 255 us; 32->16 at 112x112:
@@ -54,11 +56,14 @@ from fastrun_algorithms._common import (
     tile_columns,
     tile_fma8,
     tile_rows8,
+    vector_registers,
 )
 from fastrun_algorithms.conv import heuristic
 from fastrun_algorithms.conv._gemm_common import buffer, item_type, no_bias, operands, readonly
 from fastrun_algorithms.conv.base import ConvAlgorithm
 from fastrun_algorithms.conv.epilogue import (
+    bounds,
+    clamp,
     epilogue_args,
     epilogue_residual,
     epilogue_value,
@@ -66,10 +71,48 @@ from fastrun_algorithms.conv.epilogue import (
 )
 from fastrun_algorithms.conv.geometry import ConvGeometry, geometry
 
+
+def tile_shape() -> tuple[int, int]:
+    """(output channels, pixels) of one job's tile for the vector registers numba compiles
+    for: 8 x 32 (8 x 16 with 256-bit vectors) where there are 32 registers; 4 x 2 vectors
+    (4 x 16) where there are 16.  With 16 registers an 8-channel tile is one vector wide:
+    each input channel then costs one load and eight broadcasts for eight multiply-adds,
+    and the tile ran at 0.67-0.87 of the time of the 4 x 16 one (two loads and four
+    broadcasts for eight) on 1x1 layers of ShuffleNet and MobileNet on the 2-core AVX2 VM
+    (``benchmarks/probe_conv_kernels.py``)."""
+    registers, lanes = vector_registers()
+    if registers >= 32:
+        return 8, tile_columns(32)
+    return 4, 2 * lanes
+
+
 #: Output channels and pixels of one job's tile.
-MR, NR = 8, tile_columns(32)
+MR, NR = tile_shape()
 #: Elements of the tile: a global, so that numba sees the literal the stack buffer needs.
 TILE = MR * NR
+
+
+@numba.njit(inline="always")
+def _tile_fma4(acc, t, x, w0, w1, w2, w3):
+    """Column ``t`` of a 4-row tile: ``acc[i, t] += w_i * x`` (see ``tile_fma8``)."""
+    acc[0, t] += w0 * x
+    acc[1, t] += w1 * x
+    acc[2, t] += w2 * x
+    acc[3, t] += w3 * x
+
+
+@numba.njit(inline="always")
+def _channel_step(acc, x, w, n, c, p0, width, r0, r1, r2, r3, r4, r5, r6, r7):
+    """One input channel's multiply-adds into the tile (MR rows, ``width`` columns)."""
+    if MR == 8:
+        w0, w1, w2, w3 = w[r0, c], w[r1, c], w[r2, c], w[r3, c]
+        w4, w5, w6, w7 = w[r4, c], w[r5, c], w[r6, c], w[r7, c]
+        for t in range(width):
+            tile_fma8(acc, t, x[n, c, p0 + U(t)], w0, w1, w2, w3, w4, w5, w6, w7)
+    else:
+        w0, w1, w2, w3 = w[r0, c], w[r1, c], w[r2, c], w[r3, c]
+        for t in range(width):
+            _tile_fma4(acc, t, x[n, c, p0 + U(t)], w0, w1, w2, w3)
 
 
 def _tiled_kernel(x: np.ndarray, w: np.ndarray, bias: np.ndarray, has_bias: bool, code: int,
@@ -83,6 +126,7 @@ def _tiled_kernel(x: np.ndarray, w: np.ndarray, bias: np.ndarray, has_bias: bool
     batch, channels, pixels = x.shape
     k_total = w.shape[0]
     low_v, high_v = out.dtype.type(low), out.dtype.type(high)
+    bounded, floor, ceiling = bounds(code, low, high, out)
     k_tiles = (k_total + MR - 1) // MR
     p_tiles = (pixels + NR - 1) // NR
     per_image = k_tiles * p_tiles
@@ -100,22 +144,23 @@ def _tiled_kernel(x: np.ndarray, w: np.ndarray, bias: np.ndarray, has_bias: bool
             p0 = U(min(tile * NR, pixels - NR))  # the last tile overlaps the one before it
             width = NR
             for c in range(channels):
-                w0, w1, w2, w3 = w[r0, c], w[r1, c], w[r2, c], w[r3, c]
-                w4, w5, w6, w7 = w[r4, c], w[r5, c], w[r6, c], w[r7, c]
-                for t in range(NR):
-                    tile_fma8(acc, t, x[n, c, p0 + U(t)], w0, w1, w2, w3, w4, w5, w6, w7)
+                _channel_step(acc, x, w, n, c, p0, NR, r0, r1, r2, r3, r4, r5, r6, r7)
         else:  # a plane smaller than one tile
             p0 = U(0)
             width = pixels
             for c in range(channels):
-                w0, w1, w2, w3 = w[r0, c], w[r1, c], w[r2, c], w[r3, c]
-                w4, w5, w6, w7 = w[r4, c], w[r5, c], w[r6, c], w[r7, c]
-                for t in range(pixels):
-                    tile_fma8(acc, t, x[n, c, U(t)], w0, w1, w2, w3, w4, w5, w6, w7)
+                _channel_step(acc, x, w, n, c, p0, pixels, r0, r1, r2, r3, r4, r5, r6, r7)
         for i in range(min(MR, k_total - k0)):
             k = k0 + i
             b = bias[k] if has_bias else bias[0] - bias[0]
-            if has_residual:
+            if bounded and has_residual:
+                for t in range(width):
+                    out[n, k, p0 + U(t)] = clamp((acc[i, t] + b) + z[n, k, p0 + U(t)], floor,
+                                                 ceiling)
+            elif bounded:
+                for t in range(width):
+                    out[n, k, p0 + U(t)] = clamp(acc[i, t] + b, floor, ceiling)
+            elif has_residual:
                 for t in range(width):
                     out[n, k, p0 + U(t)] = epilogue_residual(acc[i, t], b, z[n, k, p0 + U(t)],
                                                              code, low_v, high_v)
@@ -172,8 +217,9 @@ class Tiled1x1Conv(ConvAlgorithm):
     operator = "conv"
     name = "tiled_1x1"
     attributes = AlgoAttribute.REPRODUCIBLE
-    #: 2: strided problems became usable (their entries are measured again with it)
-    version = 2
+    #: 2: strided problems became usable (their entries are measured again with it); 3: the
+    #: 4 x 16 tile on 16 registers
+    version = 3
     #: where the gathered inputs of strided problems are kept between calls
     scratch = _SCRATCH
 
@@ -234,7 +280,7 @@ class Tiled1x1Conv(ConvAlgorithm):
         # on 2 cores it took 0.51-0.82 of the best other algorithm's time (tied with
         # blocked_direct on 576->96 at 14x14), and on the 16-core host fast-run picked it for
         # 14 of MobileNetV2's 19 distinct 1x1 layers, blocked_direct for the other 5 (the
-        # deepest sums).  A narrow tile goes after pointwise (heuristic.TILED_1X1_MIN_COLUMNS).
+        # deepest sums).  A 4-row tile (AVX2) goes after pointwise (heuristic.TILED_1X1_MIN_ROWS).
         strided = self._strided(geo)
         if strided and numba.get_num_threads() < heuristic.BLOCKED_MIN_THREADS:
             # ResNet-50's three strided (downsampling) 1x1 layers (2026-11-27,
@@ -242,8 +288,8 @@ class Tiled1x1Conv(ConvAlgorithm):
             # blocked_direct 0.93-1.05 and im2col 0.93-0.99, so it goes after blocked_direct;
             # on 16 threads it took 0.89-1.19, blocked_direct 1.19-1.21, im2col 1.06-1.40.
             return (2, 0.5)
-        if not strided and NR < heuristic.TILED_1X1_MIN_COLUMNS:
-            return (0, 4)  # a narrow tile (AVX2): after pointwise and conv1x1
+        if not strided and MR < heuristic.TILED_1X1_MIN_ROWS:
+            return (0, 4)  # AVX2's 4-row tile: after pointwise and conv1x1
         return (0, 0.2)
 
 
