@@ -28,8 +28,8 @@ The order, best first:
 6. ``strassen`` for other shapes.
 7. ``naive``.
 
-OpenCL algorithms (only ever candidates on an OpenCL device) are ordered by
-:func:`fastrun_algorithms.matmul.opencl.heuristic.opencl_rank` (that family's rule).
+OpenCL algorithms (only ever candidates on an OpenCL device) rank themselves
+(``family_rank``, with the rules of :mod:`fastrun_algorithms.matmul.opencl.heuristic`).
 
 Algorithms without a rule (a plugin's, say) come after all of these, in registration order.
 """

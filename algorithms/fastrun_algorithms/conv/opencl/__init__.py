@@ -21,7 +21,6 @@ from fastrun_algorithms.conv.opencl.algorithms import (
     ImplicitGemmCLConv,
     OpenCLConv,
 )
-from fastrun_algorithms.conv.opencl.heuristic import opencl_rank
 from fastrun_algorithms.conv.opencl.winograd import winograd_algorithms
 
 __all__ = [
@@ -34,7 +33,6 @@ __all__ = [
     "ImplicitGemmCLConv",
     "OpenCLConv",
     "opencl_algorithms",
-    "opencl_rank",
     "register",
 ]
 

@@ -34,8 +34,7 @@ from fastrun_algorithms.conv._gemm_common import matmul_problem
 from fastrun_algorithms.conv.base import ConvAlgorithm
 from fastrun_algorithms.conv.epilogue import epilogue_args
 from fastrun_algorithms.conv.geometry import ConvGeometry, geometry
-from fastrun_algorithms.conv.opencl import _kernels, space
-from fastrun_algorithms.conv.opencl.heuristic import opencl_rank
+from fastrun_algorithms.conv.opencl import _kernels, heuristic, space
 
 #: Taps (R x S) up to which ``cl_depthwise`` unrolls its kernel window with the weights in
 #: registers; larger windows (rare in depthwise layers) are left to ``cl_direct``.
@@ -100,9 +99,14 @@ class OpenCLConv(ConvAlgorithm):
         return 0
 
     def conv_rank(self, geo: ConvGeometry) -> tuple[float, ...]:
-        """The OpenCL family's rule (only ever candidates on an OpenCL device, where they
-        are all the candidates there are): see :func:`.heuristic.opencl_rank`."""
-        return (7, *opencl_rank(geo, self))
+        """The OpenCL families' order (:mod:`.heuristic`), each class ranking itself
+        (:meth:`family_rank`); only ever candidates on an OpenCL device, where they are all
+        the candidates there are."""
+        return (7, *self.family_rank(geo))
+
+    def family_rank(self, geo: ConvGeometry) -> tuple[float, ...]:
+        """This configuration's sort key among the OpenCL conv algorithms."""
+        return heuristic.OTHER_RANK
 
     def conv_unusable_reason(self, problem: Problem) -> str | None:
         if geometry(problem).has_residual and not self.takes_residual:
@@ -175,6 +179,9 @@ class DirectCLConv(_LocalSized):
     name = "cl_direct"
     source = _kernels.DIRECT
 
+    def family_rank(self, geo: ConvGeometry) -> tuple[float, ...]:
+        return heuristic.direct_rank(geo, self.param)
+
     def __init__(self, param: dict[str, Any] | None = None):
         super().__init__(param)
         self.ko = int(self.param["ko"])
@@ -223,6 +230,9 @@ class DepthwiseCLConv(_LocalSized):
 
     name = "cl_depthwise"
     source = _kernels.DEPTHWISE
+
+    def family_rank(self, geo: ConvGeometry) -> tuple[float, ...]:
+        return heuristic.depthwise_rank(geo, self.param)
 
     def __init__(self, param: dict[str, Any] | None = None):
         super().__init__(param)
@@ -352,6 +362,9 @@ class Im2colCLConv(_GemmCLConv):
 
     name = "cl_im2col"
 
+    def family_rank(self, geo: ConvGeometry) -> tuple[float, ...]:
+        return heuristic.im2col_rank(geo)
+
     def workspace_bytes(self, problem: Problem) -> int:
         """``cols`` (for all images when batched, one image otherwise) plus, per image, the
         product held until the epilogue copies it into the output."""
@@ -403,6 +416,9 @@ class Conv1x1CLConv(_GemmCLConv):
 
     name = "cl_conv1x1"
 
+    def family_rank(self, geo: ConvGeometry) -> tuple[float, ...]:
+        return heuristic.CONV1X1_RANK
+
     def config_unusable_reason(self, problem: Problem) -> str | None:
         geo = geometry(problem)
         if geo.r != 1 or geo.s != 1:
@@ -448,6 +464,9 @@ class ImplicitGemmCLConv(OpenCLConv):
     source = _kernels.IGEMM
     attributes = OpenCLConv.attributes | AlgoAttribute.USABLE_DEPEND_ON_SHAPE
     takes_residual = True
+
+    def family_rank(self, geo: ConvGeometry) -> tuple[float, ...]:
+        return heuristic.igemm_rank(geo, self.param)
 
     def __init__(self, param: dict[str, Any] | None = None):
         super().__init__(param)

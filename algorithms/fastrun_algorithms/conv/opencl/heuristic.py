@@ -28,42 +28,54 @@ def _used(work: int, local: int) -> float:
     return work / (ceil_div(work, local) * local)
 
 
-def opencl_rank(geo: ConvGeometry, algorithm: Any) -> tuple[float, ...]:
-    """Sort key (smaller first) of an OpenCL conv algorithm for ``geo``:
+# Each OpenCL conv class ranks itself with one of the rules below (its ``family_rank``); sort
+# keys, smaller first, compared across the families:
+#
+# 1. ``cl_depthwise`` and ``cl_conv1x1`` where they apply (they are usable only there);
+# 2. ``cl_winograd`` (usable only for 3x3 stride-1 layers) for deep layers of a batch with
+#    many output pixels, else after ``cl_igemm`` (:func:`winograd_rank`);
+# 3. few input channels per group (<= ``DIRECT_MAX_CHANNELS``: the RGB first layer, depthwise
+#    layers): ``cl_direct``, then ``cl_igemm``, then ``cl_im2col``; more: ``cl_igemm``,
+#    ``cl_im2col``, ``cl_direct`` (the implicit GEMM does im2col's product in one launch with
+#    no unfold buffer);
+# 4. within each family, the rule's own order (the functions' docstrings).
 
-    1. ``cl_depthwise`` and ``cl_conv1x1`` where they apply (they are usable only there);
-    2. ``cl_winograd`` (usable only for 3x3 stride-1 layers) for deep layers of a batch with
-       many output pixels, else after ``cl_igemm`` (:func:`_winograd_rank`);
-    3. few input channels per group (<= ``DIRECT_MAX_CHANNELS``: the RGB first layer,
-       depthwise layers): ``cl_direct``, then ``cl_igemm``, then ``cl_im2col``; more:
-       ``cl_igemm``, ``cl_im2col``, ``cl_direct`` (the implicit GEMM does im2col's product in
-       one launch with no unfold buffer);
-    4. within ``cl_direct``: fewest idle work-items along the pixels, fewest idle channel
-       accumulators, then more channels per work-item (input reuse), then the larger local
-       size; within ``cl_igemm``: see :func:`_igemm_rank`; within ``cl_depthwise``: 4
-       outputs per work-item on rows of 8 or more, then the fewest idle work-items.
-    """
-    name = algorithm.desc.name
-    p = algorithm.param
-    pixels = geo.oh * geo.ow
-    shallow = geo.cg <= DIRECT_MAX_CHANNELS
-    if name == "cl_depthwise":
-        wide_first = 0 if (p["px"] > 1) == (geo.ow >= 8) else 1
-        work = geo.oh * ceil_div(geo.ow, p["px"])
-        return (0, wide_first, -round(_used(work, p["l"]), 2), -p["l"])
-    if name == "cl_conv1x1":
-        return (0,)
-    if name == "cl_direct":
-        fill = geo.kg / (ceil_div(geo.kg, p["ko"]) * p["ko"])
-        return (1 if shallow else 3, -round(_used(pixels, p["l"]), 2), -round(fill, 2),
-                -p["ko"], -p["l"])
-    if name == "cl_igemm":
-        return (2 if shallow else 1, *_igemm_rank(geo, p))
-    if name == "cl_winograd":
-        return _winograd_rank(geo, p)
-    if name == "cl_im2col":
-        return (3 if shallow else 2, 0.0)
-    return (8,)
+def shallow(geo: ConvGeometry) -> bool:
+    """At most ``DIRECT_MAX_CHANNELS`` input channels per group."""
+    return geo.cg <= DIRECT_MAX_CHANNELS
+
+
+def depthwise_rank(geo: ConvGeometry, p: dict[str, Any]) -> tuple[float, ...]:
+    """``cl_depthwise``: first; 4 outputs per work-item on rows of 8 or more, then the fewest
+    idle work-items, then the larger local size."""
+    wide_first = 0 if (p["px"] > 1) == (geo.ow >= 8) else 1
+    work = geo.oh * ceil_div(geo.ow, p["px"])
+    return (0, wide_first, -round(_used(work, p["l"]), 2), -p["l"])
+
+
+#: ``cl_conv1x1``'s key: first where it applies.
+CONV1X1_RANK = (0,)
+#: The key of an OpenCL conv class without a rule of its own.
+OTHER_RANK = (8,)
+
+
+def direct_rank(geo: ConvGeometry, p: dict[str, Any]) -> tuple[float, ...]:
+    """``cl_direct``: fewest idle work-items along the pixels, fewest idle channel
+    accumulators, then more channels per work-item (input reuse), then the larger local
+    size."""
+    fill = geo.kg / (ceil_div(geo.kg, p["ko"]) * p["ko"])
+    return (1 if shallow(geo) else 3, -round(_used(geo.oh * geo.ow, p["l"]), 2),
+            -round(fill, 2), -p["ko"], -p["l"])
+
+
+def igemm_rank(geo: ConvGeometry, p: dict[str, Any]) -> tuple[float, ...]:
+    """``cl_igemm``: see :func:`_igemm_order`."""
+    return (2 if shallow(geo) else 1, *_igemm_order(geo, p))
+
+
+def im2col_rank(geo: ConvGeometry) -> tuple[float, ...]:
+    """``cl_im2col``: after ``cl_igemm``."""
+    return (3 if shallow(geo) else 2, 0.0)
 
 
 #: Output pixels (all images together) from which ``cl_winograd`` goes first for a deep
@@ -74,7 +86,7 @@ def opencl_rank(geo: ConvGeometry, algorithm: Any) -> tuple[float, ...]:
 WINOGRAD_FIRST_PIXELS = 1024
 
 
-def _winograd_rank(geo: ConvGeometry, p: dict) -> tuple[float, ...]:
+def winograd_rank(geo: ConvGeometry, p: dict) -> tuple[float, ...]:
     """``cl_winograd``: first for deep layers (the CPU's channel threshold) of a batch with
     many output pixels, else right after ``cl_igemm``; F(4,3) before F(2,3) where the CPU
     rule has it (enough pixels for its larger tiles)."""
@@ -93,7 +105,7 @@ def _winograd_rank(geo: ConvGeometry, p: dict) -> tuple[float, ...]:
 IGEMM_MIN_GROUPS = 256
 
 
-def _igemm_rank(geo: ConvGeometry, p: dict) -> tuple[float, ...]:
+def _igemm_order(geo: ConvGeometry, p: dict) -> tuple[float, ...]:
     """Within ``cl_igemm``: least padding waste in the output tiles, then enough work-groups
     (``IGEMM_MIN_GROUPS``, counting split-K slices), then more outputs per work-item (more
     reuse of each staged value), the widest local reads, the deeper step, and the fewest

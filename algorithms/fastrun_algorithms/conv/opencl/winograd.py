@@ -41,6 +41,7 @@ from fastrun_algorithms._common import ceil_div, round_up
 from fastrun_algorithms.conv import winograd
 from fastrun_algorithms.conv._gemm_common import matmul_problem
 from fastrun_algorithms.conv.geometry import ConvGeometry, geometry
+from fastrun_algorithms.conv.opencl import heuristic
 from fastrun_algorithms.conv.opencl._kernels import PRELUDE
 from fastrun_algorithms.conv.opencl.algorithms import (
     OpenCLConv,
@@ -228,6 +229,9 @@ class WinogradCLConv(OpenCLConv):
         self.m = int(self.param["m"])
         self.alpha = self.m + 2
         self.source = source(self.m)
+
+    def family_rank(self, geo: ConvGeometry) -> tuple[float, ...]:
+        return heuristic.winograd_rank(geo, self.param)
 
     def config_unusable_reason(self, problem: Problem) -> str | None:
         return winograd.unusable_reason(self.name, geometry(problem))

@@ -16,7 +16,6 @@ from fastrun_algorithms.matmul.opencl.algorithms import (
     OpenCLMatmul,
     TiledCLMatmul,
 )
-from fastrun_algorithms.matmul.opencl.heuristic import opencl_rank
 from fastrun_algorithms.matmul.opencl.space import (
     DIRECT_LOCAL,
     DIRECT_WORK,
@@ -31,7 +30,6 @@ __all__ = [
     "OpenCLMatmul",
     "TiledCLMatmul",
     "opencl_algorithms",
-    "opencl_rank",
     "register",
 ]
 

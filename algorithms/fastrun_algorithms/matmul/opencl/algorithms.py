@@ -27,8 +27,7 @@ from fastrun.operator import Problem
 from fastrun_algorithms import _opencl_common as common
 from fastrun_algorithms._common import round_up
 from fastrun_algorithms.matmul._batch import MatmulLayout, layout_of
-from fastrun_algorithms.matmul.opencl import _kernels
-from fastrun_algorithms.matmul.opencl.heuristic import opencl_rank
+from fastrun_algorithms.matmul.opencl import _kernels, heuristic
 from fastrun_algorithms.matmul.opencl.space import a_vector_width
 
 
@@ -79,9 +78,14 @@ class OpenCLMatmul(Algorithm):
     kernel_name: str = ""
 
     def heuristic_rank(self, problem: Problem) -> tuple[float, ...]:
-        """The OpenCL family's rule (:func:`.heuristic.opencl_rank`); only ever candidates on
-        an OpenCL device, where they are all the candidates there are."""
-        return (6, *opencl_rank(layout_of(problem), self))
+        """The OpenCL families' order (:mod:`.heuristic`), each class ranking itself
+        (:meth:`family_rank`); only ever candidates on an OpenCL device, where they are all
+        the candidates there are."""
+        return (6, *self.family_rank(layout_of(problem)))
+
+    def family_rank(self, layout: MatmulLayout) -> tuple[float, ...]:
+        """This configuration's sort key among the OpenCL matmul algorithms."""
+        return heuristic.OTHER_RANK
 
     def __init__(self, param: dict[str, Any] | None = None):
         super().__init__(param)
@@ -198,6 +202,9 @@ class NaiveCLMatmul(OpenCLMatmul):
     source = _kernels.NAIVE
     kernel_name = "mm_naive"
 
+    def family_rank(self, layout: MatmulLayout) -> tuple[float, ...]:
+        return heuristic.NAIVE_RANK
+
     def launch(self, device, dtype, layout, a, b, c):
         device.launch(self.kernel(device, dtype), _simple_args(layout, a, b, c),
                       (layout.n, layout.m, layout.batch), None)
@@ -214,6 +221,9 @@ class TiledCLMatmul(OpenCLMatmul):
     def __init__(self, param: dict[str, Any] | None = None):
         super().__init__(param)
         self.ts = int(self.param["ts"])
+
+    def family_rank(self, layout: MatmulLayout) -> tuple[float, ...]:
+        return heuristic.tiled_rank(self.param)
 
     def defines(self) -> dict[str, int]:
         return {"TS": self.ts}
@@ -264,6 +274,9 @@ class DirectCLMatmul(OpenCLMatmul):
                                                "work-items along N", smallest=8)
                 or common.group_per_extent_reason(self.ly, gy, "group along M",
                                                   "work-items along M", smallest=1))
+
+    def family_rank(self, layout: MatmulLayout) -> tuple[float, ...]:
+        return heuristic.direct_rank(layout, self.param)
 
     def defines(self) -> dict[str, int]:
         return {"WM": self.wm, "WN": self.wn}
@@ -322,6 +335,9 @@ class GemmCLMatmul(OpenCLMatmul):
         self.split = int(self.param.get("split", 1))
         #: (id(device), padded M, N, batch) -> split-K's counters per tile, kept zeroed
         self._counters: dict[tuple[int, int, int, int], Any] = {}
+
+    def family_rank(self, layout: MatmulLayout) -> tuple[float, ...]:
+        return heuristic.gemm_rank(layout, self.param)
 
     def unusable_reason(self, problem: Problem) -> str | None:
         reason = super().unusable_reason(problem)
