@@ -6,7 +6,7 @@ vectors*: a loop over float32 then moves 8 values per instruction where the core
 16.  The peers do not hold back (onnxruntime's MLAS and oneDNN select 512-bit kernels on these
 parts), and neither should fastrun: compiled for Sapphire Rapids, the ``register_tiled`` matmul
 kernel's multiply-adds were all on 256-bit ``ymm`` registers, and with the preference turned
-off all on 512-bit ``zmm`` ones (``tests/framework/test_vectors.py``).  AMD's Zen 4 and Zen 5
+off all on 512-bit ``zmm`` ones (``tests/devices/test_vectors.py``).  AMD's Zen 4 and Zen 5
 get 512-bit code from LLVM already.
 
 The setting is ``FASTRUN_VECTOR_BITS``:

@@ -11,7 +11,7 @@ from fastrun.cache import InMemoryCache
 from fastrun.core.chooser import AlgoChooser, NoUsableAlgorithmError
 from fastrun.core.reasons import Exclusion, Source, Why, why_of
 from fastrun.core.strategy import SearchOptions, Strategy
-from tests.framework.fakes import FakeAlgo, FakeClock, FakeDevice, N, make_registry, problem
+from tests.fakes import FakeAlgo, FakeClock, FakeDevice, N, make_registry, problem
 
 
 def _chooser(*algorithms, **options):

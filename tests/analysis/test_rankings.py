@@ -33,9 +33,9 @@ from fastrun.attribute import AlgoAttribute
 from fastrun.cache import Entry, InMemoryCache
 from fastrun.cli.main import main
 from fastrun.registry import default_registry
-from tests.framework.fakes import FakeAlgo, FakeClock, FakeDevice, N, R, make_registry, problem
+from tests.fakes import FakeAlgo, FakeClock, FakeDevice, N, R, make_registry, problem
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 US = 1_000
 
 
@@ -450,7 +450,7 @@ def test_regress_text_says_when_the_baseline_is_from_another_device(tiny_suite, 
 
 def test_older_rankings_files_read_with_named_device_facts(tmp_path: Path) -> None:
     """Rankings written before categories had named facts still compare as the same device."""
-    baseline = load_rankings(Path(__file__).parents[1] / "caches" / "ci-baseline.msgpack")
+    baseline = load_rankings(Path(__file__).parents[2] / "caches" / "ci-baseline.msgpack")
     old = baseline.to_dict()
     old["device"] = "cpu;Some CPU;x86-64-v4;threads=1;numba=0.68.1"
     for item in old["problems"]:

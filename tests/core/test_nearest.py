@@ -15,7 +15,7 @@ from fastrun.cache import FileCache, InMemoryCache
 from fastrun.core.chooser import AlgoChooser
 from fastrun.core.strategy import SearchOptions, Strategy
 from fastrun.operator import Problem, split_key
-from tests.framework.fakes import FakeAlgo, FakeClock, FakeDevice, make_registry, problem
+from tests.fakes import FakeAlgo, FakeClock, FakeDevice, make_registry, problem
 
 MS = 1_000_000
 

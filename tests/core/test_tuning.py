@@ -9,7 +9,7 @@ from fastrun.cache import InMemoryCache
 from fastrun.core import tuning
 from fastrun.core.chooser import AlgoChooser
 from fastrun.core.strategy import SearchOptions, Strategy
-from tests.framework.fakes import FakeAlgo, FakeClock, FakeDevice, make_registry, problem
+from tests.fakes import FakeAlgo, FakeClock, FakeDevice, make_registry, problem
 
 US = 1_000
 

@@ -7,7 +7,7 @@ from fastrun.cache import InMemoryCache
 from fastrun.core.chooser import AlgoChooser
 from fastrun.core.progress import LineProgress, Progress, TerminalProgress, make_progress
 from fastrun.core.strategy import SearchOptions, Strategy
-from tests.framework.fakes import FakeAlgo, FakeClock, FakeDevice, make_registry, problem
+from tests.fakes import FakeAlgo, FakeClock, FakeDevice, make_registry, problem
 
 
 def _search(progress):

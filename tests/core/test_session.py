@@ -6,7 +6,7 @@ import pytest
 import fastrun
 from fastrun.api import reset_default_session
 from fastrun.cache import FileCache, InMemoryCache
-from tests.framework.fakes import FakeAlgo, FakeClock, FakeDevice, make_registry
+from tests.fakes import FakeAlgo, FakeClock, FakeDevice, make_registry
 
 CLOCK = FakeClock()
 DEVICE = FakeDevice(CLOCK)

@@ -11,7 +11,7 @@ import pytest
 from fastrun.cli import load_and_run
 from fastrun.cli.main import build_parser
 
-DOCS = Path(__file__).resolve().parents[1] / "docs"
+DOCS = Path(__file__).resolve().parents[2] / "docs"
 
 
 def _commands(parser: argparse.ArgumentParser, path: tuple[str, ...] = ()):

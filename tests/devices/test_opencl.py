@@ -22,7 +22,7 @@ from fastrun.cli.main import main
 from fastrun.devices import get_device, opencl
 from fastrun.devices.cpu import CPUDevice
 from fastrun.operator import Problem
-from tests.framework.fakes import DoubleOp
+from tests.fakes import DoubleOp
 from tests.opencl_helpers import skip_unless_it_compiles
 
 

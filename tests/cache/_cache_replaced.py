@@ -40,7 +40,7 @@ def main(directory: str) -> None:
     reader = FileCache(path)
     inodes = [os.stat(path).st_ino]
     other_process(path, "import os, sys; sys.path.insert(0, os.getcwd());"
-                  "from tests.framework._cache_replaced import CATEGORY, KEYS, entries;"
+                  "from tests.cache._cache_replaced import CATEGORY, KEYS, entries;"
                   "from fastrun.cache import FileCache;"
                   "c = FileCache(os.environ['SCENARIO_PATH']);"
                   "[c.put(CATEGORY, k, entries(k)) for k in KEYS]")

@@ -12,7 +12,7 @@ from fastrun.cache import InMemoryCache
 from fastrun.core.chooser import AlgoChooser
 from fastrun.core.strategy import SearchOptions, Strategy
 from fastrun.registry import default_registry
-from tests.framework.fakes import FakeAlgo, FakeClock, FakeDevice, make_registry, problem
+from tests.fakes import FakeAlgo, FakeClock, FakeDevice, make_registry, problem
 
 
 def _registry(clock: FakeClock, *extra: Algorithm):

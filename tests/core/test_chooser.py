@@ -9,7 +9,7 @@ from fastrun.attribute import AlgoAttribute
 from fastrun.cache import Entry, InMemoryCache, low_confidence
 from fastrun.core.chooser import AlgoChooser, NoUsableAlgorithmError
 from fastrun.core.strategy import SearchOptions, Strategy
-from tests.framework.fakes import FakeAlgo, FakeClock, FakeDevice, N, R, make_registry, problem
+from tests.fakes import FakeAlgo, FakeClock, FakeDevice, N, R, make_registry, problem
 
 MS = 1_000_000
 
@@ -375,7 +375,7 @@ def test_entries_of_another_device_category_are_kept_but_not_used(clock):
 
 def test_weight_preprocessing_is_outside_the_timing_and_in_the_key(clock):
     from fastrun.operator import Problem
-    from tests.framework.fakes import PreprocessingAlgo
+    from tests.fakes import PreprocessingAlgo
 
     wino = PreprocessingAlgo("fake", "wino", 1 * MS, clock, transform_ns=3 * MS)
     plain = FakeAlgo("fake", "plain", 2 * MS, clock)

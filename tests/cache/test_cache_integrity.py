@@ -18,8 +18,8 @@ from fastrun.attribute import AlgoAttribute
 from fastrun.cache import CacheCorruptWarning, Entry, FileCache, InMemoryCache
 from fastrun.cache import file as cachefile
 from fastrun.cli.main import main
-from tests.framework._cache_replaced import CATEGORY, KEYS
-from tests.framework._ext4 import REPO, run_on_ext4
+from tests.cache._cache_replaced import CATEGORY, KEYS
+from tests.cache._ext4 import REPO, run_on_ext4
 
 
 def entry(algorithm: str = "blas", time_s: float = 1e-3) -> Entry:
@@ -59,7 +59,7 @@ def _replaced_scenario(result: dict) -> None:
 
 
 def test_a_writer_and_a_reader_survive_two_compactions_by_another_process(tmp_path):
-    done = subprocess.run([sys.executable, "-m", "tests.framework._cache_replaced",
+    done = subprocess.run([sys.executable, "-m", "tests.cache._cache_replaced",
                            str(tmp_path)], capture_output=True, text=True, cwd=REPO, check=True)
     _replaced_scenario(json.loads(done.stdout))
 
@@ -68,7 +68,7 @@ def test_on_ext4_a_reused_inode_never_lets_a_writer_cut_the_new_file(tmp_path):
     """The reproduction of issue 32's D1: ext4 gives the second compaction's file the first
     file's inode; the writer used to append at its old offset inside the new snapshot and cut
     the file (2,496 bytes to 273)."""
-    done = run_on_ext4(tmp_path, [sys.executable, "-m", "tests.framework._cache_replaced"])
+    done = run_on_ext4(tmp_path, [sys.executable, "-m", "tests.cache._cache_replaced"])
     assert done.returncode == 0, done.stderr
     result = json.loads(done.stdout)
     _replaced_scenario(result)
@@ -103,7 +103,7 @@ def test_a_writer_whose_size_limit_is_below_the_file_refuses_and_cuts_nothing(tm
     data = path.read_bytes()
     code = ("import warnings; warnings.simplefilter('ignore');"
             "from fastrun.cache import FileCache;"
-            "from tests.framework.test_cache_integrity import entry, CATEGORY;"
+            "from tests.cache.test_cache_integrity import entry, CATEGORY;"
             f"c = FileCache({str(path)!r}); c.put(CATEGORY, 'small', [entry()]);"
             "print(c.unwritable)")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,

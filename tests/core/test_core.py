@@ -12,7 +12,7 @@ from fastrun.devices import get_device
 from fastrun.devices.cpu import CPUDevice
 from fastrun.operator import Problem
 from fastrun.registry import Registry, RegistryError
-from tests.framework.fakes import DoubleOp
+from tests.fakes import DoubleOp
 
 
 def test_problem_key_is_canonical():
