@@ -511,7 +511,7 @@ def file_phases(args: argparse.Namespace, directory: str, name: str) -> None:
           f"{result['lost']} lost, longest wait for the lock {result['max_wait']:.2f} s, "
           f"put p99 {result['p99_put'] * 1e3:.0f} ms, longest put {result['max_put']:.2f} s, "
           f"file {result['megabytes']:.1f} MB (target >= 200 puts/s, no wait near the "
-          f"{store.config.cache_lock_timeout():g} s timeout)", flush=True)
+          f"{store.config.CACHE_LOCK_TIMEOUT.get():g} s timeout)", flush=True)
     result = kills(args.kills, directory, rng)
     print(f"[{name}] kills: {result['kills']} SIGKILLs of a writer and of a compactor in turn "
           f"({result['generations']} file generations seen, each a compaction): "

@@ -51,7 +51,7 @@ class Session:
         self.registry = registry or default_registry()
         if not isinstance(progress, Progress):
             progress = make_progress(progress)
-        record_path = config.record_path(os.fspath(record) if record is not None else None)
+        record_path = config.RECORD.get(os.fspath(record) if record is not None else None)
         #: appends the problems that miss the cache (``record=PATH``, ``FASTRUN_RECORD``)
         self.recorder = ProblemRecorder(record_path) if record_path else None
         self.chooser = AlgoChooser(self.registry, self.device, self.cache, self.options,

@@ -1,74 +1,141 @@
-"""The one place where fastrun reads its settings.
+"""The one place where fastrun's settings are declared and read.
 
-Explicit arguments win; otherwise a ``FASTRUN_*`` environment variable; otherwise the default.
-Variables are read when a setting is used, never at import, so that a test or an embedding
-program can change them at any time.
+Each setting is declared once (:func:`declare`): its ``FASTRUN_*`` variable, how a value is
+read (the parser is the type), its default, what it does and the subsystem it belongs to.
+The framework's settings are declared here; each device declares its own in its package
+(``fastrun/devices/cpu/settings.py``, ``fastrun/devices/opencl/settings.py``), so that a device
+plugin brings its settings with it.  ``fastrun config`` and ``docs/settings.md`` list every
+declaration (``fastrun.devices.declared_settings``).
+
+Reading one (:meth:`Setting.get`): an explicit argument wins; otherwise the variable;
+otherwise the default.  Variables are read when a setting is used, never at import, so that a
+test (:func:`scope`) or an embedding program can change them at any time.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import warnings
-from collections.abc import Callable
-from typing import TypeVar
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Any, Generic, TypeVar
 
 T = TypeVar("T")
 
-#: Every variable fastrun reads, with its meaning (shown by ``fastrun config``).
-VARIABLES: dict[str, str] = {
-    "FASTRUN_STRATEGY": "default strategy of fastrun.call outside a session (heuristic, "
-    "fast-run, full-run, optionally +reproducible)",
-    "FASTRUN_CACHE": "path of a cache file used as the default process-wide cache",
-    "FASTRUN_RECORD": "path of a problems file every session appends its cache misses to "
-                      "(docs/fleet.md)",
-    "FASTRUN_NEAREST": "largest shape distance at which a cache-only or heuristic run serves a "
-    "problem the cache lacks from the nearest measured one (default 1.0: one axis doubled; "
-    "0 turns it off; fastrun.core.nearest)",
-    "FASTRUN_CACHE_MAX_BYTES": "largest cache file fastrun reads (default 1GiB); a larger file "
-    "is left alone and the run keeps its results in memory",
-    "FASTRUN_CACHE_LOCK_TIMEOUT": "seconds a cache write waits for another process's lock "
-    "before the run goes on in memory (default 60); the message names the holder's pid",
-    "FASTRUN_MEMORY_LIMIT": "largest tensor a model or fastrun profile may allocate, e.g. "
-    "64GiB (default: this machine's memory); larger ones are refused before allocation, "
-    "naming the node",
-    "FASTRUN_WORKSPACE_LIMIT": "default workspace limit, e.g. 64MiB",
-    "FASTRUN_NUM_THREADS": "thread count the CPU device reports in its category and gives numba",
-    "FASTRUN_PROFILE_SECONDS": "seconds of timed repeats per candidate (default 0.2; "
-    "formerly FASTRUN_PROFILE_BUDGET, still read with a deprecation warning)",
-    "FASTRUN_PROGRESS": "1 forces a progress bar, 0 hides it (default: on a terminal)",
-    "FASTRUN_TUNING_CANDIDATES": "candidates of one problem timed fully (formerly "
-    "FASTRUN_TUNING_BUDGET, still read with a deprecation warning); larger spaces are sampled "
-    "and halved first (default 24, 0 = time all)",
-    "FASTRUN_VECTOR_BITS": "vector width of numba's CPU kernels on AVX-512 processors: 512 "
-    "(default), 256, or auto (LLVM's choice for the processor)",
-    "FASTRUN_KEEP_PAGES": "1 (default): a CPU model keeps freed memory mapped for the next "
-    "inference (glibc); 0 returns large blocks to the system",
-    "FASTRUN_SHARE_CORES": "1 (default): a CPU model's run uses no more threads than the cores "
-    "other processes leave idle (a parallel region waits for every worker; docs/runtime.md, A "
-    "shared machine); 0 always uses the device's thread count",
-    "FASTRUN_BLOCKED_LAYOUT": "1: a CPU model's search may run convolutions in the "
-    "channel-blocked layout where that is measured to pay, and keeps that plan only if whole "
-    "inferences run faster than all NCHW (docs/runtime.md, Layouts); 0 (default) keeps every "
-    "step NCHW",
-    "FASTRUN_REPLAY": "1 (default): a model on the OpenCL device records its kernel launches "
-    "once, checks the recording against an ordinary run and replays it on every later run "
-    "(docs/runtime.md, Launch plans); 0 issues every step through its algorithm",
-    "FASTRUN_BUILD_PROCESSES": "helper processes that compile a search's OpenCL programs at "
-    "once (default on a GPU: one per CPU but one, at most 12 and one per 4 GiB of its memory; "
-    "none on a CPU device, whose driver compiles when a kernel first runs; 0 turns them off; "
-    "docs/opencl.md, Building kernels during a search)",
-    "FASTRUN_OPENCL_DEVICE": "PLATFORM:DEVICE indices of the device 'opencl' selects, e.g. 0:1 "
-    "(default: the first GPU, else the first device)",
-}
+#: The subsystems settings are grouped by, in the order they are listed (a device plugin's own
+#: group comes after these).
+GROUPS = ("search", "cache", "runtime", "cpu", "opencl")
+
+#: Marks "no default given at the call": the declared default applies.
+_DECLARED = object()
 
 
-def markdown_table() -> str:
-    """:data:`VARIABLES` as the Markdown table of ``docs/settings.md``: the page shows what
+@dataclass(frozen=True, eq=False)
+class Setting(Generic[T]):
+    """One setting, declared once (see the module docstring)."""
+
+    #: the environment variable
+    variable: str
+    #: what it does, as ``fastrun config`` and docs/settings.md show it
+    doc: str
+    #: the subsystem: one of :data:`GROUPS`, or a device plugin's own
+    group: str
+    #: reads the variable's text (raises ValueError with what it expected)
+    parse: Callable[[str], T]
+    #: the value when neither an argument nor the variable gives one; a callable is called then
+    default: Any = None
+    #: checks (and may normalise) a value given explicitly or read from the variable
+    check: Callable[[Any], T] | None = None
+    #: whether explicit values go through ``parse`` too (sizes given as '64MiB' or bytes)
+    parse_explicit: bool = False
+    #: the variable's former name, still read with a DeprecationWarning
+    renamed_from: str | None = None
+
+    def get(self, explicit: Any = None, default: Any = _DECLARED) -> T:
+        """The value: ``explicit`` if not None, else the variable's, else the default
+        (``default`` when the caller knows a better one than the declaration: a device's own
+        choice, this machine's memory)."""
+        if explicit is not None:
+            value = self.parse(explicit) if self.parse_explicit else explicit
+        else:
+            variable = self._variable()
+            raw = os.environ.get(variable)
+            if raw is None or raw.strip() == "":
+                chosen = self.default if default is _DECLARED else default
+                return chosen() if callable(chosen) else chosen
+            try:
+                value = self.parse(raw)
+            except ValueError as error:
+                raise ValueError(f"environment variable {variable}={raw!r}: {error}") from None
+        return self.check(value) if self.check is not None else value
+
+    def _variable(self) -> str:
+        old = self.renamed_from
+        if old and self.variable not in os.environ and old in os.environ:
+            warnings.warn(f"{old} is deprecated; use {self.variable}", DeprecationWarning,
+                          stacklevel=4)
+            return old
+        return self.variable
+
+
+_SETTINGS: dict[str, Setting[Any]] = {}
+
+
+def declare(variable: str, doc: str, group: str, parse: Callable[[str], T],
+            default: Any = None, **options: Any) -> Setting[T]:
+    """Declare a setting (once per variable; a second declaration of one is a mistake)."""
+    if not variable.startswith("FASTRUN_") or not group:
+        raise ValueError(f"setting {variable!r} (group {group!r}): a setting's variable starts "
+                         "with FASTRUN_ and it names its group")
+    if variable in _SETTINGS:
+        raise ValueError(f"setting {variable} is declared twice")
+    setting = Setting(variable, doc, group, parse, default, **options)
+    _SETTINGS[variable] = setting
+    return setting
+
+
+def declared() -> list[Setting[Any]]:
+    """The settings declared so far, by group, each group in declaration order (the devices'
+    appear once their packages are imported: ``fastrun.devices.declared_settings``)."""
+    def order(setting: Setting[Any]) -> int:
+        return GROUPS.index(setting.group) if setting.group in GROUPS else len(GROUPS)
+
+    return sorted(_SETTINGS.values(), key=order)
+
+
+@contextlib.contextmanager
+def scope(**values: Any) -> Iterator[None]:
+    """Set variables for the duration of a ``with`` block, by name without ``FASTRUN_``
+    (``scope(REPLAY=False, NUM_THREADS=2)``; None unsets one), and restore them after."""
+    saved = {}
+    for name, value in values.items():
+        variable = name if name.startswith("FASTRUN_") else f"FASTRUN_{name}"
+        if variable not in _SETTINGS:
+            raise KeyError(f"{variable} is not a declared setting")
+        saved[variable] = os.environ.get(variable)
+        if value is None:
+            os.environ.pop(variable, None)
+        else:
+            os.environ[variable] = ("1" if value else "0") if isinstance(value, bool) \
+                else str(value)
+    try:
+        yield
+    finally:
+        for variable, old in saved.items():
+            if old is None:
+                os.environ.pop(variable, None)
+            else:
+                os.environ[variable] = old
+
+
+def markdown_table(settings: list[Setting[Any]]) -> str:
+    """``settings`` as the Markdown table of ``docs/settings.md``: the page shows what
     ``fastrun config`` shows, and a test keeps the two equal, so the meanings are written
-    once, here."""
-    rows = ["| variable | meaning |", "| --- | --- |"]
-    rows += [f"| `{name}` | {meaning.replace('|', '/')} |" for name, meaning in VARIABLES.items()]
+    once, in the declarations."""
+    rows = ["| variable | group | meaning |", "| --- | --- | --- |"]
+    rows += [f"| `{s.variable}` | {s.group} | {s.doc.replace('|', '/')} |" for s in settings]
     return "\n".join(rows) + "\n"
 
 
@@ -96,166 +163,78 @@ def parse_size(text: str | int | None) -> int | None:
     return int(float(match.group(1)) * _SIZE_UNITS[match.group(2)])
 
 
-def renamed(variable: str, old: str) -> str:
-    """The variable to read: ``variable``, or the ``old`` name it replaced when only that is
-    set (with a DeprecationWarning: a budget's name now says its unit)."""
-    if variable not in os.environ and old in os.environ:
-        warnings.warn(f"{old} is deprecated; use {variable}", DeprecationWarning, stacklevel=3)
-        return old
-    return variable
-
-
-def setting(explicit: T | None, variable: str, default: T, parse: Callable[[str], T]) -> T:
-    """Resolve one setting: explicit argument, then environment variable, then default."""
-    if explicit is not None:
-        return explicit
-    raw = os.environ.get(variable)
-    if raw is None or raw == "":
-        return default
-    try:
-        return parse(raw)
-    except ValueError as error:
-        raise ValueError(f"environment variable {variable}={raw!r}: {error}") from None
-
-
-def num_threads(explicit: int | None = None) -> int:
-    """The CPU device's thread count: 1 to the machine's CPUs.  More would be written into the
-    cache category while numba's pool (one thread per CPU) runs fewer: a category that lies."""
-    default = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
-    threads = setting(explicit, "FASTRUN_NUM_THREADS", default or 1, int)
-    most = os.cpu_count() or 1
-    if not 1 <= threads <= most:
-        raise ValueError(f"thread count {threads} is not between 1 and this machine's {most} "
-                         "CPUs")
-    return threads
-
-
-def profile_budget(explicit: float | None = None) -> float:
-    budget = setting(explicit, renamed("FASTRUN_PROFILE_SECONDS", "FASTRUN_PROFILE_BUDGET"),
-                     0.2, float)
-    if not 0 < budget < float("inf"):
-        raise ValueError(f"profiling budget {budget} is not a positive number of seconds")
-    return budget
-
-
-def tuning_budget(explicit: int | None = None, default: int = 24) -> int:
-    """Candidates timed fully per problem (see fastrun.core.tuning); 0 or less: no budget."""
-    return setting(explicit, renamed("FASTRUN_TUNING_CANDIDATES", "FASTRUN_TUNING_BUDGET"),
-                   default, int)
-
-
-def vector_bits(explicit: str | None = None) -> str:
-    """'512', '256' or 'auto' (see fastrun.devices.cpu.vectors)."""
-    return setting(explicit, "FASTRUN_VECTOR_BITS", "512", _parse_vector_bits)
-
-
-def _parse_vector_bits(raw: str) -> str:
-    text = raw.strip().lower()
-    if text not in ("512", "256", "auto"):
-        raise ValueError("expected 512, 256 or auto")
-    return text
-
-
-def keep_pages(explicit: bool | None = None) -> bool:
-    """Whether a CPU model asks glibc to keep freed pages (see fastrun.devices.cpu.memory)."""
-    return setting(explicit, "FASTRUN_KEEP_PAGES", True, _parse_switch)
-
-
-def share_cores(explicit: bool | None = None) -> bool:
-    """Whether a CPU model's run leaves the cores other processes use to them
-    (fastrun.devices.cpu.share)."""
-    return setting(explicit, "FASTRUN_SHARE_CORES", True, _parse_switch)
-
-
-def blocked_layout(explicit: bool | None = None) -> bool:
-    """Whether a CPU model may choose the channel-blocked layout (fastrun.runtime.layout).
-    Off by default: on the 16-core host the models it was measured on ran no faster with it
-    (docs/performance.md)."""
-    return setting(explicit, "FASTRUN_BLOCKED_LAYOUT", False, _parse_switch)
-
-
-def replay(explicit: bool | None = None) -> bool:
-    """Whether a model on a queued device (OpenCL) records its launches once and replays
-    them (fastrun.devices.opencl.replay).  On by default: it cut the host cost per step,
-    which a batch-1 model on a GPU waits for (docs/performance.md)."""
-    return setting(explicit, "FASTRUN_REPLAY", True, _parse_switch)
-
-
-def build_processes(explicit: int | None = None, default: int = 0) -> int:
-    """Helper processes that compile OpenCL programs during a search
-    (fastrun.devices.opencl.builders); 0 or 1: none, the searching process builds alone.
-    ``default`` is the device's own choice (:meth:`OpenCLDevice.parallel_builds`)."""
-    processes = setting(explicit, "FASTRUN_BUILD_PROCESSES", default, int)
-    if processes < 0:
-        raise ValueError(f"build helper count {processes} (FASTRUN_BUILD_PROCESSES) is negative; "
-                         "0 turns the helpers off")
-    return processes
-
-
-def _parse_switch(raw: str) -> bool:
+def parse_switch(raw: str) -> bool:
+    """'1', 'true', 'on' or '0', 'false', 'off'."""
     text = raw.strip().lower()
     if text not in ("0", "1", "true", "false", "on", "off"):
         raise ValueError("expected 1 or 0")
     return text in ("1", "true", "on")
 
 
-def workspace_limit(explicit: int | str | None = None) -> int | None:
-    if explicit is not None:
-        return parse_size(explicit)
-    return parse_size(os.environ.get("FASTRUN_WORKSPACE_LIMIT"))
+def positive_seconds(value: float) -> float:
+    if not 0 < value < float("inf"):
+        raise ValueError(f"{value} is not a positive number of seconds")
+    return value
 
 
-def strategy_text(explicit: str | None = None) -> str:
-    return setting(explicit, "FASTRUN_STRATEGY", "heuristic", str)
-
-
-def cache_path(explicit: str | None = None) -> str | None:
-    return setting(explicit, "FASTRUN_CACHE", None, str)
-
-
-def record_path(explicit: str | None = None) -> str | None:
-    """The problems file a session records its cache misses into; None: no recording."""
-    return setting(explicit, "FASTRUN_RECORD", None, str) or None
-
-
-def nearest_limit(explicit: float | None = None) -> float:
-    """Largest distance of a nearest measured neighbour (fastrun.core.nearest); 0: none."""
-    limit = setting(explicit, "FASTRUN_NEAREST", 1.0, float)
+def _nearest_distance(limit: float) -> float:
     if not 0 <= limit < float("inf"):
         raise ValueError(f"nearest-neighbour limit {limit} is not a distance (0 turns it off, "
                          "1.0 is the default)")
     return limit
 
 
-def memory_limit(explicit: int | str | None = None, default: int | None = None) -> int | None:
-    if explicit is not None:
-        return parse_size(explicit)
-    raw = os.environ.get("FASTRUN_MEMORY_LIMIT")
-    if raw is None or raw.strip() == "":
-        return default
-    try:
-        return parse_size(raw)
-    except ValueError as error:
-        raise ValueError(f"environment variable FASTRUN_MEMORY_LIMIT={raw!r}: {error}") from None
+def _profile_seconds(budget: float) -> float:
+    if not 0 < budget < float("inf"):
+        raise ValueError(f"profiling budget {budget} is not a positive number of seconds")
+    return budget
 
 
-def cache_max_bytes(explicit: int | str | None = None) -> int:
-    if explicit is not None:
-        return parse_size(explicit) or (1 << 30)
-    return parse_size(os.environ.get("FASTRUN_CACHE_MAX_BYTES") or "1GiB") or (1 << 30)
+# -- the framework's settings ----------------------------------------------------------------
 
+STRATEGY = declare(
+    "FASTRUN_STRATEGY", "default strategy of fastrun.call outside a session (heuristic, "
+    "fast-run, full-run, optionally +reproducible)", "search", str, "heuristic")
+PROFILE_SECONDS = declare(
+    "FASTRUN_PROFILE_SECONDS", "seconds of timed repeats per candidate (default 0.2; "
+    "formerly FASTRUN_PROFILE_BUDGET, still read with a deprecation warning)", "search", float,
+    0.2, check=_profile_seconds, renamed_from="FASTRUN_PROFILE_BUDGET")
+TUNING_CANDIDATES = declare(
+    "FASTRUN_TUNING_CANDIDATES", "candidates of one problem timed fully (formerly "
+    "FASTRUN_TUNING_BUDGET, still read with a deprecation warning); larger spaces are sampled "
+    "and halved first (default 24, 0 = time all)", "search", int, 24,
+    renamed_from="FASTRUN_TUNING_BUDGET")
+WORKSPACE_LIMIT = declare(
+    "FASTRUN_WORKSPACE_LIMIT", "default workspace limit, e.g. 64MiB", "search", parse_size,
+    parse_explicit=True)
+NEAREST = declare(
+    "FASTRUN_NEAREST", "largest shape distance at which a cache-only or heuristic run serves a "
+    "problem the cache lacks from the nearest measured one (default 1.0: one axis doubled; "
+    "0 turns it off; fastrun.core.nearest)", "search", float, 1.0, check=_nearest_distance)
+PROGRESS = declare(
+    "FASTRUN_PROGRESS", "1 forces a progress bar, 0 hides it (default: on a terminal)",
+    "search", lambda raw: raw.strip() not in ("0", ""))
 
-def cache_lock_timeout(explicit: float | None = None) -> float:
-    return setting(explicit, "FASTRUN_CACHE_LOCK_TIMEOUT", 60.0, _positive_seconds)
+CACHE = declare("FASTRUN_CACHE", "path of a cache file used as the default process-wide cache",
+                "cache", str)
+RECORD = declare(
+    "FASTRUN_RECORD", "path of a problems file every session appends its cache misses to "
+    "(docs/fleet.md)", "cache", str, check=lambda path: path or None)
+CACHE_MAX_BYTES = declare(
+    "FASTRUN_CACHE_MAX_BYTES", "largest cache file fastrun reads (default 1GiB); a larger file "
+    "is left alone and the run keeps its results in memory", "cache", parse_size, 1 << 30,
+    parse_explicit=True, check=lambda size: size or (1 << 30))
+CACHE_LOCK_TIMEOUT = declare(
+    "FASTRUN_CACHE_LOCK_TIMEOUT", "seconds a cache write waits for another process's lock "
+    "before the run goes on in memory (default 60); the message names the holder's pid",
+    "cache", float, 60.0, check=positive_seconds)
 
-
-def _positive_seconds(raw: str) -> float:
-    value = float(raw)
-    if not value > 0 or value == float("inf"):
-        raise ValueError("expected a positive number of seconds")
-    return value
-
-
-def progress(explicit: bool | None = None) -> bool | None:
-    """True/False when forced; None means 'decide by whether stderr is a terminal'."""
-    return setting(explicit, "FASTRUN_PROGRESS", None, lambda raw: raw.strip() not in ("0", ""))
+MEMORY_LIMIT = declare(
+    "FASTRUN_MEMORY_LIMIT", "largest tensor a model or fastrun profile may allocate, e.g. "
+    "64GiB (default: this machine's memory); larger ones are refused before allocation, "
+    "naming the node", "runtime", parse_size, parse_explicit=True)
+BLOCKED_LAYOUT = declare(
+    "FASTRUN_BLOCKED_LAYOUT", "1: a CPU model's search may run convolutions in the "
+    "channel-blocked layout where that is measured to pay, and keeps that plan only if whole "
+    "inferences run faster than all NCHW (docs/runtime.md, Layouts); 0 (default) keeps every "
+    "step NCHW", "runtime", parse_switch, False)

@@ -120,7 +120,7 @@ class Probe:
 def max_bytes() -> int:
     from fastrun import config
 
-    return config.cache_max_bytes()
+    return config.CACHE_MAX_BYTES.get()
 
 
 def probe(path: str, limit: int | None = None) -> Probe:

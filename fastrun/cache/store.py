@@ -735,7 +735,7 @@ class FileCache:
         batch = [(category, key, *checked_raws(category, key, entries))
                  for category, key, entries in items]
         if batch:
-            self._put_batch(batch, config.cache_lock_timeout())
+            self._put_batch(batch, config.CACHE_LOCK_TIMEOUT.get())
 
     def _put_batch(self, batch: _Batch, timeout: float) -> None:
         # The records are encoded before the lock is taken: under it, only the append.
@@ -1034,7 +1034,7 @@ class FileCache:
                     return None
                 self._unsaved.clear()
                 return other.path
-            timeout = config.cache_lock_timeout()
+            timeout = config.CACHE_LOCK_TIMEOUT.get()
             if self.unwritable is not None and "waited" in self.unwritable:
                 timeout = min(timeout, RETRY_LOCK_TIMEOUT)
             self.unwritable = None
@@ -1047,7 +1047,7 @@ class FileCache:
         directory = os.path.dirname(self.target)
         os.makedirs(directory, exist_ok=True)
         return _TimedLock(self._file_lock,
-                          config.cache_lock_timeout() if timeout is None else timeout)
+                          config.CACHE_LOCK_TIMEOUT.get() if timeout is None else timeout)
 
     def __repr__(self) -> str:
         return f"FileCache({self.path!r}, {len(self)} keys)"
@@ -1167,7 +1167,7 @@ def default_cache() -> PersistentCache:
     global _default
     with _default_lock:
         if _default is None:
-            path = config.cache_path()
+            path = config.CACHE.get()
             _default = FileCache(path) if path else InMemoryCache()
             logger.debug("default cache: %r", _default)
         return _default

@@ -10,7 +10,6 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
-from fastrun import config
 from fastrun.base.problem import parse_value
 from fastrun.cli import formatting, pipes, unsaved
 from fastrun.cli.options import add_strategy_arguments, strategy_from
@@ -113,7 +112,7 @@ def _cmd_algorithms(args: argparse.Namespace) -> int:
 def _cmd_config(args: argparse.Namespace) -> int:
     import os
 
-    from fastrun.devices import get_device
+    from fastrun.devices import declared_settings, get_device
 
     device = get_device(args.device)
     print(f"device category: {device.category}")
@@ -121,10 +120,10 @@ def _cmd_config(args: argparse.Namespace) -> int:
     for line in device.describe_devices():
         print(f"  {line}")
     print("settings:")
-    for name, meaning in config.VARIABLES.items():
-        value = os.environ.get(name)
-        shown = f"{name}={value}" if value else f"{name} (unset)"
-        print(f"  {shown:<32} {meaning}")
+    for setting in declared_settings():
+        value = os.environ.get(setting.variable)
+        shown = f"{setting.variable}={value}" if value else f"{setting.variable} (unset)"
+        print(f"  {shown:<32} [{setting.group}] {setting.doc}")
     return 0
 
 

@@ -36,7 +36,7 @@ def physical_memory() -> int | None:
 
 def memory_limit() -> int | None:
     """The largest tensor, in bytes, fastrun agrees to allocate (None: no limit known)."""
-    return config.memory_limit(default=physical_memory())
+    return config.MEMORY_LIMIT.get(default=physical_memory())
 
 
 def check_tensor(shape: Sequence[int], dtype: object, what: str) -> None:

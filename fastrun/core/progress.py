@@ -207,7 +207,7 @@ def make_progress(enabled: bool | None = None, stream: TextIO | None = None) -> 
     and it is not (a log file, a pipe), a line now and then (:class:`LineProgress`); nothing
     but the log when turned off (``--no-progress``, ``FASTRUN_PROGRESS=0``)."""
     stream = stream or sys.stderr
-    wanted = config.progress(enabled)
+    wanted = config.PROGRESS.get(enabled)
     if wanted is None:
         if not (hasattr(stream, "isatty") and stream.isatty()):
             return LineProgress(stream)

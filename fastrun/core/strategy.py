@@ -115,10 +115,10 @@ class SearchOptions:
                budget_s: float | None = None, nearest: float | None = None,
                **others: Any) -> SearchOptions:
         return cls(
-            strategy=Strategy.parse(strategy if strategy is not None else config.strategy_text()),
-            workspace_limit=config.workspace_limit(workspace_limit),
-            budget_s=config.profile_budget(budget_s),
-            nearest=config.nearest_limit(nearest),
+            strategy=Strategy.parse(strategy if strategy is not None else config.STRATEGY.get()),
+            workspace_limit=config.WORKSPACE_LIMIT.get(workspace_limit),
+            budget_s=config.PROFILE_SECONDS.get(budget_s),
+            nearest=config.NEAREST.get(nearest),
             **others,
         )
 

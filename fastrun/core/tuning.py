@@ -44,7 +44,7 @@ SAMPLE_FACTOR = 4
 def resolve_budget(explicit: int | None) -> int:
     """The tuning budget in effect: the option, else FASTRUN_TUNING_CANDIDATES, else
     :data:`DEFAULT_BUDGET`.  0 (or less) means no budget: every candidate is timed fully."""
-    return config.tuning_budget(explicit, DEFAULT_BUDGET)
+    return config.TUNING_CANDIDATES.get(explicit, DEFAULT_BUDGET)
 
 
 def budgeted_candidates(problem: Problem, operator: Operator, candidates: Sequence[Algorithm],

@@ -24,6 +24,8 @@ from typing import Any, TypeVar
 
 import numpy as np
 
+from fastrun import config
+
 T = TypeVar("T")
 
 #: The entry point group device backends register in: ``KIND = "module:DeviceClass"``.
@@ -207,6 +209,18 @@ def device_class(kind: str) -> type[Device]:
         raise ValueError(f"the {kind!r} device backend ({backends[kind].value}) is not a "
                          f"fastrun Device class")
     return backend
+
+
+def declared_settings() -> list[Any]:
+    """Every declared setting (``fastrun.config.Setting``): the framework's and those of each
+    installed device kind, whose package declares them when it loads.  A backend that fails
+    to load is left out of the list (opening it says why)."""
+    for kind in device_backends():
+        try:
+            device_class(kind)
+        except ValueError:
+            continue
+    return config.declared()
 
 
 def get_device(spec: str | Device | None = None) -> Device:

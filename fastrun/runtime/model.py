@@ -37,6 +37,7 @@ from fastrun.core.chooser import AlgoChooser, Decision, NoUsableAlgorithmError, 
 from fastrun.core.reasons import Source
 from fastrun.core.strategy import SearchOptions, Strategy
 from fastrun.devices import UnreplayableError, get_device
+from fastrun.devices.opencl.settings import REPLAY
 from fastrun.operator import Problem, random_values
 from fastrun.runtime import fusion, layout, layout_check
 from fastrun.runtime.errors import DeviceUnsupportedError, ModelError
@@ -126,7 +127,8 @@ class Model:
         self.steps = steps
         #: whether the search may run convolutions in the channel-blocked layout where that
         #: is measured to pay (``fastrun/runtime/layout.py``); on a CPU device only
-        self.blocked_layout = config.blocked_layout(blocked_layout) and layout.supported(session)
+        self.blocked_layout = (config.BLOCKED_LAYOUT.get(blocked_layout)
+                               and layout.supported(session))
         #: what the layout choice decided (None before the search, or when not considered)
         self.layout_plan: layout.LayoutPlan | None = None
         self.reports: list[StepReport] | None = None
@@ -136,7 +138,7 @@ class Model:
         self._output_slots: list[int] = []
         #: whether runs replay a recorded launch plan (``fastrun/devices/opencl/replay.py``)
         #: where the device can record one; recorded when the search ends
-        self.replay = self.on_device and config.replay(replay)
+        self.replay = self.on_device and REPLAY.get(replay)
         #: the plan runs replay: None until searched, False where none is used
         self._plan: Any = None
         #: why no plan is used, when none is (for ``--verbose`` and the benchmarks)

@@ -13,11 +13,11 @@ import uuid
 import numpy as np
 import pytest
 
-from fastrun import config
 from fastrun.algorithm import Algorithm
 from fastrun.core.profiler import Profiler
 from fastrun.core.strategy import SearchOptions
 from fastrun.devices.opencl import OpenCLBuildError, builders
+from fastrun.devices.opencl.settings import BUILD_PROCESSES
 from fastrun.operator import Problem
 from tests.opencl_helpers import device_fixture  # noqa: F401  (the module's device)
 
@@ -114,10 +114,10 @@ def test_helpers_are_off_on_a_cpu_device_by_default(device, monkeypatch):
     assert device.default_build_processes() == 0
     with device.parallel_builds():
         assert device._helpers is None
-    assert config.build_processes(default=5) == 5
+    assert BUILD_PROCESSES.get(default=5) == 5
     monkeypatch.setenv("FASTRUN_BUILD_PROCESSES", "-1")
     with pytest.raises(ValueError, match=r"-1 \(FASTRUN_BUILD_PROCESSES\) is negative"):
-        config.build_processes()
+        BUILD_PROCESSES.get()
 
 
 def test_a_gpu_gets_helpers_by_its_cpus_and_memory(device, monkeypatch):

@@ -23,10 +23,10 @@ from importlib.metadata import PackageNotFoundError, version
 
 import numpy as np
 
-from fastrun import config
 from fastrun.category import DEVICE, device_text
 from fastrun.devices import Device
 from fastrun.devices.cpu.memory import keep_freed_pages, turn_off_huge_page_advice
+from fastrun.devices.cpu.settings import KEEP_PAGES, NUM_THREADS, SHARE_CORES
 from fastrun.devices.cpu.share import IdleCores, threads_to_use
 from fastrun.devices.cpu.threads import blas_threads, configure_threads, threading_layer
 from fastrun.devices.cpu.vectors import cpu_model_and_flags
@@ -91,7 +91,7 @@ class CPUDevice(Device):
         # Before numba starts its pool (activate): without this, numba's own choice ran where
         # TBB's library is not on the loader's path (OpenMP), while the category named TBB.
         threading_layer()
-        self.threads = config.num_threads(threads)
+        self.threads = NUM_THREADS.get(threads)
         #: the cores other processes keep busy (fastrun.devices.cpu.share), made on first use
         self._idle: IdleCores | None = None
         #: the thread count the last model run used (see sharing)
@@ -112,7 +112,7 @@ class CPUDevice(Device):
     def model_loaded(self) -> None:
         """Keep freed pages mapped for the next inference (``FASTRUN_KEEP_PAGES``, default
         on; :mod:`fastrun.devices.cpu.memory`)."""
-        if config.keep_pages():
+        if KEEP_PAGES.get():
             keep_freed_pages()
 
     @contextlib.contextmanager
@@ -134,7 +134,7 @@ class CPUDevice(Device):
             numba.set_num_threads(min(self.threads, numba.config.NUMBA_NUM_THREADS))
 
     def _threads_to_share(self) -> int:
-        if self.threads == 1 or not config.share_cores():
+        if self.threads == 1 or not SHARE_CORES.get():
             return self.threads
         if self._idle is None:
             cpus = os.sched_getaffinity(0) if hasattr(os, "sched_getaffinity") else set()
@@ -160,5 +160,5 @@ class CPUDevice(Device):
     @classmethod
     def describe_devices(cls) -> list[str]:
         model, _ = cpu_model_and_flags()
-        return [f"{model}, {config.num_threads(None)} threads by default "
+        return [f"{model}, {NUM_THREADS.get()} threads by default "
                 f"(cpu:THREADS picks another count)"]

@@ -32,7 +32,7 @@ import logging
 import os
 import platform
 
-from fastrun import config
+from fastrun.devices.cpu.settings import VECTOR_BITS
 
 log = logging.getLogger(__name__)
 
@@ -75,7 +75,7 @@ def category_fact() -> str:
     when the user configured numba's target."""
     if any(os.environ.get(name) for name in NUMBA_VARIABLES):
         return "numba-user"
-    bits = config.vector_bits()
+    bits = VECTOR_BITS.get()
     return bits if bits != "auto" and _has_avx512() else "auto"
 
 

@@ -27,9 +27,9 @@ from typing import Any, TypeVar
 
 import numpy as np
 
-from fastrun import config
 from fastrun.category import DEVICE, device_text
 from fastrun.devices import Device
+from fastrun.devices.opencl.settings import BUILD_PROCESSES, OPENCL_DEVICE, parse_opencl_indices
 
 log = logging.getLogger(__name__)
 
@@ -153,20 +153,7 @@ def open_device(indices: tuple[int, int] | None = None) -> OpenCLDevice:
 
 def configured_indices(explicit: str | None = None) -> tuple[int, int] | None:
     """(platform index, device index) of the OpenCL device to use; None: let fastrun pick."""
-    return config.setting(explicit, "FASTRUN_OPENCL_DEVICE", None, parse_opencl_indices)
-
-
-def parse_opencl_indices(text: str) -> tuple[int, int]:
-    """Read 'P:D' (platform index, device index), e.g. '0:1'."""
-    platform, sep, device = text.strip().partition(":")
-    try:
-        indices = (int(platform), int(device)) if sep else None
-    except ValueError:
-        indices = None
-    if indices is None or min(indices) < 0:
-        raise ValueError(f"cannot read OpenCL device {text!r}: expected PLATFORM:DEVICE "
-                         "indices, e.g. 0:0 (list them with `fastrun config --device opencl`)")
-    return indices
+    return OPENCL_DEVICE.get(explicit)
 
 
 @functools.lru_cache(maxsize=4096)
@@ -492,7 +479,7 @@ class OpenCLDevice(Device):
 
         with self._build_lock:
             if self._parallel_depth == 0:
-                processes = config.build_processes(default=self.default_build_processes())
+                processes = BUILD_PROCESSES.get(default=self.default_build_processes())
                 if processes > 1:
                     self._helpers = BuildHelpers(self.platform_index, self.device_index,
                                                  processes)
