@@ -373,7 +373,9 @@ def run(args: argparse.Namespace) -> int:
     if args.dump_output:
         np.savez(args.dump_output, **outputs)
     stats = session.stats
-    gain = model.gain_over_heuristic() if stats.profiled or stats.cache_hits else None
+    from fastrun.analysis.gain import gain_over_heuristic
+
+    gain = gain_over_heuristic(model) if stats.profiled or stats.cache_hits else None
     summary["gain_over_heuristic"] = gain
     if gain is not None:
         left_out = (f"; {gain['unmatched']} other measured step(s) left out: their "

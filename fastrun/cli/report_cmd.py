@@ -114,7 +114,10 @@ def _model_data(spec: str, data: Any, batch: int | None, iterations: int) -> Any
     # every measurement of the input, not the Pareto front the session's cache kept of them
     measurements = {(p.category, p.key): {m.algorithm: m.time_s for m in p.entries}
                     for p in data.problems}
-    gain = model.gain_over_heuristic(
+    from fastrun.analysis.gain import gain_over_heuristic
+
+    gain = gain_over_heuristic(
+        model,
         lambda decision: measurements.get((decision.category, decision.problem.key), {}))
     return ModelData(name=name, device=session.device.category, layers=rows, views=views,
                      run_ms=run_ms, iterations=iterations if run_ms is not None else 0,

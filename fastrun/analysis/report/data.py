@@ -125,7 +125,7 @@ class ModelData:
     views: int = 0  #: steps that are views (reshape, cast), not decided
     run_ms: float | None = None  #: median of the timed inferences (None: not run)
     iterations: int = 0  #: inferences timed for run_ms
-    #: what the measured choices gain over the heuristic's, as Model.gain_over_heuristic
+    #: what the measured choices gain over the heuristic's, as analysis.gain.gain_over_heuristic
     gain: dict[str, Any] | None = None
 
 
