@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from fastrun import config
-from fastrun.cache import FileCache, PersistentCache, default_cache
+from fastrun.cache import FileCache, InMemoryCache, PersistentCache, default_cache
 from fastrun.cache.problems import ProblemRecorder
 from fastrun.core.chooser import AlgoChooser, Decision, PreparedCall
 from fastrun.core.progress import Progress, make_progress
@@ -56,7 +56,23 @@ class Session:
         self.recorder = ProblemRecorder(record_path) if record_path else None
         self.chooser = AlgoChooser(self.registry, self.device, self.cache, self.options,
                                    progress=progress, recorder=self.recorder)
+        self._rules: dict[str, AlgoChooser] = {}
         self._tokens: list[contextvars.Token] = []
+
+    def rules(self, device: Device | None = None) -> AlgoChooser:
+        """The session's rules of thumb on ``device`` (default: the session's): a chooser that
+        decides every problem by the heuristic under the session's workspace limit, with no
+        cache and no timing, built once per device.  The runtime's constant folder computes
+        with it (on the CPU where the session's device has no host memory), and the gain over
+        the heuristic (``fastrun.analysis.gain``) asks it what the rules would have picked."""
+        device = device or self.device
+        chooser = self._rules.get(device.spec)
+        if chooser is None:
+            options = SearchOptions(strategy=Strategy.HEURISTIC,
+                                    workspace_limit=self.options.workspace_limit)
+            chooser = AlgoChooser(self.registry, device, InMemoryCache(), options)
+            self._rules[device.spec] = chooser
+        return chooser
 
     # -- computing -----------------------------------------------------------------------------
     def call(self, operator: str, *inputs: Any, **params: Any) -> Any:

@@ -10,8 +10,6 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from fastrun.api import Session
-from fastrun.cache import InMemoryCache
 from fastrun.core.chooser import Decision
 from fastrun.core.reasons import Source
 from fastrun.runtime.model import Model
@@ -28,9 +26,7 @@ def gain_over_heuristic(model: Model, measured: Callable[[Decision], Mapping[str
 
     ``measured(decision)`` gives a step's times by algorithm (default: the decision's
     entries, which the cache pruned); the report passes its input's unpruned ones."""
-    session = model.session
-    rules = Session(device=session.device, cache=InMemoryCache(), strategy="heuristic",
-                    workspace_limit=session.options.workspace_limit, progress=False)
+    rules = model.session.rules()
     heuristic_s = chosen_s = 0.0
     steps = unmatched = 0
     for report in model.search():

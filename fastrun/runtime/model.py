@@ -31,10 +31,8 @@ import numpy as np
 
 from fastrun import config
 from fastrun.api import Session
-from fastrun.cache import InMemoryCache
 from fastrun.core import limits
-from fastrun.core.chooser import AlgoChooser, Decision, NoUsableAlgorithmError, PreparedCall
-from fastrun.core.strategy import SearchOptions, Strategy
+from fastrun.core.chooser import Decision, NoUsableAlgorithmError, PreparedCall
 from fastrun.devices import UnreplayableError, get_device
 from fastrun.devices.opencl.settings import REPLAY
 from fastrun.operator import Problem, random_values
@@ -707,8 +705,9 @@ class _StepRunner:
 
 
 class _ConstantEvaluator:
-    """Folds constant subgraphs with the operators' heuristic choices: no search, no cache
-    entries, so folding a Shape->Gather chain never shows up as profiling work.
+    """Folds constant subgraphs with the operators' heuristic choices (the session's
+    :meth:`~fastrun.api.Session.rules`): no search, no cache entries, so folding a
+    Shape->Gather chain never shows up as profiling work.
 
     Always on the CPU: folded values are numpy constants (lowering and fusion compute with
     them), so on a device without host memory folding there would only add round trips; the
@@ -716,11 +715,8 @@ class _ConstantEvaluator:
     """
 
     def __init__(self, session: Session):
-        options = SearchOptions(strategy=Strategy.HEURISTIC)
-        device = session.device
-        if not device.host_memory:
-            device = get_device("cpu")
-        self.chooser = AlgoChooser(session.registry, device, InMemoryCache(), options)
+        device = session.device if session.device.host_memory else get_device("cpu")
+        self.chooser = session.rules(device)
 
     def __call__(self, problem: Problem, inputs: Sequence[np.ndarray]) -> np.ndarray:
         return self.chooser.call(problem, *inputs)

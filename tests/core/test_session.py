@@ -109,3 +109,18 @@ def test_one_session_used_from_many_threads(registry):
     keys = [d.problem.key for d in session.chooser.decisions()]
     assert len(keys) == len(set(keys)) == 31  # each problem decided exactly once
     assert session.stats.profiled == 31
+
+
+def test_the_sessions_rules_decide_by_the_heuristic_once_per_device(registry):
+    """session.rules(): the rules of thumb the constant folder computes with and the gain over
+    the heuristic compares against: no timing, nothing cached, one chooser per device."""
+    x = np.arange(8.0)
+    s = fastrun.session(DEVICE, cache=InMemoryCache(), strategy="fast-run", registry=registry,
+                        budget_s=0.001)
+    rules = s.rules()
+    assert s.rules() is rules and s.rules(DEVICE) is rules
+    problem = s.problem("fake", [x.shape], [x.dtype])
+    decision = rules.decide(problem)
+    assert decision.source.name == "HEURISTIC" and decision.entries == []
+    assert s.stats.profiled == 0 and rules.stats.profiled == 0
+    assert s.decide(problem).algorithm.desc.name == "fast"  # the session itself still searches
