@@ -455,6 +455,8 @@ def test_global_pools_go_parallel_on_large_inputs_and_several_threads(name, monk
     assert first(squeezenet_b8, 16) == "parallel"
     assert first(squeezenet_b8, 1) == "numpy"
     assert first(resnet_b1, 16) == "numpy"
+    # the average's vector sum goes first at every size on 2 threads (measured there)
+    assert first(resnet_b1, 2) == ("parallel" if name == "global_avgpool" else "numpy")
 
 
 @pytest.mark.parametrize("algorithm", WINDOWED, **ids)
