@@ -131,11 +131,15 @@ def _split_kernel(gemm: Callable[..., None], finish: Callable[..., None]) -> Cal
 
 @numba.njit(inline="always")
 def _column_cut(n, c, col_parts):
-    """Where column block ``c`` of ``col_parts`` starts: an even share rounded down to
-    :data:`COLUMN_ALIGN` (the end, ``n``, for ``c == col_parts``)."""
+    """Where column block ``c`` of ``col_parts`` starts: an even share, rounded down to
+    :data:`COLUMN_ALIGN` where every block gets at least that many columns (a narrower output
+    is cut evenly, so that no block is left empty), and ``n`` for ``c == col_parts``."""
     if c >= col_parts:
         return n
-    return (n * c // col_parts) // COLUMN_ALIGN * COLUMN_ALIGN
+    cut = n * c // col_parts
+    if n >= COLUMN_ALIGN * col_parts:
+        cut = cut // COLUMN_ALIGN * COLUMN_ALIGN
+    return cut
 
 
 @functools.cache
