@@ -8,9 +8,10 @@ reduction is as fast as memory allows; on many cores it is not: SqueezeNet's fin
 mean over a large plane loses nothing to the order).  A contiguous plane is summed as vectors
 of partial sums (:data:`SUM_FASTMATH`): with one scalar accumulator the kernel ran at half
 numpy's single-threaded speed on EfficientNet's 96 x 112x112 squeeze-excitation pool (2
-threads, the 2-core AVX2 VM: 607 against 275 us).  Both reduce in an order fixed
-by the shapes alone: reproducible.  The heuristic puts the average's ``parallel`` first at every
-size on 2 threads, and otherwise from the size where relu's parallel loop pays
+threads, the 2-core AVX2 VM: 607 against 275 us).  Both reduce in an order fixed by the
+shapes and, for the vector sum, by the code compiled for this instruction set: reproducible.
+The heuristic puts the average's ``parallel`` first at every size on 2 threads, and
+otherwise from the size where relu's parallel loop pays
 (:func:`~fastrun_algorithms.pooling.heuristic.parallel_first`).
 """
 
