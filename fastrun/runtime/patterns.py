@@ -2,7 +2,8 @@
 
 Exporters spell some layers as several nodes: GELU as five steps around an Erf, or ten around a
 Tanh (a transformer's MLP runs them on its widest activation), a LayerNorm before opset 17 as
-nine, and a projection as a MatMul, a bias Add and an activation.  Each step is a pass over
+nine, attention's scale as a Div before its Softmax, and a projection as a MatMul, a bias Add
+and an activation.  Each step is a pass over
 memory and a parallel region; the operator that computes the whole pattern makes one.  The
 passes here run on the lowered steps before :func:`fastrun.runtime.fusion.fuse` folds
 epilogues, and only where an algorithm of the session's device kind computes the operator
@@ -31,6 +32,7 @@ def replace(steps: list[Step], outputs: Iterable[Value], registry: Registry,
     outputs = list(outputs)
     steps = _gelus(steps, outputs, registry, device_kind)
     steps = _split_layer_norms(steps, outputs, registry, device_kind)
+    steps = _scaled_softmaxes(steps, outputs, registry, device_kind)
     return _linear_layers(steps, outputs, registry, device_kind)
 
 
@@ -341,3 +343,45 @@ def _linear_layers(steps: list[Step], outputs: Iterable[Value], registry: Regist
         replaced[id(product)] = fused
         dropped.update(id(s) for s in pattern)
     return [replaced.get(id(step), step) for step in steps if id(step) not in dropped]
+
+
+def _scaled_softmaxes(steps: list[Step], outputs: Iterable[Value], registry: Registry,
+                      device_kind: str) -> list[Step]:
+    """A Div or Mul by a positive scalar constant whose only reader is a Softmax (attention's
+    scores divided by sqrt(d)) becomes the softmax's ``scale``: one pass over the scores
+    instead of two.  Only where an algorithm of the device kind computes the scaled softmax."""
+    softmax = operator_on(registry, "softmax", device_kind)
+    if softmax is None:
+        return steps
+    readers = Readers(steps, outputs)
+    dropped: set[int] = set()
+    for step in steps:
+        if step.operator not in ("div", "mul") or step.problem is None:
+            continue
+        x = step.inputs[0]
+        if step.operator == "mul" and x.is_const and len(step.inputs) == 2:
+            x = step.inputs[1]  # the constant first: c * x
+        factor = _scalar_of(step, x)
+        if step.operator == "div" and factor is not None:
+            factor = 1.0 / factor if factor else None
+        if factor is None or not 0 < factor < math.inf or x.is_const:
+            continue
+        reader = readers.only(step.output)
+        if reader is None or reader.operator != "softmax" or reader.inputs[0] is not step.output:
+            continue
+        params = {**reader.params, "scale": factor * reader.problem.param("scale", 1.0)}
+        try:
+            problem = pose(softmax, [x], **params)
+        except ValueError:
+            continue
+        if not any(a.device_kind == device_kind and a.usable(problem)
+                   for a in registry.algorithms("softmax")):
+            continue
+        reader.inputs = [x]
+        reader.params = params
+        reader.problem = problem
+        reader.node = f"{step.node}+{reader.node}"
+        reader.op_type = f"{step.op_type}+{reader.op_type}"
+        dropped.add(id(step))
+    return [step for step in steps if id(step) not in dropped]
+

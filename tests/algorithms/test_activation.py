@@ -348,6 +348,25 @@ def test_softmax_is_stable_and_sums_to_one() -> None:
         assert out.shape == (0, 4)
 
 
+def test_a_scaled_softmax_is_the_softmax_of_the_scaled_input() -> None:
+    """``scale`` (attention's 1/sqrt(d), folded in by the runtime): every algorithm computes
+    softmax(scale * x); the scale is left out of the key at 1 and must be positive."""
+    rng = np.random.default_rng(3)
+    x = (rng.standard_normal((3, 5, 37)) * 4).astype(np.float32)
+    scaled = x.astype(np.float64) * 0.125
+    e = np.exp(scaled - scaled.max(axis=-1, keepdims=True))
+    expected = e / e.sum(axis=-1, keepdims=True)
+    for out in _run_all("softmax", [x], scale=0.125):
+        np.testing.assert_allclose(out, expected, rtol=1e-5, atol=1e-7)
+    op = REGISTRY.operator("softmax")
+    assert op.problem([(2, 4)], ["float32"], scale=1.0).key == op.problem([(2, 4)],
+                                                                        ["float32"]).key
+    assert "scale=0.5" in op.problem([(2, 4)], ["float32"], scale=0.5).key
+    for bad in (0.0, -1.0, float("inf")):
+        with pytest.raises(ValueError, match="scale must be a positive number"):
+            op.problem([(2, 4)], ["float32"], scale=bad)
+
+
 def test_batch_norm_formula() -> None:
     rng = np.random.default_rng(0)
     x = rng.standard_normal((2, 3, 4)).astype(np.float32)

@@ -209,6 +209,13 @@ def test_softmax(device, shape, axis):
     check(device, problem, [x])
 
 
+def test_a_scaled_softmax_is_refused_so_the_runtime_keeps_the_scale_a_step():
+    """cl_softmax computes the softmax of its input as it is: a scaled problem (the CPU
+    runtime's folded attention scale) is not usable, so on OpenCL the scale stays a step."""
+    problem = REGISTRY.operator("softmax").problem([(4, 9)], ["float32"], scale=0.125)
+    assert all(a.unusable_reason(problem) for a in opencl("softmax"))
+
+
 def test_softmax_special_rows(device):
     """A NaN, a +inf or all -inf in a row make the whole row NaN, as the reference does;
     large values do not overflow (the maximum is subtracted)."""

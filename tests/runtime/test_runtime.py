@@ -278,6 +278,46 @@ def test_the_tanh_gelu_as_torch_exports_it_is_one_step():
     assert_matches_onnxruntime(proto, model, model.random_inputs(seed=4))
 
 
+@pytest.mark.parametrize("spelling", ["div", "mul"])
+def test_attention_scores_scaled_then_softmax_are_one_step(spelling):
+    """Q @ K^T divided by sqrt(d) (or times its inverse), then Softmax, as exporters write
+    attention: the scale becomes the softmax's, one pass over the scores instead of two."""
+    w = _models.GraphWriter()
+    q = w.node("MatMul", ["x", w.weight("wq", (16, 16), 0.5)], "q")
+    k = w.node("MatMul", ["x", w.weight("wk", (16, 16), 0.5)], "k")
+    scores = w.node("MatMul", [q, w.node("Transpose", [k], "kt", perm=[0, 2, 1])], "scores")
+    if spelling == "div":
+        scaled = w.node("Div", [scores, w.const("root", np.array(4.0, np.float32))], "scaled")
+    else:
+        scaled = w.node("Mul", [w.const("inv", np.array(0.25, np.float32)), scores], "scaled")
+    w.node("Softmax", [scaled], "y", axis=-1)
+    proto = w.model((2, 7, 16), "y", opset=17, output_rank=3)
+    model = load(proto, heuristic_session())
+    operators = [step.operator for step in model.steps if step.problem is not None]
+    assert spelling not in operators
+    softmax = next(step for step in model.steps if step.operator == "softmax")
+    assert softmax.problem.param("scale") == 0.25 and softmax.node == "scaled+y"
+    assert_matches_onnxruntime(proto, model, model.random_inputs(seed=5))
+
+
+def test_a_scale_read_elsewhere_or_negative_stays_a_step():
+    """The scaled scores also feed the output, or the factor is negative: no folding."""
+    w = _models.GraphWriter()
+    scaled = w.node("Div", ["x", w.const("root", np.array(4.0, np.float32))], "scaled")
+    w.node("Add", [w.node("Softmax", [scaled], "p", axis=-1), scaled], "y")
+    proto = w.model((2, 7, 16), "y", opset=17, output_rank=3)
+    model = load(proto, heuristic_session())
+    assert "div" in {step.operator for step in model.steps}
+    assert_matches_onnxruntime(proto, model, model.random_inputs())
+    w = _models.GraphWriter()
+    scaled = w.node("Mul", ["x", w.const("minus", np.array(-0.5, np.float32))], "scaled")
+    w.node("Softmax", [scaled], "y", axis=-1)
+    proto = w.model((2, 7, 16), "y", opset=17, output_rank=3)
+    model = load(proto, heuristic_session())
+    assert "mul" in {step.operator for step in model.steps}
+    assert_matches_onnxruntime(proto, model, model.random_inputs())
+
+
 def test_an_erf_gelu_whose_parts_are_read_elsewhere_stays_apart():
     """The erf's output also feeds the graph's output: the pattern cannot be one step."""
     w = _models.GraphWriter()

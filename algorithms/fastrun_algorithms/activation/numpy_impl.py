@@ -176,6 +176,9 @@ class NumpySoftmax(Algorithm):
             return np.empty(x.shape, x.dtype)
         axis = problem.param("axis")
         out = np.subtract(x, np.max(x, axis=axis, keepdims=True))
+        scale = problem.param("scale", 1.0)
+        if scale != 1.0:  # positive: the maximum of s*x is s times x's
+            out *= out.dtype.type(scale)
         with np.errstate(invalid="ignore"):  # a row of -inf or +inf gives NaN, as ONNX's does
             np.exp(out, out=out)
             out /= np.sum(out, axis=axis, keepdims=True)

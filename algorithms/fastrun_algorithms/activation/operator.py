@@ -420,23 +420,31 @@ def _axis(name: str, value: Any, rank: int) -> int:
 
 
 class SoftmaxOperator(ActivationOperator):
-    """``exp(x) / sum(exp(x))`` along one axis (ONNX Softmax from opset 13; axis defaults to
-    -1).  Older opsets' flattening to 2-D is the runtime's job: it changes the shape, not the
-    operation."""
+    """``exp(s*x) / sum(exp(s*x))`` along one axis (ONNX Softmax from opset 13; axis defaults
+    to -1).  Older opsets' flattening to 2-D is the runtime's job: it changes the shape, not
+    the operation.  ``scale`` s (positive, default 1: then left out of the key) is the
+    attention's 1/sqrt(d) that an exporter spells as a Div or Mul before the Softmax
+    (``fastrun/runtime/patterns.py`` folds it in)."""
 
     name = "softmax"
 
     def canonical_params(self, shapes, dtypes, params):
         self._check_inputs(shapes, dtypes)
-        check_known_params(self.name, params, ("axis",))
+        check_known_params(self.name, params, ("axis", "scale"))
         rank = len(shapes[0])
         if rank == 0:
             raise ValueError(f"{self.name} needs an input of rank >= 1, got a 0-d input")
         axis = params.get("axis")
-        return {"axis": _axis(self.name, -1 if axis is None else axis, rank)}
+        canonical = {"axis": _axis(self.name, -1 if axis is None else axis, rank)}
+        scale = float(params.get("scale", 1.0))
+        if not 0 < scale < math.inf:
+            raise ValueError(f"{self.name} scale must be a positive number, got {scale!r}")
+        if scale != 1.0:
+            canonical["scale"] = scale
+        return canonical
 
     def reference(self, problem, inputs):
-        x = np.asarray(inputs[0], np.float64)
+        x = np.asarray(inputs[0], np.float64) * problem.param("scale", 1.0)
         if x.size == 0:
             return x.astype(problem.dtypes[0])
         axis = problem.param("axis")

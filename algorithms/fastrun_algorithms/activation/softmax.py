@@ -39,7 +39,7 @@ LANES = 16
 
 
 @numba.njit(inline="always", error_model="numpy")
-def _softmax_row(x, out, base, length):
+def _softmax_row(x, out, base, length, s):
     full = length - length % LANES
     top_lanes = numba.carray(stack_buffer(LANES, x.dtype), LANES)
     first = x[U(base)]
@@ -58,7 +58,7 @@ def _softmax_row(x, out, base, length):
         v = x[U(base + i)]
         top = v if v > top else top
     for i in range(length):  # exp in a loop of its own: with the sum in it, it stays scalar
-        out[U(base + i)] = exp_le0(x[U(base + i)] - top)
+        out[U(base + i)] = exp_le0((x[U(base + i)] - top) * s)
     # the sum in float64: a long row's float32 sum would drift past the tolerance
     sum_lanes = numba.carray(stack_buffer(LANES, np.float64), LANES)
     for j in range(LANES):
@@ -77,15 +77,17 @@ def _softmax_row(x, out, base, length):
 
 
 @numba.njit(cache=CACHE, error_model="numpy")
-def softmax_rows_serial(x, out, length):
+def softmax_rows_serial(x, out, length, scale):
+    s = x.dtype.type(scale)
     for r in range(x.size // length):
-        _softmax_row(x, out, r * length, length)
+        _softmax_row(x, out, r * length, length, s)
 
 
 @numba.njit(parallel=True, cache=CACHE, error_model="numpy")
-def softmax_rows_parallel(x, out, length):
+def softmax_rows_parallel(x, out, length, scale):
+    s = x.dtype.type(scale)
     for r in prange(x.size // length):
-        _softmax_row(x, out, r * length, length)
+        _softmax_row(x, out, r * length, length, s)
 
 
 class _SoftmaxRows(Algorithm):
@@ -104,7 +106,8 @@ class _SoftmaxRows(Algorithm):
         x = np.ascontiguousarray(inputs[0])
         out = np.empty(shape, x.dtype)
         if out.size:
-            type(self).kernel(x.reshape(-1), out.reshape(-1), shape[-1])
+            type(self).kernel(x.reshape(-1), out.reshape(-1), shape[-1],
+                              float(problem.param("scale", 1.0)))
         return out
 
 

@@ -138,6 +138,11 @@ class OpenCLSoftmax(_PerRow):
     def row_length(problem: Problem) -> int:
         return softmax_rows(problem)[1]
 
+    def unusable_reason(self, problem: Problem) -> str | None:
+        if problem.param("scale", 1.0) != 1.0:
+            return "computes the softmax of its input as it is (no scale)"
+        return super().unusable_reason(problem)
+
     def heuristic_rank(self, problem: Problem) -> tuple[int, int]:
         return softmax_rank(problem, self)
 
