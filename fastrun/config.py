@@ -171,10 +171,13 @@ def parse_switch(raw: str) -> bool:
     return text in ("1", "true", "on")
 
 
-def positive_seconds(value: float) -> float:
-    if not 0 < value < float("inf"):
-        raise ValueError(f"{value} is not a positive number of seconds")
-    return value
+def _positive_seconds(what: str) -> Callable[[float], float]:
+    """A check that ``what`` is a positive, finite number of seconds."""
+    def check(value: float) -> float:
+        if not 0 < value < float("inf"):
+            raise ValueError(f"{what} {value} is not a positive number of seconds")
+        return value
+    return check
 
 
 def _nearest_distance(limit: float) -> float:
@@ -182,12 +185,6 @@ def _nearest_distance(limit: float) -> float:
         raise ValueError(f"nearest-neighbour limit {limit} is not a distance (0 turns it off, "
                          "1.0 is the default)")
     return limit
-
-
-def _profile_seconds(budget: float) -> float:
-    if not 0 < budget < float("inf"):
-        raise ValueError(f"profiling budget {budget} is not a positive number of seconds")
-    return budget
 
 
 # -- the framework's settings ----------------------------------------------------------------
@@ -198,7 +195,7 @@ STRATEGY = declare(
 PROFILE_SECONDS = declare(
     "FASTRUN_PROFILE_SECONDS", "seconds of timed repeats per candidate (default 0.2; "
     "formerly FASTRUN_PROFILE_BUDGET, still read with a deprecation warning)", "search", float,
-    0.2, check=_profile_seconds, renamed_from="FASTRUN_PROFILE_BUDGET")
+    0.2, check=_positive_seconds("profiling budget"), renamed_from="FASTRUN_PROFILE_BUDGET")
 TUNING_CANDIDATES = declare(
     "FASTRUN_TUNING_CANDIDATES", "candidates of one problem timed fully (formerly "
     "FASTRUN_TUNING_BUDGET, still read with a deprecation warning); larger spaces are sampled "
@@ -227,7 +224,7 @@ CACHE_MAX_BYTES = declare(
 CACHE_LOCK_TIMEOUT = declare(
     "FASTRUN_CACHE_LOCK_TIMEOUT", "seconds a cache write waits for another process's lock "
     "before the run goes on in memory (default 60); the message names the holder's pid",
-    "cache", float, 60.0, check=positive_seconds)
+    "cache", float, 60.0, check=_positive_seconds("cache lock timeout"))
 
 MEMORY_LIMIT = declare(
     "FASTRUN_MEMORY_LIMIT", "largest tensor a model or fastrun profile may allocate, e.g. "
