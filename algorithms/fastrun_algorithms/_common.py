@@ -180,11 +180,37 @@ def tile_columns(wanted: int) -> int:
     return min(wanted, lanes * (registers // 16))
 
 
+def register_tile(columns: int) -> tuple[int, int]:
+    """(rows, columns) of a float32 register tile whose rows take one broadcast value each
+    and whose columns are vectors: 8 x ``columns`` (:func:`tile_columns`) where there are 32
+    vector registers; 4 x two vectors where there are 16.
+
+    Why: with AVX2's 16 registers an 8-row tile is one vector wide, so each step of the sum
+    costs one load and eight broadcasts for eight multiply-adds; four rows of two vectors
+    take two loads and four broadcasts for the same eight.  ``tiled_1x1``'s tile ran at
+    0.67-0.87 of the 8-row one's time on ShuffleNet's and MobileNet's 1x1 layers on the 2-core
+    AVX2 VM, and ``implicit_gemm``'s on the 3-channel first layers of MobileNetV3, ShuffleNet
+    and EfficientNet (``benchmarks/probe_conv_kernels.py``, ``docs/conv.md``)."""
+    registers, lanes = vector_registers()
+    if registers >= 32:
+        return 8, tile_columns(columns)
+    return 4, 2 * lanes
+
+
 @numba.njit(inline="always")
 def tile_rows8(i0, last):
     """The eight row indices of the tile starting at ``i0``, clamped to ``last``."""
     return (i0, min(i0 + 1, last), min(i0 + 2, last), min(i0 + 3, last), min(i0 + 4, last),
             min(i0 + 5, last), min(i0 + 6, last), min(i0 + 7, last))
+
+
+@numba.njit(inline="always")
+def tile_fma4(acc, t, x, w0, w1, w2, w3):
+    """Column ``t`` of a 4-row tile: ``acc[i, t] += w_i * x`` (see :func:`tile_fma8`)."""
+    acc[0, t] += w0 * x
+    acc[1, t] += w1 * x
+    acc[2, t] += w2 * x
+    acc[3, t] += w3 * x
 
 
 @numba.njit(inline="always")

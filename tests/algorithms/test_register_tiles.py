@@ -1,4 +1,4 @@
-"""The width of the 8-row register tiles: what the processor's vector registers hold.
+"""The shape of the register tiles: what the processor's vector registers hold.
 
 A tile whose accumulators, input vector and broadcast weights do not fit the registers is
 spilled to the stack on every multiply-add (2-3x slower on AVX2), so each kernel's width must
@@ -27,6 +27,18 @@ KERNELS = [implicit_gemm, tiled_1x1, register_tiled]
 def test_tile_columns(monkeypatch, registers, lanes, wanted, columns):
     monkeypatch.setattr(_common, "vector_registers", lambda: (registers, lanes))
     assert _common.tile_columns(wanted) == columns
+
+
+@pytest.mark.parametrize(("registers", "lanes", "wanted", "tile"), [
+    (32, 16, 16, (8, 16)),  # AVX-512: 8 rows, the columns the kernel wants
+    (32, 16, 32, (8, 32)),
+    (16, 8, 16, (4, 16)),  # AVX2: 4 rows of two vectors
+    (16, 8, 32, (4, 16)),
+    (16, 4, 16, (4, 8)),  # SSE
+])
+def test_register_tile(monkeypatch, registers, lanes, wanted, tile):
+    monkeypatch.setattr(_common, "vector_registers", lambda: (registers, lanes))
+    assert _common.register_tile(wanted) == tile
 
 
 @pytest.mark.parametrize("module", KERNELS, ids=lambda m: m.__name__.rsplit(".", 1)[-1])

@@ -56,7 +56,7 @@ BLOCKED_MAX_WINOGRAD_PIXELS = 1024
 #: blocked_direct won (96->576 at 14x14: 79 / 168 against 121 / 180).
 BLOCKED_MIN_DEPTH_1X1 = 64
 #: ``tiled_1x1`` goes first on 1x1 stride-1 layers only with a tile this many output channels
-#: high (``tiled_1x1.tile_shape``: 8 with 32 vector registers, 4 with AVX2's 16); otherwise
+#: high (``_common.register_tile``: 8 with 32 vector registers, 4 with AVX2's 16); otherwise
 #: after ``pointwise`` and ``conv1x1``.  AVX2's earlier 8 x 8 tile lost to ``pointwise`` on 8
 #: of MNASNet's 9 distinct 1x1 layers alone on 2 threads (16->48 at 112x112 641 against 328
 #: us).  Its 4 x 16 tile, interleaved with ``pointwise`` on nine ShuffleNet and MobileNet

@@ -12,7 +12,8 @@ applied as the tile is stored with whole-vector stores into the NCHW output.  Si
 accumulators keep both multiply-add units of a core busy through their latency with 10 loads
 per 16 multiply-adds (a 6-channel tile measured the same or up to 20% slower).  With AVX2's 16
 registers the tile is 4 channels x 16 pixels, two registers per channel: two loads and four
-broadcasts per eight multiply-adds (:func:`tile_shape`).  None, relu and clip are applied as
+broadcasts per eight multiply-adds
+(:func:`fastrun_algorithms._common.register_tile`).  None, relu and clip are applied as
 the tile is stored with selects (``epilogue.clamp``), so that the store loop is a vector loop.
 
 On MobileNetV2's 1x1 layers on 2 cores (AMD Zen 5) it took 0.51-0.82 of the time of the best
@@ -21,7 +22,7 @@ other algorithm (16->96 at 112x112: 179 against ``pointwise``'s 255 us; 32->16 a
 
 Edges.  The last pixel tile is shifted back to end at the last pixel, overlapping the one before
 it (computed twice, identically); planes narrower than a tile take a plain loop.  Output
-channels past a multiple of 8 repeat the last channel and are not stored.
+channels past a multiple of the tile's rows repeat the last channel and are not stored.
 
 Strided layers (ResNet's downsampling 1x1 convolutions, stride 2, no padding) first gather
 the pixels they read into a dense (C, OH*OW) block, kept between calls (:class:`ScratchPool`),
@@ -52,11 +53,11 @@ from fastrun_algorithms._common import (
     PARTS_PER_THREAD,
     ScratchPool,
     U,
+    register_tile,
     stack_buffer,
-    tile_columns,
+    tile_fma4,
     tile_fma8,
     tile_rows8,
-    vector_registers,
 )
 from fastrun_algorithms.conv import heuristic
 from fastrun_algorithms.conv._gemm_common import buffer, item_type, no_bias, operands, readonly
@@ -71,34 +72,10 @@ from fastrun_algorithms.conv.epilogue import (
 )
 from fastrun_algorithms.conv.geometry import ConvGeometry, geometry
 
-
-def tile_shape() -> tuple[int, int]:
-    """(output channels, pixels) of one job's tile for the vector registers numba compiles
-    for: 8 x 32 (8 x 16 with 256-bit vectors) where there are 32 registers; 4 x 2 vectors
-    (4 x 16) where there are 16.  With 16 registers an 8-channel tile is one vector wide:
-    each input channel then costs one load and eight broadcasts for eight multiply-adds,
-    and the tile ran at 0.67-0.87 of the time of the 4 x 16 one (two loads and four
-    broadcasts for eight) on 1x1 layers of ShuffleNet and MobileNet on the 2-core AVX2 VM
-    (``benchmarks/probe_conv_kernels.py``)."""
-    registers, lanes = vector_registers()
-    if registers >= 32:
-        return 8, tile_columns(32)
-    return 4, 2 * lanes
-
-
 #: Output channels and pixels of one job's tile.
-MR, NR = tile_shape()
+MR, NR = register_tile(32)
 #: Elements of the tile: a global, so that numba sees the literal the stack buffer needs.
 TILE = MR * NR
-
-
-@numba.njit(inline="always")
-def _tile_fma4(acc, t, x, w0, w1, w2, w3):
-    """Column ``t`` of a 4-row tile: ``acc[i, t] += w_i * x`` (see ``tile_fma8``)."""
-    acc[0, t] += w0 * x
-    acc[1, t] += w1 * x
-    acc[2, t] += w2 * x
-    acc[3, t] += w3 * x
 
 
 @numba.njit(inline="always")
@@ -112,7 +89,7 @@ def _channel_step(acc, x, w, n, c, p0, width, r0, r1, r2, r3, r4, r5, r6, r7):
     else:
         w0, w1, w2, w3 = w[r0, c], w[r1, c], w[r2, c], w[r3, c]
         for t in range(width):
-            _tile_fma4(acc, t, x[n, c, p0 + U(t)], w0, w1, w2, w3)
+            tile_fma4(acc, t, x[n, c, p0 + U(t)], w0, w1, w2, w3)
 
 
 def _tiled_kernel(x: np.ndarray, w: np.ndarray, bias: np.ndarray, has_bias: bool, code: int,

@@ -1,4 +1,4 @@
-"""Register-tiled matmul in numba: an 8 x 16 output tile (8 x 8 on AVX2) held in vector registers.
+"""Register-tiled matmul in numba: an 8 x 16 output tile (4 x 16 on AVX2) held in vector registers.
 
 Why it exists.  The products that convolutions hand down are rarely BLAS's favourite shape:
 Winograd's are batches of small products with few columns (16 to 200 tiles), im2col's have few
@@ -10,8 +10,10 @@ tie (``benchmarks/probe_matmul_tiles.py``).
 How.  Each job computes an 8 x 16 tile of C: for every k it broadcasts eight values of A (one
 per tile row) and multiplies them with one 16-wide (NR) row segment of B, accumulating into eight
 vector registers; a tile of float32 is exactly eight AVX-512 registers.  With AVX2's 16 registers
-the tile is 8 columns wide (:func:`fastrun_algorithms._common.tile_columns`).  Three details decide
-whether LLVM produces that loop (each was worth 1.6x to 30x in the probes):
+the tile is 4 rows of two vectors (:func:`fastrun_algorithms._common.register_tile`): two loads
+and four broadcasts per eight multiply-adds, where 8 rows of one vector took one load and eight
+(0.82-0.91 of that tile's time on Winograd's and im2col's products on the 2-core AVX2 VM).
+Three details decide whether LLVM produces that loop (each was worth 1.6x to 30x in the probes):
 
 * the accumulator lives in a stack buffer (:func:`fastrun_algorithms._common.stack_buffer`),
   which LLVM can prove private, so it never stores it inside the loop;
@@ -46,8 +48,9 @@ from fastrun_algorithms._common import (
     CACHE,
     FASTMATH,
     U,
+    register_tile,
     stack_buffer,
-    tile_columns,
+    tile_fma4,
     tile_fma8,
     tile_rows8,
 )
@@ -61,8 +64,8 @@ from fastrun_algorithms.matmul._batch import (
 
 #: Rows and columns of the output tile one job computes.  MR broadcasts and one NR-wide load
 #: feed MR vector multiply-adds per k, which keeps the multiply-add units busy; the tile of
-#: float32 fills eight AVX-512 (or sixteen AVX2) registers, leaving room for the operands.
-MR, NR = 8, tile_columns(16)
+#: float32 fills eight AVX-512 (or AVX2) registers, leaving room for the operands.
+MR, NR = register_tile(16)
 #: Elements of the tile: a global, so that numba sees the literal the stack buffer needs.
 TILE = MR * NR
 
@@ -98,9 +101,13 @@ def _register_tiled_kernel(a: np.ndarray, b: np.ndarray, out: np.ndarray) -> Non
             i_0, r1, r2, r3, r4, r5, r6, r7 = tile_rows8(i0, m - 1)
             for c in range(k):
                 w0, w1, w2, w3 = a[pa, i_0, c], a[pa, r1, c], a[pa, r2, c], a[pa, r3, c]
-                w4, w5, w6, w7 = a[pa, r4, c], a[pa, r5, c], a[pa, r6, c], a[pa, r7, c]
-                for t in range(NR):
-                    tile_fma8(acc, t, b[pb, c, j0 + U(t)], w0, w1, w2, w3, w4, w5, w6, w7)
+                if MR == 8:
+                    w4, w5, w6, w7 = a[pa, r4, c], a[pa, r5, c], a[pa, r6, c], a[pa, r7, c]
+                    for t in range(NR):
+                        tile_fma8(acc, t, b[pb, c, j0 + U(t)], w0, w1, w2, w3, w4, w5, w6, w7)
+                else:
+                    for t in range(NR):
+                        tile_fma4(acc, t, b[pb, c, j0 + U(t)], w0, w1, w2, w3)
             for r in range(rows):
                 for t in range(NR):
                     out[p, i0 + r, j0 + U(t)] = acc[r, t]
@@ -134,6 +141,8 @@ class RegisterTiledMatmul(Algorithm):
     operator = "matmul"
     name = "register_tiled"
     attributes = AlgoAttribute.REPRODUCIBLE
+    #: 2: the 4 x 16 tile on 16 registers
+    version = 2
 
     def workspace_bytes(self, problem: Problem) -> int:
         """Operands materialised at the full batch (:func:`materialised_bytes`); the kernel
