@@ -383,6 +383,24 @@ def test_batch_norm_formula() -> None:
         np.testing.assert_allclose(out, expected, rtol=1e-5, atol=1e-6)
 
 
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("shape", [(2, 5, 7, 9), (1, 3, 40_000), (3, 4)])
+def test_batch_norm_parallel_gives_numpy_bits(shape, dtype) -> None:
+    """The same operations in the same order: the same bits, planes longer than one task's
+    run (40,000 values) and strided inputs included."""
+    operator = REGISTRY.operator("batch_norm")
+    c = shape[1]
+    problem = operator.problem([shape] + [(c,)] * 4, [np.dtype(dtype).name] * 5)
+    inputs = operator.random_inputs(problem, np.random.default_rng(1))
+    by_name = {a.desc.name: a for a in REGISTRY.algorithms("batch_norm")
+               if a.device_kind == "cpu"}
+    expected = by_name["numpy"].run(problem, inputs, None)
+    np.testing.assert_array_equal(by_name["parallel"].run(problem, inputs, None), expected)
+    strided = np.asfortranarray(inputs[0])
+    np.testing.assert_array_equal(
+        by_name["parallel"].run(problem, [strided, *inputs[1:]], None), expected)
+
+
 # -- canonical keys ----------------------------------------------------------------------------
 
 def _key(op: str, shapes: list, dtypes: list, **params: Any) -> str:
@@ -458,7 +476,8 @@ def test_registered_operators_and_algorithms() -> None:
     assert REGISTRY.operators() == sorted(OP_NAMES)
     for op in OP_NAMES:
         names = [a.desc.text for a in REGISTRY.algorithms(op)]
-        expected = ["numpy", "parallel"] if op in (*PARALLEL_OPS, "layer_norm") else ["numpy"]
+        expected = ["numpy", "parallel"] if op in (*PARALLEL_OPS, "layer_norm", "batch_norm") \
+            else ["numpy"]
         expected = {"erf": ["parallel"],  # numpy has no erf
                     "gelu": ["serial", "parallel"],
                     "softmax": ["numpy", "serial", "parallel"]}.get(op, expected)

@@ -4,9 +4,9 @@
 with ONNX semantics, and their CPU algorithms.
 
 ``register(registry)`` adds every operator with its ``numpy`` algorithm (erf and gelu have
-none), and ``parallel`` (numba) for all the unary ones but tanh, where it can win on large
-tensors; ``serial`` and ``parallel`` numba passes for gelu and for softmax over the last axis;
-and where pyopencl is installed the OpenCL ones (``cl_unary``, ``cl_softmax``,
+none), and ``parallel`` (numba) for all the unary ones but tanh and for batch_norm, where it
+can win on large tensors; ``serial`` and ``parallel`` numba passes for gelu and for softmax
+over the last axis; and where pyopencl is installed the OpenCL ones (``cl_unary``, ``cl_softmax``,
 ``cl_batch_norm``).
 """
 
@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from fastrun.registry import Registry
 from fastrun_algorithms._opencl_common import installed as opencl_installed
+from fastrun_algorithms.activation.batch_norm import ParallelBatchNorm
 from fastrun_algorithms.activation.gelu import ParallelGelu, SerialGelu
 from fastrun_algorithms.activation.layer_norm import NumpyLayerNorm, ParallelLayerNorm
 from fastrun_algorithms.activation.numpy_impl import (
@@ -61,6 +62,7 @@ __all__ = [
     "NumpyLayerNorm",
     "NumpySoftmax",
     "NumpyUnary",
+    "ParallelBatchNorm",
     "ParallelLayerNorm",
     "ParallelUnary",
     "ReluOperator",
@@ -88,6 +90,7 @@ def register(registry: Registry) -> None:
     registry.register_algorithm(ParallelSoftmax(softmax.parallel_pays))
     registry.register_operator(BatchNormOperator())
     registry.register_algorithm(NumpyBatchNorm())
+    registry.register_algorithm(ParallelBatchNorm())
     layer_norm = registry.register_operator(LayerNormOperator())
     registry.register_algorithm(NumpyLayerNorm())
     registry.register_algorithm(ParallelLayerNorm(layer_norm.parallel_pays))
