@@ -208,6 +208,14 @@ def load_rankings(path: str | os.PathLike) -> Rankings:
     return Rankings.from_dict(data, repr(path))
 
 
+def recorded_times(rankings: Rankings) -> dict[tuple[str, str], dict[str, float]]:
+    """Each ranked problem's timed algorithms and their seconds, keyed by (operator, problem
+    key): what :class:`fastrun.devices.simulated.SimulatedDevice` replays.  Entries stopped
+    early keep the time they had when they were stopped, as a search would have seen it."""
+    return {(p.operator, p.key): {e.algorithm: e.time_s for e in p.entries}
+            for p in rankings.problems}
+
+
 # --------------------------------------------------------------------------------------------
 # Ranking
 

@@ -318,8 +318,6 @@ class AlgoChooser:
         operator = self.registry.operator(problem.operator)
         operator.validate(problem)
         excluded: dict[str, str] = {}
-        timed: list[Algorithm] = []
-        workspace: dict[str, int] = {}
         with self._lock:
             # On the stack of problems being decided, so a candidate whose sub-problems lead
             # back to this problem is excluded as a cycle, as in a search.
@@ -330,12 +328,8 @@ class AlgoChooser:
                 candidates = self._candidates(problem, {})
                 if only is not None:
                     candidates = [c for c in candidates if c.desc.text in only]
-                for algorithm in operator.heuristic_order(problem, candidates):
-                    children = self._fit(algorithm, problem, excluded, check_required=False)
-                    if children is not None:
-                        timed.append(algorithm)
-                        workspace[algorithm.desc.text] = _total_workspace(algorithm, problem,
-                                                                          children)
+                timed, workspace = self._timed_candidates(problem, operator, candidates,
+                                                          excluded)
             finally:
                 self._deciding.pop()
             result = self.profiler.profile(problem, operator, timed, self, workspace, prelude)
@@ -406,6 +400,24 @@ class AlgoChooser:
             else:
                 candidates.append(algorithm)
         return candidates
+
+    def _timed_candidates(self, problem: Problem, operator: Operator,
+                          candidates: Sequence[Algorithm], excluded: dict[str, str]
+                          ) -> tuple[list[Algorithm], dict[str, int]]:
+        """What a search and :meth:`rank` time, in one place: the candidates in the operator's
+        heuristic order (best guess first, so early stopping drops the rest quickly), each
+        with its sub-problems decided, and each one's total workspace (own plus
+        sub-problems'); a candidate that cannot be timed gets its reason in ``excluded``.
+        Every candidate the strategy does not forbid is timed, including those it will not
+        *choose* (REPRODUCIBLE), so that one cache serves both kinds of run."""
+        timed: list[Algorithm] = []
+        workspace: dict[str, int] = {}
+        for algorithm in operator.heuristic_order(problem, candidates):
+            children = self._fit(algorithm, problem, excluded, check_required=False)
+            if children is not None:
+                timed.append(algorithm)
+                workspace[algorithm.desc.text] = _total_workspace(algorithm, problem, children)
+        return timed, workspace
 
     def _children(self, algorithm: Algorithm, problem: Problem) -> tuple[ExecutionPolicy, ...]:
         """Decide every distinct sub-problem first (children before parents)."""
@@ -508,15 +520,7 @@ class AlgoChooser:
                       prelude: Callable[[], object] | None = None) -> Decision:
         # A problem too large to allocate is refused before any sub-problem is searched.
         self.profiler.check_sizes(problem, operator)
-        timed: list[Algorithm] = []
-        workspace: dict[str, int] = {}
-        # Profiling times every candidate the strategy does not forbid, including those it
-        # will not *choose* (REPRODUCIBLE), so that one cache serves both kinds of run.
-        for algorithm in operator.heuristic_order(problem, candidates):
-            children = self._fit(algorithm, problem, excluded, check_required=False)
-            if children is not None:
-                timed.append(algorithm)
-                workspace[algorithm.desc.text] = _total_workspace(algorithm, problem, children)
+        timed, workspace = self._timed_candidates(problem, operator, candidates, excluded)
         # Spaces larger than the tuning budget are sampled and halved first (fastrun.core.tuning).
         timed = budgeted_candidates(problem, operator, timed, self.profiler, self, workspace,
                                     excluded, prelude)

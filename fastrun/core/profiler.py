@@ -43,7 +43,7 @@ from fastrun.cache import Entry, low_confidence, unstable
 from fastrun.core import limits
 from fastrun.core.progress import Progress
 from fastrun.core.strategy import SearchOptions
-from fastrun.devices import Device
+from fastrun.devices import Device, measuring
 from fastrun.operator import Operator, Problem
 
 log = logging.getLogger(__name__)
@@ -289,7 +289,7 @@ class Profiler:
             calls.append((entry.algorithm, lambda a=algorithm, w=prepared, x=inputs:
                           a.run(problem, x, ctx, w)))
         samples: dict[str, list[int]] = {label: [] for label, _ in calls}
-        sync, measure = self.device.synchronize, self.device.measure
+        sync = self.device.synchronize
         gc_was_enabled = gc.isenabled()
         gc.disable()
         try:
@@ -300,7 +300,7 @@ class Profiler:
                     if prelude is not None:
                         prelude()
                         sync()
-                    samples[label].append(measure(call)[0])
+                    samples[label].append(self._measure(problem, label, call)[0])
                 elapsed_s = (self.clock() - began) * 1e-9
                 if round_index + 1 >= CONFIRM_MIN_ROUNDS and elapsed_s >= options.budget_s:
                     break
@@ -407,6 +407,17 @@ class Profiler:
         with device.parallel_builds(), concurrent.futures.ThreadPoolExecutor(workers) as pool:
             list(pool.map(build, pending))
 
+    def _measure(self, problem: Problem, label: str,
+                 call: Callable[[], object]) -> tuple[int, object]:
+        """One timed call on the device's clock, with what is being timed made known
+        (:data:`fastrun.devices.measuring`): the seam where a simulated device gives a
+        recorded time instead (:mod:`fastrun.devices.simulated`)."""
+        token = measuring.set((problem.operator, problem.key, label))
+        try:
+            return self.device.measure(call)
+        finally:
+            measuring.reset(token)
+
     def _time(self, algorithm: Algorithm, problem: Problem, inputs: list[object],
               ctx: RunContext, best_ns: float | None,
               prelude: Callable[[], object] | None,
@@ -415,7 +426,7 @@ class Profiler:
         and the last one (all three are checked: an algorithm correct only on its first call,
         or only once warm, is caught)."""
         options, clock, sync = self.options, self.clock, self.device.synchronize
-        measure = self.device.measure
+        label = algorithm.desc.text
 
         def once() -> object:
             return algorithm.run(problem, inputs, ctx, prepared)
@@ -437,7 +448,7 @@ class Profiler:
                     prelude()
                     sync()
                 # The device's own clock: perf_counter_ns on the CPU, markers on OpenCL.
-                elapsed_ns, value = measure(once)
+                elapsed_ns, value = self._measure(problem, label, once)
                 times.append(elapsed_ns)
                 outputs["first timed" if len(times) == 1 else "last timed"] = value
                 # The budget is host time: what the search costs the user.

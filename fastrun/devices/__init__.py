@@ -16,6 +16,7 @@ doesn't (hostnames, paths) may appear.
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import functools
 import time
 from collections.abc import Callable
@@ -30,6 +31,13 @@ T = TypeVar("T")
 
 #: The entry point group device backends register in: ``KIND = "module:DeviceClass"``.
 DEVICE_GROUP = "fastrun.devices"
+
+#: What a search is timing while it calls :meth:`Device.measure`: (operator, problem key,
+#: algorithm desc text), else None.  Set by the profiler around each timed call, so that a
+#: device that replays recorded times (:mod:`fastrun.devices.simulated`) knows which time to
+#: give, without the measure call changing for every other device.
+measuring: contextvars.ContextVar[tuple[str, str, str] | None] = contextvars.ContextVar(
+    "fastrun_measuring", default=None)
 
 
 #: Bytes compared at once by :func:`same_bits`: small enough to stay out of a large temporary.
