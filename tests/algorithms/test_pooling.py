@@ -230,6 +230,22 @@ def test_3x3_max_propagates_nan_at_every_tap(algorithm: Algorithm) -> None:
                 problem, [x])))
 
 
+@pytest.mark.parametrize("shape", [(2, 3, 8, 10), (1, 2, 9, 7)])
+def test_whole_2x2_average_windows_sum_in_kernel_order(shape) -> None:
+    """DenseNet's transitions (2x2, stride 2, no padding), which the direct kernel averages in
+    one pass per row: ((a + b) + c) + d divided by 4, the numpy algorithm's bits; an odd edge
+    (no window over it) included, and a padded pool on the general path beside it."""
+    direct = next(a for a in WINDOWED if a.operator == "avgpool" and a.desc.name == "direct")
+    numpy_pool = next(a for a in WINDOWED if a.operator == "avgpool" and a.desc.name == "numpy")
+    x = np.random.default_rng(2).standard_normal(shape).astype(np.float32)
+    for params in ({"kernel_shape": [2, 2], "strides": [2, 2]},
+                   {"kernel_shape": [2, 2], "strides": [2, 2], "pads": [1, 1, 1, 1]},
+                   {"kernel_shape": [2, 2], "strides": [1, 1]}):
+        problem = op("avgpool").problem([shape], ["float32"], **params)
+        np.testing.assert_array_equal(direct.run(problem, [x], None),
+                                      numpy_pool.run(problem, [x], None))
+
+
 # -- canonical keys and semantics ------------------------------------------------------------
 
 @pytest.mark.parametrize("spelling", [
