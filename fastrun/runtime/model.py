@@ -33,21 +33,16 @@ from fastrun import config
 from fastrun.api import Session
 from fastrun.core import limits
 from fastrun.core.chooser import Decision, NoUsableAlgorithmError, PreparedCall
-from fastrun.devices import UnreplayableError, get_device
+from fastrun.devices import get_device
 from fastrun.devices.opencl.settings import REPLAY
 from fastrun.operator import Problem, random_values
 from fastrun.runtime import fusion, layout, layout_check
 from fastrun.runtime.errors import DeviceUnsupportedError, ModelError
 from fastrun.runtime.graph import Graph, from_onnx
 from fastrun.runtime.lowering import Step, Value, lower
+from fastrun.runtime.replay import ModelReplay
 
 log = logging.getLogger(__name__)
-
-#: Whole runs of each kind :meth:`Model._time_plan_and_steps` times before a launch plan is
-#: kept: enough for a median over a device's stray slow run, few enough that a large model's
-#: load stays short (ViT-B/16 at batch 32: about 0.5 s on the H200).
-PLAN_TIMING_ROUNDS = 5
-
 
 @dataclass(frozen=True)
 class RunTrace:
@@ -134,12 +129,10 @@ class Model:
         self._input_slots: dict[str, int] = {}
         self._output_slots: list[int] = []
         #: whether runs replay a recorded launch plan (``fastrun/devices/opencl/replay.py``)
-        #: where the device can record one; recorded when the search ends
+        #: where the device can record one
         self.replay = self.on_device and REPLAY.get(replay)
-        #: the plan runs replay: None until searched, False where none is used
-        self._plan: Any = None
-        #: why no plan is used, when none is (for ``--verbose`` and the benchmarks)
-        self.replay_note = ""
+        #: the launch plan runs replay, recorded on the first run (``runtime/replay.py``)
+        self._launches = ModelReplay(self, self.replay)
 
     # -- searching -----------------------------------------------------------------------------
     def search(self) -> list[StepReport]:
@@ -173,7 +166,6 @@ class Model:
         self.reports = reports
         if nchw is not None:
             self._check_layout_plan(*nchw)
-        self.launch_plan()
         return self.reports
 
     def _decide_steps(self, in_context: bool) -> tuple[list[StepReport], dict[int, PreparedCall]]:
@@ -397,90 +389,16 @@ class Model:
         return self._finish(env)
 
     def launch_plan(self) -> Any | None:
-        """The recorded launches every run replays, or None (recorded at the end of the
-        search).
-
-        On a queued device the host's per-step cost (the algorithm's Python, an output array,
-        arguments set one by one) exceeds a small kernel's time, and every run repeats it
-        identically.  So one run on random inputs is recorded; the plan is checked against an
-        ordinary run on other random inputs, made before the recording (work an algorithm
-        enqueued behind the device's back would show there, and work done once on a first
-        call stays out of the plan), and used only if both agree.  Any failure leaves the model
-        running step by step, with the reason in :attr:`replay_note`."""
+        """The recorded launches every run replays, or None: recorded on the first run (the
+        search first, if it has not run), see :mod:`fastrun.runtime.replay`."""
         if self.reports is None:
-            self.search()  # records the plan as it ends
-        if self._plan is None:
-            self._plan = self._record_plan() if self.replay else False
-            if not self.replay:
-                self.replay_note = "off"
-        return self._plan or None
+            self.search()
+        return self._launches.get()
 
-    def _record_plan(self) -> Any:
-        """The checked plan, or False (the reason logged and kept in :attr:`replay_note`)."""
-        recording = self.device.recording()
-        if recording is None:
-            self.replay_note = f"{self.device.kind} devices record no launches"
-            return False
-        # The ordinary run the plan is checked against comes first, so that work an
-        # algorithm does once, on its first call (cl_winograd transforms the prepared
-        # filters), is done before the recording: the plan holds only what every run repeats.
-        check = self.random_inputs(seed=2)
-        expected = list(self._run_steps(check).values())
-        env = self._start(self.random_inputs(seed=1, on_device=True))
-        inputs = [env[index] for index in self._input_slots.values()]
-        with recording:
-            self._issue(env)
-        outputs = [env[index] for index in self._output_slots]
-        try:
-            plan = recording.plan(inputs, outputs)
-        except UnreplayableError as error:
-            self.replay_note = str(error)
-            log.info("running %s step by step: %s", self.graph.name, error)
-            return False
-        got, _ = plan.run(self._plan_feeds(check))
-        wrong = [name for name, want, have in zip(self.graph.outputs, expected, got, strict=True)
-                 if not _agree(have, want)]
-        if wrong:
-            self.replay_note = (f"a replay of the recorded launches gave other values than "
-                                f"an ordinary run for output(s) {', '.join(wrong)}")
-            log.warning("running %s step by step: %s (an algorithm may enqueue work without "
-                        "the device's launch())", self.graph.name, self.replay_note)
-            return False
-        timings = plan.choose_enqueue()
-        replay_s, steps_s = self._time_plan_and_steps(plan, check)
-        if steps_s < replay_s:
-            self.replay_note = (f"step by step: {steps_s * 1e3:.3f} ms a run against "
-                                f"{replay_s * 1e3:.3f} ms for a replay of the "
-                                f"{plan.launch_count} recorded launches")
-            log.info("running %s %s", self.graph.name, self.replay_note)
-            return False
-        self.replay_note = (f"{plan.launch_count} launches replayed ({plan.enqueue} enqueue; "
-                            + ", ".join(f"{name} {seconds * 1e6:.0f} us"
-                                        for name, seconds in timings.items())
-                            + f"; run {replay_s * 1e3:.3f} ms, step by step "
-                            f"{steps_s * 1e3:.3f} ms)")
-        log.info("%s: %s", self.graph.name, self.replay_note)
-        return plan
-
-    def _time_plan_and_steps(self, plan: Any, feeds: Mapping[str, Any],
-                             rounds: int = PLAN_TIMING_ROUNDS) -> tuple[float, float]:
-        """(seconds of a replayed run, seconds of a step-by-step run), each the median of
-        ``rounds`` whole runs, inputs uploaded and outputs downloaded, alternating.  A replay
-        saves the host's per-step work, but it also keeps every value in the buffer it was
-        recorded in, where a step-by-step run reuses buffers it freed a moment before; which
-        wins is not known in advance (ViT-B/16 at batch 32 on H200 hosts: 55 ms step by step
-        against 70 ms replayed in one call, 52-54 against 50-51 in another; docs/performance.md,
-        "OpenCL transformers").  So the plan is kept only where it is measured faster."""
-        plan_feeds = self._plan_feeds(feeds)
-        times: dict[str, list[float]] = {"replay": [], "steps": []}
-        for _ in range(rounds):
-            started = time.perf_counter()
-            plan.run(plan_feeds)
-            times["replay"].append(time.perf_counter() - started)
-            started = time.perf_counter()
-            self._run_steps(feeds)
-            times["steps"].append(time.perf_counter() - started)
-        return statistics.median(times["replay"]), statistics.median(times["steps"])
+    @property
+    def replay_note(self) -> str:
+        """Why runs replay recorded launches or not ("" before the first run)."""
+        return self._launches.note
 
     def _plan_feeds(self, feeds: Mapping[str, Any] | np.ndarray | None) -> list[Any]:
         """The inputs checked, in the plan's order, not uploaded (the plan copies them into
@@ -641,16 +559,6 @@ def _ms(seconds: Sequence[float]) -> str:
 
 def _nothing() -> None:
     pass
-
-
-def _agree(got: np.ndarray, expected: np.ndarray) -> bool:
-    """Whether a replay's output matches an ordinary run's: floats within 1e-4 relative
-    (NaN where NaN), anything else equal."""
-    if got.shape != expected.shape or got.dtype != expected.dtype:
-        return False
-    if got.dtype.kind in "fc":
-        return bool(np.allclose(got, expected, rtol=1e-4, atol=1e-5, equal_nan=True))
-    return bool(np.array_equal(got, expected))
 
 
 class StepAlgorithmError(NoUsableAlgorithmError):

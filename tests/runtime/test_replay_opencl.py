@@ -13,6 +13,7 @@ import pytest
 import fastrun
 from fastrun.devices import UnreplayableError
 from fastrun.runtime import load
+from fastrun.runtime.replay import ModelReplay
 from tests.opencl_helpers import device_fixture  # noqa: F401
 from tests.runtime import _models
 
@@ -22,9 +23,7 @@ def replay_measured_faster(monkeypatch):
     """The tests of what a plan does need one: a plan is kept only where a replay is measured
     faster than a step-by-step run, which on PoCL's small runs may go either way.  The choice
     itself is tested below, with the real timing and with each outcome."""
-    from fastrun.runtime.model import Model
-
-    monkeypatch.setattr(Model, "_time_plan_and_steps", lambda self, plan, feeds: (1e-3, 2e-3))
+    monkeypatch.setattr(ModelReplay, "time_plan_and_steps", lambda self, plan, feeds: (1e-3, 2e-3))
 
 
 def _model(device, replay=None, proto=None):
@@ -208,9 +207,7 @@ def test_a_replay_measured_slower_than_step_by_step_is_not_used(device, monkeypa
     """A replay keeps each value in its recorded buffer; a step-by-step run reuses buffers
     still in the device's cache, and on a large model it can be the faster (ViT-B/16 at
     batch 32 on an H200): the plan goes only where it is measured faster."""
-    from fastrun.runtime.model import Model
-
-    monkeypatch.setattr(Model, "_time_plan_and_steps", lambda self, plan, feeds: (2e-3, 1e-3))
+    monkeypatch.setattr(ModelReplay, "time_plan_and_steps", lambda self, plan, feeds: (2e-3, 1e-3))
     model = _model(device)
     assert model.launch_plan() is None
     assert re.fullmatch(r"step by step: 1\.000 ms a run against 2\.000 ms for a replay of "
@@ -221,15 +218,15 @@ def test_a_replay_measured_slower_than_step_by_step_is_not_used(device, monkeypa
 
 
 def test_the_plan_and_the_steps_are_both_timed_on_whole_runs(device, monkeypatch):
-    from fastrun.runtime.model import Model
-
     timed = []
-    monkeypatch.undo()  # the real timing, as a model load runs it
-    real = Model.__dict__["_time_plan_and_steps"]
-    monkeypatch.setattr(Model, "_time_plan_and_steps",
+    monkeypatch.undo()  # the real timing, as a model's first run runs it
+    real = ModelReplay.__dict__["time_plan_and_steps"]
+    monkeypatch.setattr(ModelReplay, "time_plan_and_steps",
                         lambda self, plan, feeds: timed.append(real(self, plan, feeds))
                         or timed[-1])
     model = _model(device)
+    assert not timed and model.replay_note == ""  # the search records nothing
+    model.launch_plan()
     (replay_s, steps_s), = timed
     assert 0 < replay_s < 1 and 0 < steps_s < 1
     if model.launch_plan() is not None:
