@@ -80,9 +80,13 @@ class Epilogue:
     ``activation`` (``relu``, or ``clip`` with ``clip_min`` and ``clip_max``) for a following
     Relu or Clip; and, when :attr:`residual` is set, ``residual=True`` with a tensor of the
     output's shape as its last input, added before the activation (a residual Add).
+
+    An operator without weights to fold into (:attr:`weights` False: batch_norm, whose inputs
+    1 and 2 are its scale and bias) takes only the activation.
     """
 
     residual: bool = False
+    weights: bool = True
 
 
 class Operator:

@@ -19,7 +19,9 @@ takes a residual; otherwise the relu goes into the add, which becomes the elemen
 ``add_relu`` operator, one pass instead of two.
 
 Activations fold the same way: Relu, Clip, HardSwish and Sigmoid after a conv, and SiLU
-(``x * sigmoid(x)``, a Sigmoid and a Mul reading the conv's output) into one epilogue.
+(``x * sigmoid(x)``, a Sigmoid and a Mul reading the conv's output) into one epilogue.  An
+operator whose epilogue has no weights takes only the activations it accepts: DenseNet's
+``BatchNormalization -> Relu`` after each concatenation becomes one batch_norm step.
 
 Before all this, multi-step patterns that one operator computes become that operator's step
 (:mod:`fastrun.runtime.patterns`: GELU's Erf spelling, a LayerNorm spelled out, a projection
@@ -188,8 +190,9 @@ def _merge(target: Step, step: Step, operator) -> bool:
     params = target.params
     if step.problem is None or params.get("activation", "none") != "none":
         return False  # nothing folds through an activation
-    if params.get("residual") and step.operator not in ACTIVATIONS:
-        return False  # after a residual only an activation fuses (not a fold into weights)
+    if (params.get("residual") or not operator.epilogue.weights) \
+            and step.operator not in ACTIVATIONS:
+        return False  # only an activation fuses after a residual, or without weights
     if step.operator == "batch_norm":
         return _fold_batch_norm(target, step, operator)
     if step.operator == "add":

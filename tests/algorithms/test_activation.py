@@ -205,6 +205,7 @@ def draw_problem(op: str, algorithm: Algorithm, data: st.DataObject
         shape = (data.draw(st.integers(1, 3)), data.draw(st.integers(1, 4)),
                  *data.draw(st.lists(st.integers(1, 5), max_size=2)))
         params["epsilon"] = data.draw(st.sampled_from([None, 1e-5, 1e-3]))
+        params["activation"] = data.draw(st.sampled_from([None, "none", "relu"]))
         c = shape[1]
         inputs = [random_tensor(shape, dtype, rng, False),
                   *(random_tensor((c,), dtype, rng, False) for _ in range(3)),
@@ -383,14 +384,16 @@ def test_batch_norm_formula() -> None:
         np.testing.assert_allclose(out, expected, rtol=1e-5, atol=1e-6)
 
 
+@pytest.mark.parametrize("activation", ["none", "relu"])
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 @pytest.mark.parametrize("shape", [(2, 5, 7, 9), (1, 3, 40_000), (3, 4)])
-def test_batch_norm_parallel_gives_numpy_bits(shape, dtype) -> None:
-    """The same operations in the same order: the same bits, planes longer than one task's
-    run (40,000 values) and strided inputs included."""
+def test_batch_norm_parallel_gives_numpy_values(shape, dtype, activation) -> None:
+    """The same operations in the same order: the same values, planes longer than one task's
+    run (40,000 values), strided inputs and a fused Relu included."""
     operator = REGISTRY.operator("batch_norm")
     c = shape[1]
-    problem = operator.problem([shape] + [(c,)] * 4, [np.dtype(dtype).name] * 5)
+    problem = operator.problem([shape] + [(c,)] * 4, [np.dtype(dtype).name] * 5,
+                               activation=activation)
     inputs = operator.random_inputs(problem, np.random.default_rng(1))
     by_name = {a.desc.name: a for a in REGISTRY.algorithms("batch_norm")
                if a.device_kind == "cpu"}
@@ -424,7 +427,10 @@ def test_equal_calls_share_one_key() -> None:
     bn = [(1, 2, 3), (2,), (2,), (2,), (2,)]
     assert _key("batch_norm", bn, f32 * 5) == \
         _key("batch_norm", bn, f32 * 5, epsilon=np.float32(1e-5), training_mode=0) == \
+        _key("batch_norm", bn, f32 * 5, activation="none") == \
         "float32[1x2x3],float32[2],float32[2],float32[2],float32[2];epsilon=9.999999747378752e-06"
+    assert _key("batch_norm", bn, f32 * 5, activation="relu").endswith(
+        ";activation=relu,epsilon=9.999999747378752e-06")
 
 
 def test_validate_accepts_canonical_and_refuses_other_problems() -> None:
@@ -463,6 +469,8 @@ def test_validate_accepts_canonical_and_refuses_other_problems() -> None:
      "epsilon must be finite and >= 0, got -1.0"),
     ("batch_norm", [(2, 3)] + [(3,)] * 4, ["float32"] * 5, {"training_mode": 1},
      "inference BatchNormalization only; training_mode=1"),
+    ("batch_norm", [(2, 3)] + [(3,)] * 4, ["float32"] * 5, {"activation": "clip"},
+     "batch_norm takes activation 'none' or 'relu', got 'clip'"),
 ])
 def test_invalid_problems_are_named(op, shapes, dtypes, params, message) -> None:
     with pytest.raises(ValueError) as info:

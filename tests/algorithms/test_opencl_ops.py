@@ -265,6 +265,9 @@ def test_batch_norm(device):
                   *(rng.standard_normal(c).astype(pdtype) for _ in range(3)),
                   rng.uniform(0.1, 1, c).astype(pdtype)]
         check(device, operator.problem_for(inputs, epsilon=1e-3), inputs)
+        # a fused Relu (DenseNet's), on values of both signs
+        inputs[0] = inputs[0] - 5
+        check(device, operator.problem_for(inputs, epsilon=1e-3, activation="relu"), inputs)
 
 
 # -- pooling ---------------------------------------------------------------------------------

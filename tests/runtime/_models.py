@@ -55,6 +55,24 @@ def conv_bn_relu(channels: int = 8, size: int = 10) -> onnx.ModelProto:
     return w.model((1, 3, size, size), "y")
 
 
+def dense_layer(channels: int = 8, size: int = 6) -> onnx.ModelProto:
+    """DenseNet's pre-activation: Concat -> BatchNormalization -> Relu -> Conv 1x1, with a
+    second Relu reading the concat's batch norm through a Clip (which does not fuse)."""
+    w = GraphWriter()
+    w.node("Concat", ["x", "x"], "cat", axis=1)
+    stats = [w.const(name, np.linspace(low, high, 2 * channels, dtype=np.float32))
+             for name, low, high in (("gamma", 0.5, 1.5), ("beta", -0.2, 0.2),
+                                     ("mean", -0.1, 0.1), ("var", 0.5, 2.0))]
+    w.node("BatchNormalization", ["cat", *stats], "bn", epsilon=1e-5)
+    w.node("Relu", ["bn"], "act")
+    w.node("Conv", ["act", w.weight("w", (channels, 2 * channels, 1, 1))], "conv")
+    w.node("BatchNormalization", ["conv", *[w.const(f"{name}2", np.asarray(
+        np.linspace(0.5, 1.5, channels), np.float32)) for name in ("g", "b", "m", "v")]],
+        "bn2")
+    w.node("Clip", ["bn2", w.const("low", np.float32(0)), w.const("high", np.float32(6))], "y")
+    return w.model((1, channels, size, size), "y")
+
+
 def small_cnn(widths=(4, 8, 12), size: int = 12, seed: int = 0) -> onnx.ModelProto:
     """A chain of conv blocks of different shapes (several distinct problems to search), then
     global pooling, a Shape->Gather->Unsqueeze->Concat->Reshape flatten and a Gemm."""

@@ -56,6 +56,19 @@ def test_batch_norm_and_relu_fold_into_the_conv():
     assert_matches_onnxruntime(proto, model, model.random_inputs())
 
 
+def test_a_relu_after_a_batch_norm_with_no_conv_before_fuses_into_it():
+    """DenseNet's pre-activation: the batch norm after a concat folds into no conv, and its
+    Relu runs in the batch norm's pass; a batch norm after a conv folds into the conv as
+    before, and nothing folds into a batch norm but an activation it takes (not Clip)."""
+    proto = _models.dense_layer()
+    model = load(proto, heuristic_session())
+    ops = [(step.operator, step.op_type) for step in model.steps]
+    assert ops == [("concat", "Concat"), ("batch_norm", "BatchNormalization+Relu"),
+                   ("conv", "Conv+BatchNormalization+Clip")]
+    assert model.steps[1].problem.param("activation") == "relu"
+    assert_matches_onnxruntime(proto, model, model.random_inputs())
+
+
 def test_shape_arithmetic_is_folded_and_batch_is_free():
     proto = _models.small_cnn()
     for batch in (1, 3):

@@ -187,7 +187,8 @@ class NumpySoftmax(Algorithm):
 
 class NumpyBatchNorm(Algorithm):
     """Per-channel factor ``scale / sqrt(var + epsilon)`` computed once (C values), then
-    ``(x - mean) * factor + B`` in three in-place broadcast passes over the output.
+    ``(x - mean) * factor + B`` in three in-place broadcast passes over the output (a fourth
+    for a fused Relu).
     Subtracting the mean first (rather than folding it into the bias) keeps the result
     accurate when the mean is large.  REPRODUCIBLE."""
 
@@ -215,4 +216,6 @@ class NumpyBatchNorm(Algorithm):
             out = np.subtract(x, mean.reshape(shape))
             out *= factor.reshape(shape)
             out += bias.reshape(shape)
+        if problem.param("activation") == "relu":
+            np.maximum(out, out.dtype.type(0), out=out)
         return out

@@ -20,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from fastrun.operator import Problem, Shape
+from fastrun.operator import Epilogue, Problem, Shape
 from fastrun_algorithms._common import (
     CanonicalOperator,
     check_known_params,
@@ -455,16 +455,24 @@ class SoftmaxOperator(ActivationOperator):
 
 class BatchNormOperator(ActivationOperator):
     """Inference BatchNormalization: ``scale * (x - mean) / sqrt(var + epsilon) + B`` per
-    channel (axis 1).  Inputs X (N, C, ...), scale, B, mean, var (each (C,)); epsilon
-    defaults to 1e-5 and is rounded to X's dtype, in which it is added.  Training mode (batch
+    channel (axis 1), then a Relu with ``activation="relu"``.  Inputs X (N, C, ...), scale,
+    B, mean, var (each (C,)); epsilon defaults to 1e-5 and is rounded to X's dtype, in which
+    it is added.  Training mode (batch
     statistics, three outputs) is not an inference operation and is refused."""
 
     name = "batch_norm"
     arity = 5
+    #: a following Relu fuses into the step (``activation="relu"``); there are no weights to
+    #: fold a batch norm or bias add into
+    epilogue = Epilogue(weights=False)
 
     def canonical_params(self, shapes, dtypes, params):
         self._check_inputs(shapes, dtypes)
-        check_known_params(self.name, params, ("epsilon", "training_mode"))
+        check_known_params(self.name, params, ("epsilon", "training_mode", "activation"))
+        activation = params.get("activation", "none")
+        if activation not in ("none", "relu"):
+            raise ValueError(f"{self.name} takes activation 'none' or 'relu', got "
+                             f"{activation!r}")
         if params.get("training_mode"):
             raise ValueError(f"{self.name} computes inference BatchNormalization only; "
                              f"training_mode={params['training_mode']!r} is not supported")
@@ -480,7 +488,10 @@ class BatchNormOperator(ActivationOperator):
             if dtypes[index] not in FLOAT_DTYPES:
                 raise ValueError(f"{self.name} {label} must be float32 or float64, got "
                                  f"{dtypes[index]}")
-        return {"epsilon": _epsilon(self.name, params, dtypes[0])}
+        canonical = {"epsilon": _epsilon(self.name, params, dtypes[0])}
+        if activation == "relu":  # omitted at "none", so a plain batch norm keeps its key
+            canonical["activation"] = activation
+        return canonical
 
     def reference(self, problem, inputs):
         x, scale, bias, mean, var = (np.asarray(a, np.float64) for a in inputs)
@@ -488,6 +499,8 @@ class BatchNormOperator(ActivationOperator):
         with np.errstate(divide="ignore", invalid="ignore"):
             y = (scale.reshape(shape) * (x - mean.reshape(shape))
                  / np.sqrt(var.reshape(shape) + problem.param("epsilon")) + bias.reshape(shape))
+        if problem.param("activation") == "relu":
+            y = np.where(y < 0, 0.0, y)  # NaN stays NaN, as relu's
         return y.astype(problem.dtypes[0])
 
     def random_inputs(self, problem, rng):

@@ -184,7 +184,12 @@ __kernel void batch_norm(const long total, const long C, const long inner,
     if (i >= total) return;
     const long c = (i / inner) % C;
     const real factor = (real)scale[s_off + c] / sqrt((real)var[v_off + c] + epsilon);
-    out[o_off + i] = (x[x_off + i] - (real)mean[m_off + c]) * factor + (real)bias[b_off + c];
+    const real v = (x[x_off + i] - (real)mean[m_off + c]) * factor + (real)bias[b_off + c];
+#if RELU
+    out[o_off + i] = v < (real)0 ? (real)0 : v;
+#else
+    out[o_off + i] = v;
+#endif
 }
 """
 

@@ -235,7 +235,8 @@ class OpenCLBatchNorm(_OpenCLActivation):
         types = [common.CL_TYPES[np.dtype(d).name] for d in problem.dtypes[1:]]
         kernel = device.kernel(_kernels.BATCH_NORM, "batch_norm", common.options(
             REAL=common.CL_TYPES[dtype.name], FP64=_fp64_define(problem.dtypes),
-            TS=types[0], TB=types[1], TM=types[2], TV=types[3]))
+            TS=types[0], TB=types[1], TM=types[2], TV=types[3],
+            RELU=int(problem.param("activation") == "relu")))
         args: list[Any] = [np.int64(total), np.int64(shape[1]), np.int64(math.prod(shape[2:]))]
         for value, label in zip(inputs, ("X", "scale", "B", "mean", "var"), strict=True):
             args.extend(common.buffer(value, label))
