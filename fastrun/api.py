@@ -10,7 +10,7 @@ from __future__ import annotations
 import contextvars
 import os
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from fastrun import config
@@ -105,6 +105,21 @@ class Session:
     @property
     def stats(self):
         return self.chooser.stats
+
+    @property
+    def progress(self) -> Progress:
+        """Where the session's searches report as they go (log lines, or a bar)."""
+        return self.chooser.profiler.progress
+
+    def add_listener(self, listener: Callable[[Decision], object]) -> None:
+        """Call ``listener`` with every problem this session decides from now on, sub-problems
+        included, once each, as soon as it is decided: the :class:`Decision` says the problem,
+        the pick (``algorithm``, ``policy``), the candidates' measured times (``entries``),
+        the search's duration (``search_seconds``, 0 when nothing was timed) and where the
+        pick came from (``source``: profiled, cache, nearest, heuristic or only).  What a
+        platform team records to see which picks production makes.  A listener that raises is
+        logged and removed; it never stops a search."""
+        self.chooser.listeners.append(listener)
 
     # -- context manager -----------------------------------------------------------------------
     def __enter__(self) -> Session:

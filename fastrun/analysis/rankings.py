@@ -267,11 +267,10 @@ def rank(session: Session, problems: Suite | Iterable[SuiteProblem | Problem],
     name = suite if suite is not None else (problems.name if isinstance(problems, Suite)
                                              else "custom")
     items = _items(problems, session.registry)
-    chooser = session.chooser
     result = Rankings(name, session.device.category, __version__, time.time(),
                       session.options.budget_s, [], session.options.strategy.text(), rounds)
     measured: list[list[RankedProblem]] = [[] for _ in items]
-    bar = chooser.profiler.progress
+    bar = session.progress
     total = rounds * len(items)
     try:
         for round_index in range(rounds):

@@ -205,6 +205,8 @@ class AlgoChooser:
         self._deciding: list[tuple[str, str]] = []
         self._lock = threading.RLock()
         self._host_memory = device.host_memory
+        #: called with every new :class:`Decision` (see :meth:`Session.add_listener`)
+        self.listeners: list[Callable[[Decision], object]] = []
 
     # -- public --------------------------------------------------------------------------------
     def category(self, operator: Operator) -> str:
@@ -236,7 +238,19 @@ class AlgoChooser:
             finally:
                 self._deciding.pop()
             self._decisions[ident] = decision
+            self._tell(decision)
             return decision
+
+    def _tell(self, decision: Decision) -> None:
+        """Hand a new decision to the listeners; one that raises is logged and dropped, so
+        that watching a search can never break it."""
+        for listener in list(self.listeners):
+            try:
+                listener(decision)
+            except Exception as error:
+                log.warning("decision listener %r raised %s: %s; it is removed", listener,
+                            type(error).__name__, error)
+                self.listeners.remove(listener)
 
     def policy(self, problem: Problem) -> ExecutionPolicy:
         return self.decide(problem).policy

@@ -172,7 +172,7 @@ class Model:
         """Each step's decision and prepared call; ``in_context``: the model is executed step
         by step while it is searched (see :meth:`search`)."""
         chooser = self.session.chooser
-        progress = chooser.profiler.progress
+        progress = self.session.progress
         total = sum(1 for step in self.steps if step.problem is not None)
         runner = _StepRunner(self) if in_context else None
         reports, calls = [], {}
@@ -263,7 +263,7 @@ class Model:
         """Decide which steps compute in the blocked layout (each conv decided in both
         layouts, each possible conversion too) and rewrite the steps accordingly."""
         chooser = self.session.chooser
-        progress = chooser.profiler.progress
+        progress = self.session.progress
 
         def time_of(problem: Problem) -> float | None:
             """Measured, or carried from the nearest measured problem: a model served from

@@ -124,3 +124,31 @@ def test_the_sessions_rules_decide_by_the_heuristic_once_per_device(registry):
     assert decision.source.name == "HEURISTIC" and decision.entries == []
     assert s.stats.profiled == 0 and rules.stats.profiled == 0
     assert s.decide(problem).algorithm.desc.name == "fast"  # the session itself still searches
+
+
+def test_listeners_hear_every_decision_once_with_its_source(tmp_path, registry, caplog):
+    """A listener gets each new decision, with the pick, the measured candidates and where the
+    pick came from; a second session over the same file hears a cache hit.  A listener that
+    raises is logged and dropped, and the search goes on."""
+    path = tmp_path / "cache.bin"
+    x, y = np.arange(8.0), np.arange(4.0)
+    heard = []
+    with fastrun.session(DEVICE, cache=path, strategy="fast-run", registry=registry,
+                         budget_s=0.001) as s:
+        s.add_listener(heard.append)
+        fastrun.call("fake", x)
+        fastrun.call("fake", x)  # decided already: nothing new to hear
+        assert s.progress is s.chooser.profiler.progress
+    (decision,) = heard
+    assert decision.algorithm.desc.text == "fast" and decision.source.value == "profiled"
+    assert {e.algorithm for e in decision.entries} == {"fast", "slow"}
+    assert decision.search_seconds > 0
+    again = []
+    with fastrun.session(DEVICE, cache=path, strategy="fast-run", registry=registry) as s:
+        s.add_listener(lambda d: 1 / 0)
+        s.add_listener(again.append)
+        fastrun.call("fake", x)
+        fastrun.call("fake", y)
+        assert len(s.chooser.listeners) == 1  # the raising one is gone
+    assert [d.source.value for d in again] == ["cache", "profiled"]
+    assert "raised ZeroDivisionError" in caplog.text
