@@ -10,8 +10,8 @@ How: the per-channel factor ``scale / sqrt(var + epsilon)`` is computed once (C 
 the numpy algorithm computes it), then each output is ``(x - mean) * factor + B``, the same
 operations in the same order and precision as numpy's passes: the two algorithms give the
 same values.  A Relu fused into the step (DenseNet's, after each batch norm) is applied in
-the same pass.  X is (N*C, P) planes cut into runs of :data:`RUN` values, one task each, so that a
-layer of few large planes splits over the threads as well as one of many small ones.
+the same pass.  X is (N*C, P) planes cut into runs of :data:`RUN` values, one task each, so
+that a layer of few large planes splits over the threads as well as one of many small ones.
 REPRODUCIBLE: a value does not depend on the thread that computes it.
 """
 
