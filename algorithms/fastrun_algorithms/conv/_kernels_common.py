@@ -194,30 +194,6 @@ def block_positions(geo: ConvGeometry, ob: int) -> int:
 
 
 @numba.njit(cache=CACHE, inline="always")
-def copy_run(dst, d, x, n, c, ih, s, count):
-    """``dst[d + i] = x[n, c, ih, s + i]`` for ``i < count``, eight values at a time.
-
-    Why: the rows a small plane stages are 7 to 56 values, shorter than the 32 or 64 values
-    per iteration LLVM's vectorised loop takes after its runtime aliasing checks, so a plain
-    loop copied them one scalar at a time.  Eight loads into locals and then eight stores
-    have no aliasing question for LLVM to ask (the loads all happen first), and become one
-    vector load and store."""
-    i = 0
-    while i + 8 <= count:
-        a = U(s + i)
-        v0, v1, v2, v3 = x[n, c, ih, a], x[n, c, ih, a + U(1)], x[n, c, ih, a + U(2)], \
-            x[n, c, ih, a + U(3)]
-        v4, v5, v6, v7 = x[n, c, ih, a + U(4)], x[n, c, ih, a + U(5)], \
-            x[n, c, ih, a + U(6)], x[n, c, ih, a + U(7)]
-        b = U(d + i)
-        dst[b], dst[b + U(1)], dst[b + U(2)], dst[b + U(3)] = v0, v1, v2, v3
-        dst[b + U(4)], dst[b + U(5)], dst[b + U(6)], dst[b + U(7)] = v4, v5, v6, v7
-        i += 8
-    for j in range(i, count):
-        dst[U(d + j)] = x[n, c, ih, U(s + j)]
-
-
-@numba.njit(cache=CACHE, inline="always")
 def stage_row(dst, d0, pitch, x, n, c, ih, pl, sw, wq):
     """Write input row ``x[n, c, ih]``, split into ``sw`` column phases, into a staged row
     whose left ``pl`` columns (and the columns past the row's end) are padding: phase p at
@@ -230,8 +206,8 @@ def stage_row(dst, d0, pitch, x, n, c, ih, pl, sw, wq):
     """
     width = x.shape[3]
     if sw == 1:
-        lo, hi = min(pl, wq), min(wq, pl + width)
-        copy_run(dst, d0 + lo, x, n, c, ih, lo - pl, max(0, hi - lo))
+        for m in range(min(pl, wq), min(wq, pl + width)):
+            dst[U(d0 + m)] = x[n, c, ih, U(m - pl)]
         return
     lo0, hi0 = first_inside(-pl, sw), end_inside(-pl, sw, width, wq)
     if sw == 2:
