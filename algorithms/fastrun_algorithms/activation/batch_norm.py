@@ -6,12 +6,13 @@ before its ReLU (a BN that no convolution before it can absorb), they took 18.1 
 the 16-core host at 16 threads, against 3.1 ms for onnxruntime's
 (``benchmarks/probe_layers_vs_ort.py``).
 
-How: the per-channel factor ``scale / sqrt(var + epsilon)`` is computed once (C values, as
-the numpy algorithm computes it), then each output is ``(x - mean) * factor + B``, the same
-operations in the same order and precision as numpy's passes: the two algorithms give the
-same values.  A Relu fused into the step (DenseNet's, after each batch norm) is applied in
-the same pass.  X is (N*C, P) planes cut into runs of :data:`RUN` values, one task each, so
-that a layer of few large planes splits over the threads as well as one of many small ones.
+How: the per-channel factor ``scale / sqrt(var + epsilon)`` is computed once for C values, by
+the numpy algorithm's own function (``numpy_impl.batch_norm_channels``), then each output is
+``(x - mean) * factor + B``, the same operations in the same order and precision as numpy's
+passes: the two algorithms give the same values.  A Relu fused into the step (DenseNet's,
+after each batch norm) is applied in the same pass.  X is (N*C, P) planes cut into runs of
+:data:`RUN` values, one task each, so that a layer of few large planes splits over the threads
+as well as one of many small ones.
 REPRODUCIBLE: a value does not depend on the thread that computes it.
 """
 
@@ -28,6 +29,7 @@ from fastrun.algorithm import Algorithm, RunContext
 from fastrun.attribute import AlgoAttribute
 from fastrun.operator import Problem
 from fastrun_algorithms._common import CACHE, U
+from fastrun_algorithms.activation.numpy_impl import batch_norm_channel_bytes, batch_norm_channels
 
 #: Values of a plane one task normalises (64 KB of float32).
 RUN = 16384
@@ -64,20 +66,13 @@ class ParallelBatchNorm(Algorithm):
     attributes = AlgoAttribute.REPRODUCIBLE
 
     def workspace_bytes(self, problem: Problem) -> int:
-        """The per-channel vectors in X's dtype: the factor, and any of scale, B, mean and
-        var given in another dtype."""
-        channels = problem.shapes[0][1]
-        converted = sum(d != problem.dtypes[0] for d in problem.dtypes[1:])
-        return (converted + 1) * channels * np.dtype(problem.dtypes[0]).itemsize
+        """The per-channel vectors in X's dtype (:func:`batch_norm_channel_bytes`)."""
+        return batch_norm_channel_bytes(problem)
 
     def run(self, problem: Problem, inputs: Sequence[Any], ctx: RunContext,
             prepared: Any = None) -> np.ndarray:
         x = np.ascontiguousarray(inputs[0])
-        scale, bias, mean, var = (np.asarray(a, dtype=x.dtype) for a in inputs[1:])
-        with np.errstate(divide="ignore", invalid="ignore"):
-            factor = np.add(var, x.dtype.type(problem.param("epsilon")))
-            np.sqrt(factor, out=factor)
-            np.divide(scale, factor, out=factor)
+        mean, factor, bias = batch_norm_channels(problem, inputs, x.dtype)
         out = np.empty(x.shape, x.dtype)
         planes = x.shape[0] * x.shape[1]
         if out.size:

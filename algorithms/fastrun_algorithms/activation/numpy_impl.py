@@ -185,6 +185,27 @@ class NumpySoftmax(Algorithm):
         return out
 
 
+def batch_norm_channels(problem: Problem, inputs: Sequence[Any], dtype: np.dtype
+                        ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(mean, factor, B) per channel in X's ``dtype``: ``factor = scale / sqrt(var +
+    epsilon)``, computed once for C values.  Both CPU algorithms take them from here, so that
+    their per-value arithmetic starts from the same numbers and gives the same values."""
+    scale, bias, mean, var = (np.asarray(a, dtype=dtype) for a in inputs[1:])
+    with np.errstate(divide="ignore", invalid="ignore"):
+        factor = np.add(var, dtype.type(problem.param("epsilon")))
+        np.sqrt(factor, out=factor)
+        np.divide(scale, factor, out=factor)
+    return mean, factor, bias
+
+
+def batch_norm_channel_bytes(problem: Problem) -> int:
+    """What :func:`batch_norm_channels` allocates: the factor, and each per-channel vector
+    given in another dtype than X's, converted."""
+    channels = problem.shapes[0][1]
+    converted = sum(d != problem.dtypes[0] for d in problem.dtypes[1:])
+    return (converted + 1) * channels * np.dtype(problem.dtypes[0]).itemsize
+
+
 class NumpyBatchNorm(Algorithm):
     """Per-channel factor ``scale / sqrt(var + epsilon)`` computed once (C values), then
     ``(x - mean) * factor + B`` in three in-place broadcast passes over the output (a fourth
@@ -197,22 +218,16 @@ class NumpyBatchNorm(Algorithm):
     attributes = AlgoAttribute.REPRODUCIBLE
 
     def workspace_bytes(self, problem: Problem) -> int:
-        """The per-channel vectors converted to X's dtype (where they differ) and the factor
-        (a few vectors of C values), and numpy's buffers for the broadcast passes."""
-        channels = problem.shapes[0][1]
-        converted = sum(d != problem.dtypes[0] for d in problem.dtypes[1:])
-        return ((converted + 1) * channels * np.dtype(problem.dtypes[0]).itemsize
-                + ufunc_buffer_bytes(problem.dtypes[0]))
+        """The per-channel vectors (:func:`batch_norm_channel_bytes`), and numpy's buffers
+        for the broadcast passes."""
+        return batch_norm_channel_bytes(problem) + ufunc_buffer_bytes(problem.dtypes[0])
 
     def run(self, problem: Problem, inputs: Sequence[Any], ctx: RunContext,
             prepared: Any = None) -> np.ndarray:
         x = np.asarray(inputs[0])
-        scale, bias, mean, var = (np.asarray(a, dtype=x.dtype) for a in inputs[1:])
+        mean, factor, bias = batch_norm_channels(problem, inputs, x.dtype)
         shape = (1, -1) + (1,) * (x.ndim - 2)
         with np.errstate(divide="ignore", invalid="ignore"):
-            factor = np.add(var, x.dtype.type(problem.param("epsilon")))
-            np.sqrt(factor, out=factor)
-            np.divide(scale, factor, out=factor)
             out = np.subtract(x, mean.reshape(shape))
             out *= factor.reshape(shape)
             out += bias.reshape(shape)
