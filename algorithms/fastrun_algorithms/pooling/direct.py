@@ -178,10 +178,6 @@ def _pool_plane(x, out, plane, staged, wq, kh, kw, sh, sw, dh, dw, pt, pl, pb, p
                              row + (tap % sw) * wq + tap // sw, is_max)
         if is_max:
             continue
-        if mode == AVERAGE_WITH_PAD:  # taps inside the explicitly padded rows
-            rows = _tap_range(h0 + pt, kh, dh, height + pt + pb)[1]
-        else:
-            rows = i1 - i0
         if whole:
             # Every window of the row is whole (pools without padding): one divisor, a vector
             # loop rather than a test per output.
@@ -189,6 +185,10 @@ def _pool_plane(x, out, plane, staged, wq, kh, kw, sh, sw, dh, dw, pt, pl, pb, p
             for ow in range(out_w):
                 out[n, c, oh, U(ow)] /= divisor
             continue
+        if mode == AVERAGE_WITH_PAD:  # taps inside the explicitly padded rows
+            rows = _tap_range(h0 + pt, kh, dh, height + pt + pb)[1]
+        else:
+            rows = i1 - i0
         for ow in range(out_w):
             if col_first <= ow < col_end:
                 cols = kw
