@@ -21,6 +21,7 @@ The recording is a plain mapping, so that this module needs nothing above the de
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Callable, Mapping
 from typing import Any, TypeVar
 
@@ -90,7 +91,8 @@ def _forward(name: str) -> Callable[..., Any]:
     return method
 
 
-for _name in ("clock_ns", "synchronize", "sharing", "to_device", "to_host", "empty", "copy",
-              "same_bits", "activate", "model_loaded", "fleet_specs", "array_type", "cast",
-              "view_function", "parallel_builds", "recording"):
-    setattr(SimulatedDevice, _name, _forward(_name))
+# Every public method of the Device protocol but measure, read from the protocol itself, so
+# that a method added there later is forwarded too rather than answered by its default.
+for _name, _member in vars(Device).items():
+    if inspect.isfunction(_member) and not _name.startswith("_") and _name != "measure":
+        setattr(SimulatedDevice, _name, _forward(_name))
