@@ -32,11 +32,34 @@ FASTMATH = {"contract"}
 U = numba.uint64
 
 
+@functools.cache
+def _thread_count_function() -> Callable[[], int]:
+    """numba's own reader of the calling thread's count, once its pool is started; numba's
+    public function where that reader is not found."""
+    numba.get_num_threads()  # starts the pool, as every later call would check
+    try:
+        from numba.np.ufunc.parallel import _get_num_threads
+    except ImportError:
+        return numba.get_num_threads
+    return _get_num_threads
+
+
+def thread_count() -> int:
+    """``numba.get_num_threads()`` for the kernels' plans, at a seventh of its cost.
+
+    Why: numba's function takes two locks (one of them a multiprocessing lock) on every call
+    to check that its pool has started, 1.5 us on the 2-core VM, and an algorithm's ``run``
+    asks two or three times: with a model's hundred steps, a tenth of a millisecond per
+    inference.  Once the pool has started, the value is what numba's own ctypes reader
+    returns (0.2 us), the calling thread's count as ``set_num_threads`` left it."""
+    return _thread_count_function()()
+
+
 def parallel_pays(nbytes: int, threshold: int, min_threads: int = 2) -> bool:
     """The heuristics' rule for a memory-bound pass: a parallel kernel goes first from
     ``threshold`` bytes on, with at least ``min_threads`` numba threads (below, waking the
     workers costs more than the pass).  Each operator measured its own threshold."""
-    return nbytes >= threshold and numba.get_num_threads() >= min_threads
+    return nbytes >= threshold and thread_count() >= min_threads
 
 
 #: The rule of thumb of the memory-bound families (activations, elementwise operations, tensor

@@ -94,6 +94,14 @@ def numba_threads(count: int) -> Iterator[None]:
         numba.set_num_threads(previous)
 
 
+def pretend_threads(monkeypatch: Any, count: int) -> None:
+    """Make the algorithms' plans and rules see ``count`` numba threads (more than this
+    machine may have), as ``_common.thread_count`` reads them."""
+    from fastrun_algorithms import _common
+
+    monkeypatch.setattr(_common, "_thread_count_function", lambda: lambda: count)
+
+
 def assert_matches_reference(operator: Operator, algorithm: Algorithm, problem: Problem,
                              inputs: Sequence[np.ndarray], output: Any) -> None:
     """``output`` is an array of the problem's output shape and dtype, within the operator's

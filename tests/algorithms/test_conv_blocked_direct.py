@@ -19,6 +19,7 @@ from tests.algorithms._helpers import (
     NoSubProblems,
     assert_matches_reference,
     numba_threads,
+    pretend_threads,
 )
 
 OPERATOR = ConvOperator()
@@ -124,7 +125,7 @@ def _first(shapes, threads, monkeypatch, **params):
     from fastrun import registry as registry_module
 
     # the rules read numba's thread count where they are (each conv algorithm's conv_rank)
-    monkeypatch.setattr(numba, "get_num_threads", lambda: threads)
+    pretend_threads(monkeypatch, threads)
     problem = OPERATOR.problem(shapes, ["float32"] * len(shapes), **params)
     candidates = [a for a in registry_module.default_registry().algorithms("conv")
                   if a.device_kind == "cpu" and a.usable(problem)]

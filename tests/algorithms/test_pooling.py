@@ -22,6 +22,7 @@ from tests.algorithms._helpers import (
     assert_same_bits_across_threads_and_concurrent_calls,
     cpu_registry,
     numba_threads,
+    pretend_threads,
 )
 from tests.onnx_cases import node_attributes, node_cases
 
@@ -465,7 +466,7 @@ def test_global_pools_go_parallel_on_large_inputs_and_several_threads(name, monk
     candidates = REGISTRY.algorithms(name)
 
     def first(problem, threads):
-        monkeypatch.setattr("numba.get_num_threads", lambda: threads)
+        pretend_threads(monkeypatch, threads)
         return op(name).heuristic_order(problem, candidates)[0].name
 
     assert first(squeezenet_b8, 16) == "parallel"

@@ -23,6 +23,7 @@ from tests.algorithms._helpers import (
     TRACEMALLOC_SLACK,
     assert_matches_reference,
     cpu_registry,
+    pretend_threads,
     traced_peak,
 )
 from tests.algorithms.test_activation import _params_of_cases, run_onnx_case, split_inputs
@@ -446,7 +447,7 @@ def test_concat_goes_parallel_on_large_outputs_and_several_threads(monkeypatch):
     candidates = REGISTRY.algorithms("concat")
 
     def first(problem, threads):
-        monkeypatch.setattr("numba.get_num_threads", lambda: threads)
+        pretend_threads(monkeypatch, threads)
         return concat.heuristic_order(problem, candidates)[0].name
 
     assert first(fire, 16) == "parallel"
@@ -487,7 +488,7 @@ def test_parallel_transpose_leaves_permutations_of_five_moving_axes_to_numpy(mon
     problem = transpose.problem([(2, 3, 4, 5, 6)], ["float32"], perm=(4, 2, 0, 3, 1))
     assert "moves 5 axes" in parallel.unusable_reason(problem)
     large = transpose.problem([(8, 128, 12, 64)], ["float32"], perm=(0, 2, 1, 3))
-    monkeypatch.setattr("numba.get_num_threads", lambda: 16)
+    pretend_threads(monkeypatch, 16)
     assert transpose.heuristic_order(large, REGISTRY.algorithms("transpose"))[0].name == \
         "parallel"
 

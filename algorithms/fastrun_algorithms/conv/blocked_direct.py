@@ -61,7 +61,7 @@ from numba import prange, types
 from fastrun.algorithm import Algorithm, RunContext
 from fastrun.attribute import AlgoAttribute
 from fastrun.operator import Problem
-from fastrun_algorithms._common import CACHE, FASTMATH, ScratchPool, U, stack_buffer
+from fastrun_algorithms._common import CACHE, FASTMATH, ScratchPool, U, stack_buffer, thread_count
 from fastrun_algorithms.conv import heuristic
 from fastrun_algorithms.conv._gemm_common import buffer, item_type, no_bias, operands, readonly
 from fastrun_algorithms.conv.base import ConvAlgorithm
@@ -543,7 +543,7 @@ class BlockedDirectConv(ConvAlgorithm):
             return (4, 1)
         if heuristic.few_channels(geo):
             return (1, 2.5)
-        if numba.get_num_threads() >= heuristic.BLOCKED_MIN_THREADS:
+        if thread_count() >= heuristic.BLOCKED_MIN_THREADS:
             if (geo.r, geo.s) == (1, 1) and geo.n == 1 \
                     and geo.cg >= heuristic.BLOCKED_MIN_DEPTH_1X1:
                 return (0, 0.5)

@@ -46,6 +46,7 @@ from fastrun_algorithms._common import (
     PARTS_PER_THREAD,
     ScratchPool,
     stack_buffer,
+    thread_count,
 )
 from fastrun_algorithms.conv._kernels_common import (
     LANES,
@@ -268,7 +269,7 @@ class DepthwiseConv(ConvAlgorithm):
 
     def workers(self, geo: ConvGeometry) -> int:
         """One set of buffers per numba thread: any thread may run any task."""
-        return numba.get_num_threads()
+        return thread_count()
 
     def _buffer_shapes(self, geo: ConvGeometry) -> list[tuple[tuple[int, ...], type]]:
         """Shapes and dtypes of the buffers :meth:`run` allocates: the accumulators and staged
@@ -300,7 +301,7 @@ class DepthwiseConv(ConvAlgorithm):
         x, w, bias = operands(geo, inputs)
         dtype = np.dtype(geo.dtype)
         out = np.empty((geo.n, geo.k, geo.oh, geo.ow), dtype=dtype)
-        key = (problem.key, numba.get_num_threads())
+        key = (problem.key, thread_count())
         buffers = _SCRATCH.take(key, lambda: self._make_buffers(geo))
         if len(buffers) == 4 and x.flags.c_contiguous:
             # flat views of X and the output (views, not copies: both are C-contiguous)

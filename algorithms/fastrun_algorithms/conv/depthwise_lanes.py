@@ -57,6 +57,7 @@ from fastrun_algorithms._common import (
     ScratchPool,
     U,
     stack_buffer,
+    thread_count,
 )
 from fastrun_algorithms.conv import heuristic
 from fastrun_algorithms.conv.base import ConvAlgorithm
@@ -279,7 +280,7 @@ class DepthwiseLanesConv(ConvAlgorithm):
         """Output rows per task: at most :data:`BLOCK_OUTPUTS` outputs, and enough tasks for
         every thread where the image has few channel blocks."""
         rows = max(1, min(geo.oh, BLOCK_OUTPUTS // geo.ow))
-        wanted = PARTS_PER_THREAD * numba.get_num_threads()
+        wanted = PARTS_PER_THREAD * thread_count()
         per_rows = geo.n * blocks(geo.c)
         if per_rows * -(-geo.oh // rows) < wanted:
             rows = max(1, min(rows, -(-geo.oh * per_rows // wanted)))
@@ -298,7 +299,7 @@ class DepthwiseLanesConv(ConvAlgorithm):
         """Per numba thread, one staged block of 16 channels, kept for the next call of the
         same problem; and the packed weights and bias unless they are preprocessed."""
         geo = geometry(problem)
-        staged = numba.get_num_threads() * self._stage_positions(geo) * LANES * 4
+        staged = thread_count() * self._stage_positions(geo) * LANES * 4
         packed = 0 if problem.weight_preprocess else (
             4 * blocks(geo.c) * LANES * (geo.r * geo.s + 1))
         return staged + packed
@@ -320,7 +321,7 @@ class DepthwiseLanesConv(ConvAlgorithm):
         x, _ = geo.as_4d(np.asarray(inputs[0]), np.asarray(inputs[1]))
         x = np.ascontiguousarray(x)
         out = np.empty((geo.n, geo.k, geo.oh, geo.ow), dtype=np.float32)
-        threads = numba.get_num_threads()
+        threads = thread_count()
         key = (problem.key, threads)
         buffers = _SCRATCH.take(key, lambda: (
             np.zeros((threads, self._stage_positions(geo) * LANES), np.float32),))

@@ -28,7 +28,7 @@ from numba import prange, types
 from fastrun.algorithm import Algorithm, RunContext
 from fastrun.attribute import AlgoAttribute
 from fastrun.operator import Problem
-from fastrun_algorithms._common import CACHE, FASTMATH
+from fastrun_algorithms._common import CACHE, FASTMATH, thread_count
 from fastrun_algorithms.conv import heuristic
 from fastrun_algorithms.conv._kernels_common import (
     LANES,
@@ -195,7 +195,7 @@ class DirectConv(ConvAlgorithm):
         """One set of buffers per numba thread, but no more than there are tasks."""
         tasks = (geo.n * geo.group * -(-geo.kg // self.block(geo))
                  * -(-geo.oh // self.row_block(geo)))
-        return min(numba.get_num_threads(), tasks)
+        return min(thread_count(), tasks)
 
     def _buffer_shapes(self, geo: ConvGeometry) -> tuple[tuple[int, ...], tuple[int, ...]]:
         ob = self.row_block(geo)

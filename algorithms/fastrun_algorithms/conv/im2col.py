@@ -22,7 +22,7 @@ from numba import prange, types
 from fastrun.algorithm import Algorithm, RunContext
 from fastrun.attribute import AlgoAttribute
 from fastrun.operator import Problem
-from fastrun_algorithms._common import CACHE, PARTS_PER_THREAD, ScratchPool, U
+from fastrun_algorithms._common import CACHE, PARTS_PER_THREAD, ScratchPool, U, thread_count
 from fastrun_algorithms.conv._gemm_common import (
     buffer,
     epilogue_in_place,
@@ -103,7 +103,7 @@ def _staged_shape(geo: ConvGeometry) -> tuple[int, int]:
     """One staging buffer per numba thread (any thread may run any task): ``sw`` column phases
     of OH rows, each wide enough for every tap of every output column."""
     wq = geo.ow + (geo.s - 1) * geo.dil_w // geo.stride_w
-    return numba.get_num_threads(), geo.stride_w * geo.oh * wq
+    return thread_count(), geo.stride_w * geo.oh * wq
 
 
 def _shapes(geo: ConvGeometry) -> tuple[tuple[int, ...], tuple[int, ...]]:
@@ -173,7 +173,7 @@ class Im2colConv(ConvAlgorithm):
         dtype = x.dtype
         out = None if geo.n == 1 else np.empty((geo.n, geo.k, geo.oh, geo.ow), dtype=dtype)
         cols = np.empty(cols_shape, dtype=dtype)
-        key = (problem.key, numba.get_num_threads())
+        key = (problem.key, thread_count())
         staged = _SCRATCH.take(key, lambda: np.zeros(_staged_shape(geo), dtype=dtype))
         unfold = _compiled_unfold(dtype, "C" if x.flags.c_contiguous else "A")
         cols2 = cols.reshape(-1, geo.oh * geo.ow)

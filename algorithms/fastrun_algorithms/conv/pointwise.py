@@ -35,7 +35,7 @@ from numba import prange, types
 from fastrun.algorithm import Algorithm, RunContext
 from fastrun.attribute import AlgoAttribute
 from fastrun.operator import Problem
-from fastrun_algorithms._common import FASTMATH, U, next_task
+from fastrun_algorithms._common import FASTMATH, U, next_task, thread_count
 from fastrun_algorithms.conv import heuristic
 from fastrun_algorithms.conv._gemm_common import (
     buffer,
@@ -174,7 +174,7 @@ class PointwiseConv(ConvAlgorithm):
         w2 = np.ascontiguousarray(w.reshape(geo.k, geo.c))
         z = residual_operand(geo, inputs)
         z3 = z.reshape(geo.n, geo.k, pixels) if geo.has_residual else z.reshape(1, 1, 1)
-        kb, pb = plan(geo.n, geo.k, pixels, numba.get_num_threads())
+        kb, pb = plan(geo.n, geo.k, pixels, thread_count())
         tasks = geo.n * -(-geo.k // kb) * -(-pixels // pb)
         _compiled(geo.dtype)(
             x3, w2, bias if bias is not None else no_bias(np.dtype(geo.dtype)),
@@ -192,7 +192,7 @@ def _empty_product(out: np.ndarray, bias: np.ndarray | None, geo: ConvGeometry,
     return geo.output_view(out)
 
     def conv_rank(self, geo: ConvGeometry) -> tuple[float, ...]:
-        many = geo.n == 1 and numba.get_num_threads() >= heuristic.POINTWISE_MIN_THREADS
+        many = geo.n == 1 and thread_count() >= heuristic.POINTWISE_MIN_THREADS
         return (0, 1) if many else (0, 3)
 
 

@@ -55,6 +55,7 @@ from fastrun_algorithms._common import (
     U,
     register_tile,
     stack_buffer,
+    thread_count,
     tile_fma4,
     tile_fma8,
     tile_rows8,
@@ -238,7 +239,7 @@ class Tiled1x1Conv(ConvAlgorithm):
             gathered = _SCRATCH.take(problem.key, lambda: (
                 np.empty((geo.n, geo.c, geo.oh, geo.ow), dtype=np.float32),))
             _compiled_gather()(x, geo.stride_h, geo.stride_w,
-                               PARTS_PER_THREAD * numba.get_num_threads(), gathered[0])
+                               PARTS_PER_THREAD * thread_count(), gathered[0])
             x3 = gathered[0].reshape(geo.n, geo.c, pixels)
         else:
             x3 = np.ascontiguousarray(x).reshape(geo.n, geo.c, pixels)
@@ -259,7 +260,7 @@ class Tiled1x1Conv(ConvAlgorithm):
         # 14 of MobileNetV2's 19 distinct 1x1 layers, blocked_direct for the other 5 (the
         # deepest sums).  A 4-row tile (AVX2) goes after pointwise (heuristic.TILED_1X1_MIN_ROWS).
         strided = self._strided(geo)
-        if strided and numba.get_num_threads() < heuristic.BLOCKED_MIN_THREADS:
+        if strided and thread_count() < heuristic.BLOCKED_MIN_THREADS:
             # ResNet-50's three strided (downsampling) 1x1 layers (2026-11-27,
             # probe_conv_kernels), against onnxruntime's time: on 2 threads it took 1.07-1.19,
             # blocked_direct 0.93-1.05 and im2col 0.93-0.99, so it goes after blocked_direct;

@@ -53,7 +53,14 @@ from numba import prange, types
 from fastrun.algorithm import Algorithm, RunContext
 from fastrun.attribute import AlgoAttribute
 from fastrun.operator import Problem
-from fastrun_algorithms._common import CACHE, FASTMATH, PARTS_PER_THREAD, ScratchPool, U
+from fastrun_algorithms._common import (
+    CACHE,
+    FASTMATH,
+    PARTS_PER_THREAD,
+    ScratchPool,
+    U,
+    thread_count,
+)
 from fastrun_algorithms.conv import heuristic
 from fastrun_algorithms.conv._gemm_common import (
     buffer,
@@ -639,7 +646,7 @@ class _Plan:
         self.filter_workers = worker_count(geo.k)
         self.filter_scratch = (self.filter_workers, 12, geo.c)
         # the transforms deal their parts to any thread: one set of buffers per numba thread
-        threads = numba.get_num_threads()
+        threads = thread_count()
         plane = ((self.tiles_h - 1) * m + alpha) * ((self.tiles_w - 1) * m + alpha)
         self.input_padded = (threads, plane)
         self.input_chunks = (threads, points * CHUNK)
@@ -651,7 +658,7 @@ class _Plan:
 
 def _plan(problem: Problem, m: int) -> _Plan:
     """The plan for the current numba thread count (its worker counts follow it)."""
-    return _cached_plan(problem, m, numba.get_num_threads())
+    return _cached_plan(problem, m, thread_count())
 
 
 @functools.lru_cache(maxsize=1024)
@@ -753,7 +760,7 @@ class _Winograd(ConvAlgorithm):
 
         u = self._filter_transform(problem, w) if prepared is None else prepared
         v = np.empty(plan.v_shape, dtype=dtype)
-        key = (self.name, problem.key, numba.get_num_threads())
+        key = (self.name, problem.key, thread_count())
         scratch = _SCRATCH.take(key, lambda: _make_scratch(plan, dtype))
         padded, input_chunks, offsets, output_chunks, output_biases = scratch
         input_kernel(x, self.m, geo.pad_top, geo.pad_left, plan.tiles_h, plan.tiles_w, v,

@@ -24,7 +24,7 @@ from numba import prange
 from fastrun.algorithm import Algorithm, RunContext
 from fastrun.attribute import AlgoAttribute
 from fastrun.operator import Problem
-from fastrun_algorithms._common import CACHE, U
+from fastrun_algorithms._common import CACHE, U, thread_count
 from fastrun_algorithms.activation.gelu import gelu_exact
 from fastrun_algorithms.matmul.blas_split import gemm_unusable_reason, split_kernel, split_plan
 
@@ -116,7 +116,7 @@ class SplitBlasLinear(Algorithm):
                 _finish_rows(out, bias, len(inputs) > 2, CODES[problem.param("activation")])
             return out
         out = np.empty((1, m, n), x.dtype)
-        row_parts, col_parts = split_plan(1, m, n, numba.get_num_threads())
+        row_parts, col_parts = split_plan(1, m, n, thread_count())
         epilogue = (bias, len(inputs) > 2, CODES[problem.param("activation")])
         split_kernel(problem.dtypes[0], _finish_block)(x.reshape(1, m, k), w.reshape(1, k, n),
                                                        out, row_parts, col_parts, epilogue)

@@ -36,6 +36,7 @@ from fastrun.algorithm import Algorithm, RunContext
 from fastrun.attribute import AlgoAttribute
 from fastrun.devices.cpu import openblas
 from fastrun.operator import Problem
+from fastrun_algorithms._common import thread_count
 from fastrun_algorithms.matmul import heuristic
 from fastrun_algorithms.matmul._batch import layout_of, materialised_bytes, operand_3d
 
@@ -193,7 +194,7 @@ class SplitBlasMatmul(Algorithm):
         b = _blas_ready(operand_3d(np.asarray(inputs[1]), layout.b3_shape, layout))
         out = np.empty(layout.out3_shape, dtype=a.dtype)
         row_parts, col_parts = split_plan(layout.batch, layout.m, layout.n,
-                                          numba.get_num_threads())
+                                          thread_count())
         split_kernel(problem.dtypes[0])(a, b, out, row_parts, col_parts, ())
         return layout.from_3d(out)
 

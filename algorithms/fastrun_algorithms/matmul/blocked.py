@@ -19,7 +19,7 @@ from numba import prange, types
 from fastrun.algorithm import Algorithm, RunContext
 from fastrun.attribute import AlgoAttribute
 from fastrun.operator import Problem
-from fastrun_algorithms._common import CACHE
+from fastrun_algorithms._common import CACHE, thread_count
 from fastrun_algorithms.matmul import heuristic
 from fastrun_algorithms.matmul._batch import (
     MatmulLayout,
@@ -137,7 +137,7 @@ class BlockedMatmul(Algorithm):
     def workers(self, layout: MatmulLayout) -> int:
         """Workers the kernel runs: one per numba thread, but never more than there are tiles
         (a worker without a tile would only hold an unused buffer)."""
-        return min(numba.get_num_threads(), self.tiles(layout))
+        return min(thread_count(), self.tiles(layout))
 
     def workspace_bytes(self, problem: Problem) -> int:
         """Bytes of the per-worker buffers :meth:`run` allocates: each of
@@ -164,6 +164,6 @@ class BlockedMatmul(Algorithm):
         return layout.from_3d(out)
 
     def heuristic_rank(self, problem: Problem) -> tuple[float, ...]:
-        fit, area = heuristic.tile_fit(layout_of(problem), self.param, numba.get_num_threads())
+        fit, area = heuristic.tile_fit(layout_of(problem), self.param, thread_count())
         return (2, -fit, -area)  # rule 5
 

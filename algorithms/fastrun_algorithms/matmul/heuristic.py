@@ -39,10 +39,10 @@ from __future__ import annotations
 import math
 from typing import Any
 
-import numba
 import numpy as np
 
 from fastrun.operator import Problem
+from fastrun_algorithms._common import thread_count
 from fastrun_algorithms.matmul._batch import MatmulLayout, layout_of
 
 #: Strassen goes right after BLAS from this size of the smallest of M, K and N on.  One level
@@ -85,14 +85,14 @@ def tiled_first(layout: MatmulLayout) -> bool:
 
 def split_first(layout: MatmulLayout) -> bool:
     """Rule 2: ``blas_split`` before ``blas``."""
-    return numba.get_num_threads() > 1 and macs(layout) >= SPLIT_MIN_MACS
+    return thread_count() > 1 and macs(layout) >= SPLIT_MIN_MACS
 
 
 def gemv_first(problem: Problem) -> bool:
     """Rule 0: ``gemv`` first."""
     layout = layout_of(problem)
     b_bytes = layout.k * layout.n * np.dtype(problem.dtypes[1]).itemsize
-    return numba.get_num_threads() > 1 and layout.m == 1 and b_bytes >= GEMV_MIN_BYTES
+    return thread_count() > 1 and layout.m == 1 and b_bytes >= GEMV_MIN_BYTES
 
 
 def strassen_early(layout: MatmulLayout) -> bool:

@@ -37,7 +37,7 @@ from numba import prange, types
 from fastrun.algorithm import Algorithm, RunContext
 from fastrun.attribute import AlgoAttribute
 from fastrun.operator import Problem
-from fastrun_algorithms._common import CACHE, ScratchPool, U, floor_div
+from fastrun_algorithms._common import CACHE, ScratchPool, U, floor_div, thread_count
 from fastrun_algorithms.conv._kernels_common import stage_row
 from fastrun_algorithms.pooling import heuristic
 from fastrun_algorithms.pooling.geometry import pool_geometry
@@ -267,7 +267,7 @@ class DirectPool(Algorithm):
         """One plane's staged rows per numba thread, and one row more that holds only the pad
         value (what 3x3 maxpools read above and below the input)."""
         (_, sw), (height, _) = _as_2d(geo)[1], _as_2d(geo)[5]
-        return numba.get_num_threads(), (height + 1) * sw * _phase_length(geo)
+        return thread_count(), (height + 1) * sw * _phase_length(geo)
 
     def workspace_bytes(self, problem: Problem) -> int:
         geo = pool_geometry(problem)
@@ -286,7 +286,7 @@ class DirectPool(Algorithm):
         (kh, kw), (sh, sw), (dh, dw), (pt, pl), (pb, pr), _ = _as_2d(geo)
         mode = (AVERAGE_WITH_PAD if geo.count_include_pad else AVERAGE) if geo.average else MAX
         # the operator too: maxpool's buffers are padded with -inf, avgpool's with 0
-        key = (problem.operator, problem.key, numba.get_num_threads())
+        key = (problem.operator, problem.key, thread_count())
         pad = -np.inf if mode == MAX else 0
         staged = _SCRATCH.take(key, lambda: (np.full(self._staging_shape(geo), pad,
                                                      dtype=geo.dtype),))

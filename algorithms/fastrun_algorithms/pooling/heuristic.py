@@ -20,11 +20,10 @@ from __future__ import annotations
 
 import math
 
-import numba
 import numpy as np
 
 from fastrun.operator import Problem
-from fastrun_algorithms._common import parallel_pays
+from fastrun_algorithms._common import parallel_pays, thread_count
 from fastrun_algorithms.pooling.geometry import pool_geometry
 
 
@@ -49,7 +48,7 @@ def parallel_first(problem: Problem) -> bool:
     from fastrun_algorithms.activation.operator import PARALLEL_MIN_BYTES
 
     if (problem.operator == "global_avgpool"
-            and numba.get_num_threads() == AVGPOOL_ALWAYS_PARALLEL_THREADS):
+            and thread_count() == AVGPOOL_ALWAYS_PARALLEL_THREADS):
         return True
     size = math.prod(problem.shapes[0]) * np.dtype(problem.dtypes[0]).itemsize
     return parallel_pays(size, PARALLEL_MIN_BYTES)

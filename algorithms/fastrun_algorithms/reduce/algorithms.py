@@ -24,7 +24,7 @@ from numba import prange
 from fastrun.algorithm import Algorithm, RunContext
 from fastrun.attribute import AlgoAttribute
 from fastrun.operator import Problem
-from fastrun_algorithms._common import CACHE, NumpyRanked, ParallelRanked
+from fastrun_algorithms._common import CACHE, NumpyRanked, ParallelRanked, thread_count
 from fastrun_algorithms.reduce.operator import (
     MODES,
     adjacent_float_reason,
@@ -165,7 +165,7 @@ class ParallelReduce(ParallelRanked, Algorithm):
     def workspace_bytes(self, problem: Problem) -> int:
         """A float64 row of inner positions per numba thread (none when inner == 1)."""
         view = blocks(problem)
-        return 0 if view is None or view[2] == 1 else numba.get_num_threads() * view[2] * 8
+        return 0 if view is None or view[2] == 1 else thread_count() * view[2] * 8
 
     def run(self, problem: Problem, inputs: Sequence[Any], ctx: RunContext,
             prepared: Any = None) -> np.ndarray:
@@ -177,7 +177,7 @@ class ParallelReduce(ParallelRanked, Algorithm):
             if inner == 1:
                 _reduce_rows(x.reshape(outer, count), out, code)
             else:
-                acc = np.empty((numba.get_num_threads(), inner), np.float64)
+                acc = np.empty((thread_count(), inner), np.float64)
                 _reduce_columns(x.reshape(outer, count, inner), out.reshape(outer, inner),
                                 acc, code)
         return out.reshape(output_shape(problem))
