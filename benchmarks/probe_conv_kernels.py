@@ -1,7 +1,8 @@
 """Conv algorithms against onnxruntime's Conv, layer by layer, each engine in its own process.
 
-For a set of layers (``--layers``: ResNet-18's 3x3 and first layers, or ResNet-50's 1x1 layers,
-the strided downsampling ones among them; batch 1, bias + Relu, constant weights: onnxruntime
+For a set of layers (``--layers``: ResNet-18's 3x3 and first layers, ResNet-50's 1x1 layers,
+the strided downsampling ones among them, or the grouped 3x3 layers of RegNet-Y-400MF and
+ResNeXt-50 32x4d; batch 1, bias + Relu, constant weights: onnxruntime
 prepacks them, fastrun runs with weight preprocessing), a steady loop of ``--calls`` calls per
 layer, first in a fastrun process (every algorithm of ``--algorithm``, comma-separated), then
 in an onnxruntime process, alternating ``--pairs`` times.  Printed: GFLOP/s of each and the
@@ -27,7 +28,7 @@ import numpy as np
 
 from benchmarks._common import call_times, header
 
-#: (input channels, image size, output channels, kernel, stride, pad) per layer set
+#: (input channels, image size, output channels, kernel, stride, pad[, groups]) per layer set
 LAYER_SETS = {
     "resnet18": ((64, 56, 64, 3, 1, 1), (128, 28, 128, 3, 1, 1), (256, 14, 256, 3, 1, 1),
                  (512, 7, 512, 3, 1, 1), (64, 56, 128, 3, 2, 1), (256, 14, 512, 3, 2, 1),
@@ -38,14 +39,24 @@ LAYER_SETS = {
                      (256, 14, 1024, 1, 1, 0), (1024, 14, 256, 1, 1, 0),
                      (1024, 14, 2048, 1, 2, 0), (512, 7, 2048, 1, 1, 0),
                      (2048, 7, 512, 1, 1, 0)),
+    "grouped": ((48, 56, 48, 3, 2, 1, 6), (104, 28, 104, 3, 2, 1, 13),
+                (104, 28, 104, 3, 1, 1, 13), (208, 14, 208, 3, 1, 1, 26),
+                (208, 28, 208, 3, 2, 1, 26), (440, 7, 440, 3, 1, 1, 55),
+                (440, 14, 440, 3, 2, 1, 55), (256, 56, 256, 3, 1, 1, 32),
+                (512, 28, 512, 3, 1, 1, 32), (1024, 14, 1024, 3, 1, 1, 32),
+                (2048, 7, 2048, 3, 1, 1, 32)),
 }
 
 
+def _groups(layer) -> int:
+    return layer[6] if len(layer) > 6 else 1
+
+
 def _inputs(layer):
-    c, size, k, kernel, _, _ = layer
+    c, size, k, kernel = layer[:4]
     rng = np.random.default_rng(0)
     return (rng.standard_normal((1, c, size, size), np.float32),
-            rng.standard_normal((k, c, kernel, kernel), np.float32) * 0.1,
+            rng.standard_normal((k, c // _groups(layer), kernel, kernel), np.float32) * 0.1,
             rng.standard_normal(k).astype(np.float32))
 
 
@@ -79,12 +90,12 @@ def _algorithm_times(session, algorithm_name: str, layers, calls: int,
     times: list[float | None] = []
     for layer in layers:
         x, w, b = _inputs(layer)
-        _, _, _, _, stride, pad = layer
-        params = {}
+        stride, pad = layer[4:6]
+        params = {"group": _groups(layer)}
         if layout != "nchw":
             from fastrun_algorithms.layout.blocking import to_blocked
 
-            x, params = to_blocked(x), {"layout": layout}
+            x, params = to_blocked(x), {**params, "layout": layout}
         problem = session.problem("conv", [x.shape, w.shape, b.shape], ["float32"] * 3,
                                   pads=[pad] * 4, strides=[stride] * 2, activation="relu",
                                   weight_preprocess=True, **params)
@@ -108,10 +119,10 @@ def _onnxruntime_times(layers, threads: int, calls: int) -> list[float]:
     times = []
     for layer in layers:
         x, w, b = _inputs(layer)
-        _, _, _, _, stride, pad = layer
+        stride, pad = layer[4:6]
         graph = helper.make_graph(
             [helper.make_node("Conv", ["x", "w", "b"], ["c"], pads=[pad] * 4,
-                              strides=[stride] * 2),
+                              strides=[stride] * 2, group=_groups(layer)),
              helper.make_node("Relu", ["c"], ["y"])], "conv",
             [helper.make_tensor_value_info("x", TensorProto.FLOAT, list(x.shape))],
             [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
@@ -171,9 +182,11 @@ def main() -> None:
     names = args.algorithm.split(",")
     print(f"{'layer':<24} {'onnxruntime GFLOP/s':>20} "
           + " ".join(f"{name + ' GFLOP/s, ratio':>30}" for name in names))
-    for index, (c, size, k, kernel, stride, pad) in enumerate(layers):
+    for index, layer in enumerate(layers):
+        c, size, k, kernel, stride, pad = layer[:6]
+        groups = _groups(layer)
         out = (size + 2 * pad - kernel) // stride + 1
-        flops = 2 * k * out * out * c * kernel * kernel
+        flops = 2 * k * out * out * c // groups * kernel * kernel
         peer = float(np.median([run[index] for run in theirs]))
         cells = []
         for name in names:
@@ -181,7 +194,9 @@ def main() -> None:
             mine = float(np.median(times)) if times else None
             cells.append(f"{'unusable':>30}" if mine is None else
                          f"{flops / mine / 1e9:>23.0f}, {mine / peer:>5.2f}")
-        print(f"{c}->{k} {kernel}x{kernel}/{stride} @{size}".ljust(24)
+        name = f"{c}->{k} {kernel}x{kernel}/{stride} @{size}" + (f" g{groups}" if groups > 1
+                                                                  else "")
+        print(name.ljust(24)
               + f" {flops / peer / 1e9:>20.0f} " + " ".join(cells))
 
 

@@ -369,6 +369,11 @@ class ScratchPool:
         self._free: dict[object, list[tuple[np.ndarray, ...]]] = {}
         self._kept_bytes = 0
 
+    @property
+    def kept_bytes(self) -> int:
+        """Bytes of the buffer sets kept (one set per key)."""
+        return self._kept_bytes
+
     def clear(self) -> None:
         """Drop every kept buffer (the next call of each problem makes its own again)."""
         self._free.clear()

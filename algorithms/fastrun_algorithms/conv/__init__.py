@@ -16,6 +16,7 @@ def register(registry) -> None:
         depthwise,
         depthwise_lanes,
         direct,
+        grouped_lanes,
         im2col,
         implicit_gemm,
         naive,
@@ -26,8 +27,9 @@ def register(registry) -> None:
     )
 
     registry.register_operator(ConvOperator())
-    for module in (direct, blocked_direct, depthwise, depthwise_lanes, blocked_depthwise, im2col,
-                   implicit_gemm, conv1x1, pointwise, tiled_1x1, winograd, via_nchw, naive):
+    for module in (direct, blocked_direct, depthwise, depthwise_lanes, blocked_depthwise,
+                   grouped_lanes, im2col, implicit_gemm, conv1x1, pointwise, tiled_1x1,
+                   winograd, via_nchw, naive):
         for algorithm in module.algorithms():
             registry.register_algorithm(algorithm)
     if opencl_installed():

@@ -63,7 +63,17 @@ import numba
 import numpy as np
 from numba import types
 
-from fastrun_algorithms._common import CACHE, FASTMATH, U, floor_div, round_up, stack_buffer
+from fastrun_algorithms._common import (
+    CACHE,
+    FASTMATH,
+    PARTS_PER_THREAD,
+    U,
+    ceil_div,
+    floor_div,
+    round_up,
+    stack_buffer,
+    thread_count,
+)
 from fastrun_algorithms.conv.epilogue import (
     epilogue_args,
     epilogue_residual,
@@ -186,6 +196,38 @@ def block_width(geo: ConvGeometry) -> int:
 def staged_size(geo: ConvGeometry, ob: int) -> int:
     """Values in one staged block of ``ob`` output rows, plus :data:`LANES` of slack."""
     return geo.stride_h * geo.stride_w * block_rows(geo, ob) * block_width(geo) + LANES
+
+
+def input_and_output(geo: ConvGeometry, inputs) -> tuple[np.ndarray, np.ndarray]:
+    """X as a C-contiguous 4-D array and an empty NCHW output of the problem's dtype, for
+    the kernels that index both flat."""
+    x, _ = geo.as_4d(np.asarray(inputs[0]), np.asarray(inputs[1]))
+    return (np.ascontiguousarray(x),
+            np.empty((geo.n, geo.k, geo.oh, geo.ow), dtype=np.dtype(geo.dtype)))
+
+
+def task_rows(geo: ConvGeometry, per_rows: int, max_outputs: int) -> int:
+    """Output rows per task of the kernels whose tasks stage the input rows they read
+    (``depthwise_lanes``, ``grouped_lanes``): at most ``max_outputs`` outputs, so that the
+    staged rows stay in L2, and few enough rows that every thread gets
+    :data:`~fastrun_algorithms._common.PARTS_PER_THREAD` tasks where an image has few row
+    blocks' worth of them (``per_rows``: tasks per block of rows, all images together)."""
+    rows = max(1, min(geo.oh, max_outputs // geo.ow))
+    wanted = PARTS_PER_THREAD * thread_count()
+    if per_rows * ceil_div(geo.oh, rows) < wanted:
+        rows = max(1, min(rows, ceil_div(geo.oh * per_rows, wanted)))
+    return rows
+
+
+def staged_columns(geo: ConvGeometry) -> int:
+    """Columns of an unsplit staged row: every input column an output row reads, padding
+    included."""
+    return (geo.ow - 1) * geo.stride_w + (geo.s - 1) * geo.dil_w + 1
+
+
+def staged_rows(geo: ConvGeometry, rows: int) -> int:
+    """Input rows, padding included, that ``rows`` output rows read."""
+    return (rows - 1) * geo.stride_h + (geo.r - 1) * geo.dil_h + 1
 
 
 def block_positions(geo: ConvGeometry, ob: int) -> int:

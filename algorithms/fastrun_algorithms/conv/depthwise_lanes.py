@@ -60,6 +60,12 @@ from fastrun_algorithms._common import (
     thread_count,
 )
 from fastrun_algorithms.conv import heuristic
+from fastrun_algorithms.conv._kernels_common import (
+    input_and_output,
+    staged_columns,
+    staged_rows,
+    task_rows,
+)
 from fastrun_algorithms.conv.base import ConvAlgorithm
 from fastrun_algorithms.conv.epilogue import activate, bounds, clamp, epilogue_args
 from fastrun_algorithms.conv.geometry import ConvGeometry, geometry
@@ -279,21 +285,10 @@ class DepthwiseLanesConv(ConvAlgorithm):
     def row_block(geo: ConvGeometry) -> int:
         """Output rows per task: at most :data:`BLOCK_OUTPUTS` outputs, and enough tasks for
         every thread where the image has few channel blocks."""
-        rows = max(1, min(geo.oh, BLOCK_OUTPUTS // geo.ow))
-        wanted = PARTS_PER_THREAD * thread_count()
-        per_rows = geo.n * blocks(geo.c)
-        if per_rows * -(-geo.oh // rows) < wanted:
-            rows = max(1, min(rows, -(-geo.oh * per_rows // wanted)))
-        return rows
-
-    @staticmethod
-    def staged_width(geo: ConvGeometry) -> int:
-        """Columns of the staged block: every column an output row reads."""
-        return (geo.ow - 1) * geo.stride_w + (geo.s - 1) * geo.dil_w + 1
+        return task_rows(geo, geo.n * blocks(geo.c), BLOCK_OUTPUTS)
 
     def _stage_positions(self, geo: ConvGeometry) -> int:
-        rows = (self.row_block(geo) - 1) * geo.stride_h + (geo.r - 1) * geo.dil_h + 1
-        return rows * self.staged_width(geo)
+        return staged_rows(geo, self.row_block(geo)) * staged_columns(geo)
 
     def workspace_bytes(self, problem: Problem) -> int:
         """Per numba thread, one staged block of 16 channels, kept for the next call of the
@@ -318,16 +313,14 @@ class DepthwiseLanesConv(ConvAlgorithm):
             prepared: Any = None) -> np.ndarray:
         geo = geometry(problem)
         packed, packed_bias = self.preprocess(problem, inputs) if prepared is None else prepared
-        x, _ = geo.as_4d(np.asarray(inputs[0]), np.asarray(inputs[1]))
-        x = np.ascontiguousarray(x)
-        out = np.empty((geo.n, geo.k, geo.oh, geo.ow), dtype=np.float32)
+        x, out = input_and_output(geo, inputs)
         threads = thread_count()
         key = (problem.key, threads)
         buffers = _SCRATCH.take(key, lambda: (
             np.zeros((threads, self._stage_positions(geo) * LANES), np.float32),))
         _compiled()[1](x, packed.reshape(packed.shape[0], -1), packed_bias, geo.r,
                        geo.stride_h, geo.stride_w, geo.dil_h, geo.dil_w, geo.pad_top,
-                       geo.pad_left, self.row_block(geo), self.staged_width(geo),
+                       geo.pad_left, self.row_block(geo), staged_columns(geo),
                        *epilogue_args(geo), *buffers, out)
         _SCRATCH.give(key, buffers)
         return geo.output_view(out)
