@@ -173,6 +173,8 @@ class DirectConv(ConvAlgorithm):
     operator = "conv"
     name = "direct"
     attributes = AlgoAttribute.REPRODUCIBLE
+    #: 2: relu and clip stored as clamps, a vector loop (``store_rows``)
+    version = 2
 
     def __init__(self, param: dict[str, Any] | None = None):
         super().__init__(param)

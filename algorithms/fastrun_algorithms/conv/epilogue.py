@@ -16,6 +16,7 @@ from typing import Any
 import numba
 import numpy as np
 
+from fastrun_algorithms._common import U
 from fastrun_algorithms._fastmath import sigmoid
 from fastrun_algorithms.conv.geometry import ConvGeometry
 
@@ -44,6 +45,19 @@ def epilogue_args(geo: ConvGeometry) -> tuple[int, float, float]:
 
 
 @numba.njit(inline="always")
+def _relu(value):
+    return value if value > 0 else value - value
+
+
+@numba.njit(inline="always")
+def _hard_swish(value, low, high):
+    gate = (value + low) * high
+    zero, one = value - value, high / high
+    gate = zero if gate < zero else (one if gate > one else gate)
+    return value * gate
+
+
+@numba.njit(inline="always")
 def activate(value, code, low, high):
     """The activation of one value (``low`` and ``high`` as :func:`epilogue_args` gives
     them).  ``value - value`` is the zero of value's own type (and NaN for NaN): ``value * 0``
@@ -52,21 +66,48 @@ def activate(value, code, low, high):
     with (x + 3) / 6 as the hard_swish operator does, exact near the knee at -3.  The
     sigmoid (and SiLU's) is :func:`~fastrun_algorithms._fastmath.sigmoid`: libm's scalar exp
     made the epilogue 5-9x the cost of the convolution it ends (EfficientNet's SiLU layers).
+    In a loop over values, the test of the code keeps the loop scalar: loops use
+    :func:`activate_in_place`, or :func:`bounds` and :func:`clamp`, instead.
     """
     if code == RELU:
-        return value if value > 0 else value - value
+        return _relu(value)
     if code == CLIP:
         return min(max(value, low), high)
     if code == HARD_SWISH:
-        gate = (value + low) * high
-        zero, one = value - value, high / high
-        gate = zero if gate < zero else (one if gate > one else gate)
-        return value * gate
+        return _hard_swish(value, low, high)
     if code == SIGMOID:
         return sigmoid(value)
     if code == SILU:
         return value * sigmoid(value)
     return value
+
+
+@numba.njit(inline="always")
+def activate_in_place(values, first, count, code, low, high):
+    """``values[first:first + count]`` (1-D) through the activation, the code tested once,
+    outside a loop of its own per activation: with :func:`activate` in the loop, LLVM kept
+    it scalar, and a depthwise layer with a HardSwish or a sigmoid took 2.5-3x the time of the
+    same layer without one."""
+    if code == RELU:
+        for i in range(count):
+            e = U(first + i)
+            values[e] = _relu(values[e])
+    elif code == CLIP:
+        for i in range(count):
+            e = U(first + i)
+            values[e] = min(max(values[e], low), high)
+    elif code == HARD_SWISH:
+        for i in range(count):
+            e = U(first + i)
+            values[e] = _hard_swish(values[e], low, high)
+    elif code == SIGMOID:
+        for i in range(count):
+            e = U(first + i)
+            values[e] = sigmoid(values[e])
+    elif code == SILU:
+        for i in range(count):
+            e = U(first + i)
+            values[e] = values[e] * sigmoid(values[e])
 
 
 @numba.njit(inline="always")
