@@ -17,8 +17,8 @@ import numpy as np
 from numba import prange, types
 
 from fastrun.operator import Problem
-from fastrun_algorithms._common import CACHE, FASTMATH, U
-from fastrun_algorithms.conv.epilogue import epilogue_args, epilogue_residual, epilogue_value
+from fastrun_algorithms._common import CACHE, FASTMATH
+from fastrun_algorithms.conv.epilogue import epilogue_args, finish_span
 from fastrun_algorithms.conv.geometry import ConvGeometry
 
 
@@ -85,13 +85,8 @@ def _epilogue_kernel(out: np.ndarray, bias: np.ndarray, has_bias: bool, code: in
         n = plane // channels
         k = plane - n * channels
         b = bias[k] if has_bias else bias[0] - bias[0]
-        if has_residual:
-            for f in range(out.shape[2]):
-                out[n, k, U(f)] = epilogue_residual(out[n, k, U(f)], b, z[n, k, U(f)], code,
-                                                    low_v, high_v)
-        else:
-            for f in range(out.shape[2]):
-                out[n, k, U(f)] = epilogue_value(out[n, k, U(f)], b, code, low_v, high_v)
+        finish_span(out[n, k], 0, out.shape[2], b, z[n, k] if has_residual else z[0, 0],
+                    has_residual, code, low_v, high_v)
 
 
 @functools.cache

@@ -87,6 +87,9 @@ class Conv1x1(ConvAlgorithm):
     operator = "conv"
     name = "conv1x1"
     attributes = AlgoAttribute.REPRODUCIBLE
+    #: 2: the epilogue's HardSwish, sigmoid and SiLU in a vector loop of their own
+    #: (``epilogue.finish_span``), 1.3-2.7x faster on 1x1 HardSwish layers
+    version = 2
     sub_operators = ("matmul",)
 
     def conv_unusable_reason(self, problem: Problem) -> str | None:

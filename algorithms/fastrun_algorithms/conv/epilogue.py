@@ -132,6 +132,34 @@ def clamp(value, floor, ceiling):
 
 
 @numba.njit(inline="always")
+def finish_span(row, first, count, bias, z, has_residual, code, low, high):
+    """``row[first:first + count]`` (1-D, holding raw sums) through the epilogue in place:
+    the bias, ``z[first:first + count]`` when ``has_residual``, and the activation.  Relu and
+    clip are clamps in the same pass, the other activations a loop of their own
+    (:func:`activate_in_place`): with :func:`epilogue_value`'s test of the code per value the
+    loop stayed scalar, and a 1x1 layer with a HardSwish took 1.2-1.3x its time with a Relu."""
+    bounded, floor, ceiling = bounds(code, low, high, row)
+    if bounded and has_residual:
+        for i in range(count):
+            e = U(first + i)
+            row[e] = clamp((row[e] + bias) + z[e], floor, ceiling)
+    elif bounded:
+        for i in range(count):
+            e = U(first + i)
+            row[e] = clamp(row[e] + bias, floor, ceiling)
+    else:
+        if has_residual:
+            for i in range(count):
+                e = U(first + i)
+                row[e] = (row[e] + bias) + z[e]
+        else:
+            for i in range(count):
+                e = U(first + i)
+                row[e] = row[e] + bias
+        activate_in_place(row, first, count, code, low, high)
+
+
+@numba.njit(inline="always")
 def epilogue_value(value, bias, code, low, high):
     """One output value after bias and activation (inlined into the kernels' output loops)."""
     return activate(value + bias, code, low, high)
