@@ -137,7 +137,7 @@ def finish_span(row, first, count, bias, z, has_residual, code, low, high):
     the bias, ``z[first:first + count]`` when ``has_residual``, and the activation.  Relu and
     clip are clamps in the same pass, the other activations a loop of their own
     (:func:`activate_in_place`): with :func:`epilogue_value`'s test of the code per value the
-    loop stayed scalar, and a 1x1 layer with a HardSwish took 1.2-1.3x its time with a Relu."""
+    loop stayed scalar, and a 1x1 HardSwish layer took 1.1-2.7x the time it takes now."""
     bounded, floor, ceiling = bounds(code, low, high, row)
     if bounded and has_residual:
         for i in range(count):

@@ -145,7 +145,7 @@ class Im2colConv(ConvAlgorithm):
     name = "im2col"
     attributes = AlgoAttribute.REPRODUCIBLE
     #: 2: the epilogue's HardSwish, sigmoid and SiLU in a vector loop of their own
-    #: (``epilogue.finish_span``), 1.3-2.7x faster on 1x1 HardSwish layers
+    #: (``epilogue.finish_span``), 1.1-2.7x faster on 1x1 HardSwish layers
     version = 2
     sub_operators = ("matmul",)
     #: where the unfold's per-thread staging buffers are kept between calls
