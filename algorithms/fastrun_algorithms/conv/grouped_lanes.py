@@ -21,9 +21,10 @@ padding columns are written once, when the buffer is made; it is kept between ca
 :class:`ScratchPool`), so every tap of every output pixel is a read at a fixed offset.  Then
 for each block of ``cb`` output channels of the group (8 where the group has fewer than 16,
 else 16; a last block that would pass the group's end starts earlier and overlaps the one
-before it, those channels computed twice, identically) and each tile of pixels (the block's
-output rows taken as one run, the last tile clamped to the last pixel) it sums every input
-channel's taps into the tile, then stores it with the bias and the activation.  The tile is
+before it, those channels computed twice, identically) and each tile of consecutive pixels of
+an output row (a last tile that would pass the row's end ends at it; a row narrower than a
+tile computes pixels past it that are not stored) it sums every input channel's taps into the
+tile, then stores it with the bias and the activation.  The tile is
 8 pixels by 8 channels, or by 16 with 32 vector registers; 4 by 16 with AVX2's 16
 (:func:`fastrun_algorithms._common.register_tile`).
 
