@@ -81,6 +81,16 @@ def test_every_activation(activation):
     assert_matches_reference(OPERATOR, GROUPED, problem, inputs, output)
 
 
+@pytest.mark.parametrize("activation", ["hard_swish", "sigmoid"])
+def test_activations_after_overlapping_blocks(activation):
+    """12 channels per group are two 8-channel blocks sharing four channels: the activation
+    applies once to each channel, after both blocks are stored."""
+    problem = _problem(c=36, group=3, side=10, activation=activation)
+    inputs = [value * 3 for value in OPERATOR.random_inputs(problem, np.random.default_rng(6))]
+    output = GROUPED.run(problem, inputs, ctx=None)
+    assert_matches_reference(OPERATOR, GROUPED, problem, inputs, output)
+
+
 def test_packed_weights_give_the_same_bits():
     """The weight preprocessing (packing once) changes nothing in the result."""
     problem = _problem(c=48, group=2, activation="relu")

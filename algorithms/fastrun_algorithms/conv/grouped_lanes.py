@@ -15,18 +15,19 @@ Measured layer by layer against onnxruntime's Conv (``python -m benchmarks.probe
 0.95-1.28x onnxruntime's time, where ``direct`` and ``im2col``, the best before it, took
 1.5-7x (docs/performance.md).
 
-How.  A task is (image, group, block of output rows).  It stages its group's input rows,
-channel by channel, into a buffer of its own with zeros where the kernel reads padding (the
-padding columns are written once, when the buffer is made; it is kept between calls,
-:class:`ScratchPool`), so every tap of every output pixel is a read at a fixed offset.  Then
-for each block of ``cb`` output channels of the group (8 where the group has fewer than 16,
-else 16; a last block that would pass the group's end starts earlier and overlaps the one
-before it, those channels computed twice, identically) and each tile of consecutive pixels of
-an output row (a last tile that would pass the row's end ends at it; a row narrower than a
-tile computes pixels past it that are not stored) it sums every input channel's taps into the
-tile, then stores it with the bias and the activation.  The tile is
-8 pixels by 8 channels, or by 16 with 32 vector registers; 4 by 16 with AVX2's 16
-(:func:`fastrun_algorithms._common.register_tile`).
+How. A task is (image, group, block of output rows). It stages its group's input rows, channel
+by channel, into a buffer of its own with zeros where the kernel reads padding (the padding
+columns are written once, when the buffer is made; it is kept between calls,
+:class:`ScratchPool`), so every tap of every output pixel is a read at a fixed offset. Then for
+each block of ``cb`` output channels of the group (8 where the group has fewer than 16, else
+16; a last block that would pass the group's end starts earlier and overlaps the one before it,
+those channels computed twice, identically) and each tile of consecutive pixels of an output
+row (a last tile that would pass the row's end ends at it; a row narrower than a tile computes
+pixels past it that are not stored) it sums every input channel's taps into the tile, then
+stores it with the bias, relu or clip as clamps; the other activations run over the group's
+stored rows once all its blocks are stored, a loop per activation
+(``epilogue.activate_in_place``). The tile is 8 pixels by 8 channels, or by 16 with 32 vector
+registers; 4 by 16 with AVX2's 16 (:func:`fastrun_algorithms._common.register_tile`).
 
 Float32, groups of at least 8 output channels, more than one group, no residual; any kernel,
 stride, dilation and padding.  REPRODUCIBLE: each output sums its taps in one fixed order (input
@@ -66,7 +67,7 @@ from fastrun_algorithms.conv._kernels_common import (
     task_rows,
 )
 from fastrun_algorithms.conv.base import ConvAlgorithm
-from fastrun_algorithms.conv.epilogue import activate, bounds, clamp, epilogue_args
+from fastrun_algorithms.conv.epilogue import activate_in_place, bounds, clamp, epilogue_args
 from fastrun_algorithms.conv.geometry import ConvGeometry, geometry
 
 #: Output channels per block: a group of 8 to 15 takes blocks of 8, a larger one blocks of 16.
@@ -138,29 +139,27 @@ def _sum4(acc, xs, wp, row, roffs, o, kernel_w, sw, dw, cb):
 
 
 @numba.njit(inline="always")
-def _sum(acc, xs, wp, row, roffs, o, kernel_w, sw, dw, cb, tile_rows):
-    """Every tap into the tile, through a variant unrolled for the common kernel rows (three
-    taps, stride 1 or 2, no dilation) or the general loop."""
+def _sum_tile(acc, xs, wp, row, roffs, o, kernel_w, sw, dw, cb, tile_rows):
+    """Every tap into the tile of ``tile_rows`` pixels by ``cb`` channels, each shape with
+    its channel count as a literal."""
     if tile_rows == 4:
-        if kernel_w == 3 and dw == 1 and sw == 1:
-            _sum4(acc, xs, wp, row, roffs, o, 3, 1, 1, WIDE)
-        elif kernel_w == 3 and dw == 1 and sw == 2:
-            _sum4(acc, xs, wp, row, roffs, o, 3, 2, 1, WIDE)
-        else:
-            _sum4(acc, xs, wp, row, roffs, o, kernel_w, sw, dw, WIDE)
+        _sum4(acc, xs, wp, row, roffs, o, kernel_w, sw, dw, WIDE)
     elif cb == WIDE:
-        if kernel_w == 3 and dw == 1 and sw == 1:
-            _sum8(acc, xs, wp, row, roffs, o, 3, 1, 1, WIDE)
-        elif kernel_w == 3 and dw == 1 and sw == 2:
-            _sum8(acc, xs, wp, row, roffs, o, 3, 2, 1, WIDE)
-        else:
-            _sum8(acc, xs, wp, row, roffs, o, kernel_w, sw, dw, WIDE)
-    elif kernel_w == 3 and dw == 1 and sw == 1:
-        _sum8(acc, xs, wp, row, roffs, o, 3, 1, 1, NARROW)
-    elif kernel_w == 3 and dw == 1 and sw == 2:
-        _sum8(acc, xs, wp, row, roffs, o, 3, 2, 1, NARROW)
+        _sum8(acc, xs, wp, row, roffs, o, kernel_w, sw, dw, WIDE)
     else:
         _sum8(acc, xs, wp, row, roffs, o, kernel_w, sw, dw, NARROW)
+
+
+@numba.njit(inline="always")
+def _sum(acc, xs, wp, row, roffs, o, kernel_w, sw, dw, cb, tile_rows):
+    """Every tap into the tile, with the kernel row's width, stride and dilation as literals
+    for the common rows (three taps, stride 1 or 2, no dilation), else the general loop."""
+    if kernel_w == 3 and dw == 1 and sw == 1:
+        _sum_tile(acc, xs, wp, row, roffs, o, 3, 1, 1, cb, tile_rows)
+    elif kernel_w == 3 and dw == 1 and sw == 2:
+        _sum_tile(acc, xs, wp, row, roffs, o, 3, 2, 1, cb, tile_rows)
+    else:
+        _sum_tile(acc, xs, wp, row, roffs, o, kernel_w, sw, dw, cb, tile_rows)
 
 
 @numba.njit(inline="always")
@@ -232,12 +231,14 @@ def _tasks(first, last, x, x_shape, wp, bp, roffs, kg, cb, kernel_h, kernel_w, s
                     for i in range(min(tile_rows, out_w - x0)):
                         dst = out_row + x0 + i
                         for t in range(cb):
-                            value = acc[i, t] + bp[row, t]
-                            if bounded:
-                                value = clamp(value, floor, ceiling)
-                            else:
-                                value = activate(value, code, low_v, high_v)
-                            out[U(dst + t * out_plane)] = value
+                            out[U(dst + t * out_plane)] = clamp(acc[i, t] + bp[row, t], floor,
+                                                                ceiling)
+        if not bounded:
+            # the other activations over the group's stored rows, plane by plane, once all
+            # its blocks are stored (overlapping blocks store some channels twice)
+            for k in range(g * kg, (g + 1) * kg):
+                activate_in_place(out, (n * k_total + k) * out_plane + oy0 * out_w,
+                                  t_rows * out_w, code, low_v, high_v)
 
 
 def _kernel(x, wp, bp, roffs, kg, cb, kernel_h, kernel_w, sh, sw, dh, dw, pt, pl, rows,
@@ -275,6 +276,9 @@ class GroupedLanesConv(ConvAlgorithm):
     operator = "conv"
     name = "grouped_lanes"
     attributes = AlgoAttribute.REPRODUCIBLE
+    #: 2: activations other than relu and clip over the stored rows, 3.3x faster on a
+    #: HardSwish layer
+    version = 2
     #: where its per-thread staged rows are kept between calls
     scratch = _SCRATCH
 
@@ -302,22 +306,23 @@ class GroupedLanesConv(ConvAlgorithm):
         every thread where the image has few groups."""
         return task_rows(geo, geo.n * geo.group, BLOCK_OUTPUTS)
 
-    def _plane(self, geo: ConvGeometry) -> int:
-        """Staged positions per input channel."""
-        return staged_rows(geo, self.row_block(geo)) * staged_columns(geo)
+    @staticmethod
+    def _plane(geo: ConvGeometry, rows: int) -> int:
+        """Staged positions per input channel, for tasks of ``rows`` output rows."""
+        return staged_rows(geo, rows) * staged_columns(geo)
 
     def _row_offsets(self, geo: ConvGeometry) -> np.ndarray:
         """The staged offset of each (input channel, kernel row) from an output pixel's
         position."""
         j, r = np.meshgrid(np.arange(geo.cg), np.arange(geo.r), indexing="ij")
-        offsets = j * self._plane(geo) + r * geo.dil_h * staged_columns(geo)
+        offsets = j * self._plane(geo, self.row_block(geo)) + r * geo.dil_h * staged_columns(geo)
         return offsets.reshape(-1).astype(np.int64)
 
     def _staged_size(self, geo: ConvGeometry) -> int:
         """A thread's staged buffer: the group's planes, and room for the pixels a row
         narrower than a tile computes past its end."""
         tile_rows = NARROW_ROWS if channel_block(geo.kg) == NARROW else WIDE_ROWS
-        return geo.cg * self._plane(geo) + tile_rows * geo.stride_w
+        return geo.cg * self._plane(geo, self.row_block(geo)) + tile_rows * geo.stride_w
 
     def workspace_bytes(self, problem: Problem) -> int:
         """Per numba thread, one group's staged rows, kept for the next call of the same
@@ -354,12 +359,13 @@ class GroupedLanesConv(ConvAlgorithm):
         packed, packed_bias = self.preprocess(problem, inputs) if prepared is None else prepared
         x, out = input_and_output(geo, inputs)
         threads = thread_count()
+        rows = self.row_block(geo)
         key = (problem.key, threads)
         offsets, buffers = _SCRATCH.take(key, lambda: (
             self._row_offsets(geo), np.zeros((threads, self._staged_size(geo)), np.float32)))
         _compiled()(x, packed, packed_bias, offsets, geo.kg, channel_block(geo.kg), geo.r,
                     geo.s, geo.stride_h, geo.stride_w, geo.dil_h, geo.dil_w, geo.pad_top,
-                    geo.pad_left, self.row_block(geo), staged_columns(geo), self._plane(geo),
+                    geo.pad_left, rows, staged_columns(geo), self._plane(geo, rows),
                     *epilogue_args(geo), buffers, out)
         _SCRATCH.give(key, (offsets, buffers))
         return geo.output_view(out)
