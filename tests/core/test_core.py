@@ -1,7 +1,11 @@
 """Value types, the registry and the device: the identities caches depend on."""
 
+import copy
 import os
+import pickle
 import re
+import subprocess
+import sys
 
 import pytest
 
@@ -25,6 +29,22 @@ def test_problem_key_is_canonical():
                      "group=1,strides=(2,2),weight_preprocess=true")
     assert a.weight_preprocess and a.param("group") == 1 and a.param("missing", 7) == 7
     assert Problem.create("x", [(5,)], ["float64"]).key == "float64[5]"
+
+
+def test_a_problem_copied_into_another_process_hashes_as_one_made_there():
+    """The hash is computed once per problem; a pickled copy (what fleet workers get) must
+    not carry it over, since another process hashes strings with another seed."""
+    problem = Problem.create("conv", [(1, 3, 8, 8), (4, 3, 3, 3)], ["float32"] * 2,
+                             {"group": 1})
+    code = ("import pickle, sys; from fastrun.operator import Problem; "
+            "copy = pickle.loads(sys.stdin.buffer.read()); "
+            "made = Problem.create('conv', [(1, 3, 8, 8), (4, 3, 3, 3)], ['float32'] * 2, "
+            "{'group': 1}); print(copy == made, {made: 'found'}.get(copy))")
+    result = subprocess.run([sys.executable, "-c", code], input=pickle.dumps(problem),
+                            capture_output=True, check=True, env={**os.environ,
+                                                                  "PYTHONHASHSEED": "7"})
+    assert result.stdout.decode().split() == ["True", "found"]
+    assert hash(copy.copy(problem)) == hash(problem)
 
 
 def test_algorithm_desc_text_sorts_parameters():
