@@ -15,13 +15,16 @@ from hypothesis import strategies as st
 from numba import prange
 
 from fastrun_algorithms._common import next_task
-from fastrun_algorithms.conv import pointwise
+from fastrun_algorithms.conv import heuristic, pointwise
+from fastrun_algorithms.conv.conv1x1 import Conv1x1
+from fastrun_algorithms.conv.geometry import geometry
 from fastrun_algorithms.conv.operator import ConvOperator
 from tests.algorithms._helpers import (
     NoSubProblems,
     assert_matches_reference,
     numba_threads,
     one_by_one_case,
+    pretend_threads,
 )
 
 OPERATOR = ConvOperator()
@@ -107,3 +110,14 @@ def test_workers_take_each_task_exactly_once():
     assert (taken == 1).all()
     # each of the 8 workers ran out of tasks once: the counter went past the end 8 times
     assert counter[0] == taken.size + 8
+
+
+def test_its_rule_of_thumb_puts_it_before_conv1x1_for_one_image_on_many_threads(monkeypatch):
+    """``conv_rank`` is a method of the class (it once sat, unreachable, after a return)."""
+    geo_one = geometry(OPERATOR.problem([(1, 64, 14, 14), (32, 64, 1, 1)], ["float32"] * 2))
+    geo_batch = geometry(OPERATOR.problem([(8, 64, 14, 14), (32, 64, 1, 1)], ["float32"] * 2))
+    conv1x1_rank = Conv1x1().conv_rank(geo_one)
+    pretend_threads(monkeypatch, heuristic.POINTWISE_MIN_THREADS)
+    assert POINTWISE.conv_rank(geo_one) < conv1x1_rank < POINTWISE.conv_rank(geo_batch)
+    pretend_threads(monkeypatch, 2)
+    assert POINTWISE.conv_rank(geo_one) > conv1x1_rank

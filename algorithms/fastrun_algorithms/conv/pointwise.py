@@ -182,6 +182,10 @@ class PointwiseConv(ConvAlgorithm):
             geo.has_residual, kb, pb, worker_count(tasks), np.zeros(1, dtype=np.int64))
         return geo.output_view(out)
 
+    def conv_rank(self, geo: ConvGeometry) -> tuple[float, ...]:
+        many = geo.n == 1 and thread_count() >= heuristic.POINTWISE_MIN_THREADS
+        return (0, 1) if many else (0, 3)
+
 
 def _empty_product(out: np.ndarray, bias: np.ndarray | None, geo: ConvGeometry,
                    inputs: Sequence[Any]) -> np.ndarray:
@@ -190,10 +194,6 @@ def _empty_product(out: np.ndarray, bias: np.ndarray | None, geo: ConvGeometry,
     if out.size:
         epilogue_in_place(out, bias, geo, residual_operand(geo, inputs))
     return geo.output_view(out)
-
-    def conv_rank(self, geo: ConvGeometry) -> tuple[float, ...]:
-        many = geo.n == 1 and thread_count() >= heuristic.POINTWISE_MIN_THREADS
-        return (0, 1) if many else (0, 3)
 
 
 def algorithms() -> list[Algorithm]:
