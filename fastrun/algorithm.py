@@ -7,7 +7,7 @@ a tile configuration is part of the identity, the Python object is not.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -150,6 +150,23 @@ class Algorithm:
     def run(self, problem: Problem, inputs: Sequence[Any], ctx: RunContext,
             prepared: Any = None) -> Any:
         raise NotImplementedError(f"{self.desc} does not implement run()")
+
+    def bind(self, problem: Problem, ctx: RunContext,
+             prepared: Any = None) -> Callable[..., Any]:
+        """The call a runtime step makes, again and again: a function of the problem's inputs
+        alone that returns what :meth:`run` returns.
+
+        Why: a model calls each of its steps once per inference, and a step of a small layer
+        takes 10-30 us, of which :meth:`run` spent 4-6 us working out, from the problem, what
+        does not change between calls (its geometry, its plan, its kernel's arguments).  An
+        algorithm overrides this to work those out once and implements :meth:`run` as
+        ``self.bind(problem, ctx, prepared)(*inputs)``, so the two cannot differ.  What may
+        change between calls is still read at call time: the thread count (a shared CPU lends
+        a model fewer cores, ``Device.sharing``) and whatever the inputs' layout decides.  The
+        default calls :meth:`run`."""
+        def call(*inputs: Any) -> Any:
+            return self.run(problem, inputs, ctx, prepared)
+        return call
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} {self.desc}>"

@@ -99,11 +99,14 @@ class PreparedCall:
         self.problem = decision.problem
         self.algorithm = decision.algorithm
         self.prepared = prepared
+        #: the algorithm's bound call (:meth:`fastrun.algorithm.Algorithm.bind`): what does
+        #: not change between calls worked out here, once
+        self._bound = decision.algorithm.bind(self.problem, chooser, prepared)
 
     def __call__(self, *inputs: Any) -> Any:
         if not self.chooser._host_memory:
             inputs = tuple(self.chooser.device.to_device(x) for x in inputs)
-        return self.algorithm.run(self.problem, inputs, self.chooser, self.prepared)
+        return self._bound(*inputs)
 
     def __repr__(self) -> str:
         return f"<PreparedCall {self.problem} -> {self.algorithm.desc.text}>"

@@ -500,43 +500,54 @@ class BlockedDirectConv(ConvAlgorithm):
 
     def run(self, problem: Problem, inputs: Sequence[Any], ctx: RunContext,
             prepared: Any = None) -> np.ndarray:
+        return self.bind(problem, ctx, prepared)(*inputs)
+
+    def bind(self, problem: Problem, ctx: RunContext,
+             prepared: Any = None) -> Callable[..., np.ndarray]:
         geo = geometry(problem)
         plan = _plan(problem)
-        x, w, bias = operands(geo, inputs)
         _, _, stage, compute, compute_blocked = _compiled()
-        packed = self._pack(problem, w) if prepared is None else prepared
-        kept = None
-        if plan.staged:
-            kept = _SCRATCH.take(problem.key, lambda: (
-                np.zeros(plan.staged_shape, dtype=np.float32),))
-            xs = kept[0]
-            # nchw16c stages as NCHW planes whose rows are 16 times as wide
-            stage(x.reshape(*plan.staged_shape[:2], geo.h, -1) if geo.blocked else x,
-                  xs.reshape(*plan.staged_shape[:3], -1), geo.pad_top, geo.pad_left * plan.step)
-        else:
-            xs = np.ascontiguousarray(x)
-        z = residual_operand(geo, inputs)
-        epilogue = (no_bias(np.dtype(np.float32)) if bias is None else bias, bias is not None,
-                    *epilogue_args(geo))
-        if geo.blocked:
-            out = np.empty(geo.out_shape, dtype=np.float32)
-            if geo.has_residual:
-                z = z.reshape(*z.shape[:2], -1, LANES)
-            args = (xs.reshape(geo.n, -1), packed, plan.base, plan.taps, plan.group_stride,
-                    plan.plane, geo.cg, *epilogue, geo.k)
-            compute_blocked(*args, z if geo.has_residual else None,
-                            out.reshape(geo.n, -1, geo.oh * geo.ow, LANES))
-            if geo.k % LANES:
-                out[:, -1, ..., geo.k % LANES:] = 0
+        epilogue = (*epilogue_args(geo),)
+        staged_view = (*plan.staged_shape[:2], geo.h, -1)
+
+        def call(*inputs: Any) -> np.ndarray:
+            x, w, bias = operands(geo, inputs)
+            packed = self._pack(problem, w) if prepared is None else prepared
+            kept = None
+            if plan.staged:
+                kept = _SCRATCH.take(problem.key, lambda: (
+                    np.zeros(plan.staged_shape, dtype=np.float32),))
+                xs = kept[0]
+                # nchw16c stages as NCHW planes whose rows are 16 times as wide
+                stage(x.reshape(staged_view) if geo.blocked else x,
+                      xs.reshape(*plan.staged_shape[:3], -1), geo.pad_top,
+                      geo.pad_left * plan.step)
+            else:
+                xs = np.ascontiguousarray(x)
+            z = residual_operand(geo, inputs)
+            bias_args = (no_bias(np.dtype(np.float32)) if bias is None else bias,
+                         bias is not None)
+            if geo.blocked:
+                out = np.empty(geo.out_shape, dtype=np.float32)
+                if geo.has_residual:
+                    z = z.reshape(*z.shape[:2], -1, LANES)
+                compute_blocked(xs.reshape(geo.n, -1), packed, plan.base, plan.taps,
+                                plan.group_stride, plan.plane, geo.cg, *bias_args, *epilogue,
+                                geo.k, z if geo.has_residual else None,
+                                out.reshape(geo.n, -1, geo.oh * geo.ow, LANES))
+                if geo.k % LANES:
+                    out[:, -1, ..., geo.k % LANES:] = 0
+                if kept is not None:
+                    _SCRATCH.give(problem.key, kept)
+                return out
+            out = np.empty((geo.n, geo.k, geo.oh * geo.ow), dtype=np.float32)
+            compute(xs.reshape(geo.n, -1), packed, plan.base, plan.taps, plan.group_stride,
+                    *bias_args, *epilogue, z.reshape(z.shape[0], z.shape[1], -1),
+                    geo.has_residual, out)
             if kept is not None:
                 _SCRATCH.give(problem.key, kept)
-            return out
-        out = np.empty((geo.n, geo.k, geo.oh * geo.ow), dtype=np.float32)
-        compute(xs.reshape(geo.n, -1), packed, plan.base, plan.taps, plan.group_stride,
-                *epilogue, z.reshape(z.shape[0], z.shape[1], -1), geo.has_residual, out)
-        if kept is not None:
-            _SCRATCH.give(problem.key, kept)
-        return geo.output_view(out.reshape(geo.n, geo.k, geo.oh, geo.ow))
+            return geo.output_view(out.reshape(geo.n, geo.k, geo.oh, geo.ow))
+        return call
 
     def conv_rank(self, geo: ConvGeometry) -> tuple[float, ...]:
         if geo.kg < heuristic.BLOCKED_MIN_CHANNELS:

@@ -11,7 +11,7 @@ the NCHW output: no copy on either side.  Groups batch the same way, (G, K/G, C/
 from __future__ import annotations
 
 import functools
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
@@ -110,15 +110,25 @@ class Conv1x1(ConvAlgorithm):
 
     def run(self, problem: Problem, inputs: Sequence[Any], ctx: RunContext,
             prepared: Any = None) -> np.ndarray:
+        return self.bind(problem, ctx, prepared)(*inputs)
+
+    def bind(self, problem: Problem, ctx: RunContext,
+             prepared: Any = None) -> Callable[..., np.ndarray]:
         geo = geometry(problem)
-        x, w, bias = operands(geo, inputs)
         a_shape, b_shape = _shapes(geo)
-        pixels = x if reads_input_in_place(geo) else _gather(x, geo)
-        result = ctx.call(_product(problem), w.reshape(a_shape), pixels.reshape(b_shape))
-        del pixels  # the gathered buffer is not needed once the product exists
-        out = np.ascontiguousarray(result).reshape(geo.n, geo.k, geo.oh, geo.ow)
-        epilogue_in_place(out, bias, geo, residual_operand(geo, inputs))
-        return geo.output_view(out)
+        in_place = reads_input_in_place(geo)
+        product = _product(problem)
+        out_shape = (geo.n, geo.k, geo.oh, geo.ow)
+
+        def call(*inputs: Any) -> np.ndarray:
+            x, w, bias = operands(geo, inputs)
+            pixels = x if in_place else _gather(x, geo)
+            result = ctx.call(product, w.reshape(a_shape), pixels.reshape(b_shape))
+            del pixels  # the gathered buffer is not needed once the product exists
+            out = np.ascontiguousarray(result).reshape(out_shape)
+            epilogue_in_place(out, bias, geo, residual_operand(geo, inputs))
+            return geo.output_view(out)
+        return call
 
     def conv_rank(self, geo: ConvGeometry) -> tuple[float, ...]:
         return (0, 2)

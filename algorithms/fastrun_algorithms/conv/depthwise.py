@@ -61,7 +61,6 @@ from fastrun_algorithms.conv._kernels_common import (
     next_tap,
     operands,
     row_taps,
-    scalar_args,
     stage_block,
     staged_size,
     store_rows,
@@ -72,7 +71,13 @@ from fastrun_algorithms.conv._kernels_common import (
     tap_offset,
 )
 from fastrun_algorithms.conv.base import ConvAlgorithm
-from fastrun_algorithms.conv.epilogue import activate_in_place, bounds, clamp
+from fastrun_algorithms.conv.epilogue import (
+    activate_in_place,
+    bounds,
+    clamp,
+    epilogue_args,
+    residual_operand,
+)
 from fastrun_algorithms.conv.geometry import ConvGeometry, geometry
 
 #: Outputs (including each row's junk tail) a task covers at most: whole planes up to 56x56,
@@ -302,26 +307,37 @@ class DepthwiseConv(ConvAlgorithm):
 
     def run(self, problem: Problem, inputs: Sequence[Any], ctx: RunContext,
             prepared: Any = None) -> np.ndarray:
+        return self.bind(problem, ctx, prepared)(*inputs)
+
+    def bind(self, problem: Problem, ctx: RunContext,
+             prepared: Any = None) -> Callable[..., np.ndarray]:
         geo = geometry(problem)
-        x, w, bias = operands(geo, inputs)
         dtype = np.dtype(geo.dtype)
-        out = np.empty((geo.n, geo.k, geo.oh, geo.ow), dtype=dtype)
-        key = (problem.key, thread_count())
-        buffers = _SCRATCH.take(key, lambda: self._make_buffers(geo))
-        if len(buffers) == 4 and x.flags.c_contiguous:
-            # flat views of X and the output (views, not copies: both are C-contiguous)
-            x2 = x.reshape(geo.n * geo.c, geo.h * geo.w)
-            out2 = out.reshape(geo.n * geo.k, geo.oh * geo.ow)
-            maps = buffers[2:]
-        else:
-            # not flat, or a strided X that has no flat view: the maps (if made, so that
-            # the workspace stays what workspace_bytes says) are left unused
-            x2, out2 = _unused_2d(dtype), _unused_2d(dtype)
-            maps = (_unused_map(), _unused_map())
-        _compiled(dtype, layout(x, w))(x, w, bias, out, *scalar_args(geo, inputs),
-                                       self.row_block(geo), *buffers[:2], x2, out2, *maps)
-        _SCRATCH.give(key, buffers)
-        return geo.output_view(out)
+        shape = (geo.n, geo.k, geo.oh, geo.ow)
+        head = (geo.stride_h, geo.stride_w, geo.dil_h, geo.dil_w, geo.pad_top, geo.pad_left,
+                geo.group, geo.has_bias, *epilogue_args(geo))
+        row_block = self.row_block(geo)
+        unused = (_unused_2d(dtype), _unused_2d(dtype), _unused_map(), _unused_map())
+
+        def call(*inputs: Any) -> np.ndarray:
+            x, w, bias = operands(geo, inputs)
+            out = np.empty(shape, dtype=dtype)
+            key = (problem.key, thread_count())
+            buffers = _SCRATCH.take(key, lambda: self._make_buffers(geo))
+            if len(buffers) == 4 and x.flags.c_contiguous:
+                # flat views of X and the output (views, not copies: both are C-contiguous)
+                flat = (x.reshape(geo.n * geo.c, geo.h * geo.w),
+                        out.reshape(geo.n * geo.k, geo.oh * geo.ow), *buffers[2:])
+            else:
+                # not flat, or a strided X that has no flat view: the maps (if made, so that
+                # the workspace stays what workspace_bytes says) are left unused
+                flat = unused
+            _compiled(dtype, layout(x, w))(x, w, bias, out, *head,
+                                           residual_operand(geo, inputs), geo.has_residual,
+                                           row_block, *buffers[:2], *flat)
+            _SCRATCH.give(key, buffers)
+            return geo.output_view(out)
+        return call
 
     def _make_buffers(self, geo: ConvGeometry) -> tuple[np.ndarray, ...]:
         """The buffers of :meth:`_buffer_shapes`, staged blocks zeroed (their padding is never

@@ -317,19 +317,33 @@ class DepthwiseLanesConv(ConvAlgorithm):
 
     def run(self, problem: Problem, inputs: Sequence[Any], ctx: RunContext,
             prepared: Any = None) -> np.ndarray:
+        return self.bind(problem, ctx, prepared)(*inputs)
+
+    def bind(self, problem: Problem, ctx: RunContext,
+             prepared: Any = None) -> Callable[..., np.ndarray]:
         geo = geometry(problem)
-        packed, packed_bias = self.preprocess(problem, inputs) if prepared is None else prepared
-        x, out = input_and_output(geo, inputs)
-        threads = thread_count()
-        key = (problem.key, threads)
-        buffers = _SCRATCH.take(key, lambda: (
-            np.zeros((threads, self._stage_positions(geo) * LANES), np.float32),))
-        _compiled()[1](x, packed.reshape(packed.shape[0], -1), packed_bias, geo.r,
-                       geo.stride_h, geo.stride_w, geo.dil_h, geo.dil_w, geo.pad_top,
-                       geo.pad_left, self.row_block(geo), staged_columns(geo),
-                       *epilogue_args(geo), *buffers, out)
-        _SCRATCH.give(key, buffers)
-        return geo.output_view(out)
+        kernel = _compiled()[1]
+        head = (geo.r, geo.stride_h, geo.stride_w, geo.dil_h, geo.dil_w, geo.pad_top,
+                geo.pad_left)
+        tail = (staged_columns(geo), *epilogue_args(geo))
+        per_threads: dict[int, tuple[int, int]] = {}  # threads -> (row block, staged floats)
+
+        def call(*inputs: Any) -> np.ndarray:
+            packed, packed_bias = self.preprocess(problem, inputs) if prepared is None \
+                else prepared
+            x, out = input_and_output(geo, inputs)
+            threads = thread_count()
+            plan = per_threads.get(threads)
+            if plan is None:
+                plan = per_threads[threads] = (self.row_block(geo),
+                                               self._stage_positions(geo) * LANES)
+            key = (problem.key, threads)
+            buffers = _SCRATCH.take(key, lambda: (np.zeros((threads, plan[1]), np.float32),))
+            kernel(x, packed.reshape(packed.shape[0], -1), packed_bias, *head, plan[0], *tail,
+                   *buffers, out)
+            _SCRATCH.give(key, buffers)
+            return geo.output_view(out)
+        return call
 
 
 def algorithms() -> list[Algorithm]:

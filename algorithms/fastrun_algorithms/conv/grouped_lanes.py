@@ -355,20 +355,35 @@ class GroupedLanesConv(ConvAlgorithm):
 
     def run(self, problem: Problem, inputs: Sequence[Any], ctx: RunContext,
             prepared: Any = None) -> np.ndarray:
+        return self.bind(problem, ctx, prepared)(*inputs)
+
+    def bind(self, problem: Problem, ctx: RunContext,
+             prepared: Any = None) -> Callable[..., np.ndarray]:
         geo = geometry(problem)
-        packed, packed_bias = self.preprocess(problem, inputs) if prepared is None else prepared
-        x, out = input_and_output(geo, inputs)
-        threads = thread_count()
-        rows = self.row_block(geo)
-        key = (problem.key, threads)
-        offsets, buffers = _SCRATCH.take(key, lambda: (
-            self._row_offsets(geo), np.zeros((threads, self._staged_size(geo)), np.float32)))
-        _compiled()(x, packed, packed_bias, offsets, geo.kg, channel_block(geo.kg), geo.r,
-                    geo.s, geo.stride_h, geo.stride_w, geo.dil_h, geo.dil_w, geo.pad_top,
-                    geo.pad_left, rows, staged_columns(geo), self._plane(geo, rows),
-                    *epilogue_args(geo), buffers, out)
-        _SCRATCH.give(key, (offsets, buffers))
-        return geo.output_view(out)
+        kernel = _compiled()
+        head = (geo.kg, channel_block(geo.kg), geo.r, geo.s, geo.stride_h, geo.stride_w,
+                geo.dil_h, geo.dil_w, geo.pad_top, geo.pad_left)
+        columns, epilogue = staged_columns(geo), epilogue_args(geo)
+        per_threads: dict[int, tuple[int, int]] = {}  # threads -> (row block, plane)
+
+        def call(*inputs: Any) -> np.ndarray:
+            packed, packed_bias = self.preprocess(problem, inputs) if prepared is None \
+                else prepared
+            x, out = input_and_output(geo, inputs)
+            threads = thread_count()
+            plan = per_threads.get(threads)
+            if plan is None:
+                rows = self.row_block(geo)
+                plan = per_threads[threads] = (rows, self._plane(geo, rows))
+            key = (problem.key, threads)
+            offsets, buffers = _SCRATCH.take(key, lambda: (
+                self._row_offsets(geo), np.zeros((threads, self._staged_size(geo)),
+                                                 np.float32)))
+            kernel(x, packed, packed_bias, offsets, *head, plan[0], columns, plan[1], *epilogue,
+                   buffers, out)
+            _SCRATCH.give(key, (offsets, buffers))
+            return geo.output_view(out)
+        return call
 
 
 def algorithms() -> list[Algorithm]:

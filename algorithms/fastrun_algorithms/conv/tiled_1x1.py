@@ -231,27 +231,37 @@ class Tiled1x1Conv(ConvAlgorithm):
 
     def run(self, problem: Problem, inputs: Sequence[Any], ctx: RunContext,
             prepared: Any = None) -> np.ndarray:
+        return self.bind(problem, ctx, prepared)(*inputs)
+
+    def bind(self, problem: Problem, ctx: RunContext,
+             prepared: Any = None) -> Callable[..., np.ndarray]:
         geo = geometry(problem)
-        x, w, bias = operands(geo, inputs)
         pixels = geo.oh * geo.ow
-        gathered = None
-        if self._strided(geo):
-            gathered = _SCRATCH.take(problem.key, lambda: (
-                np.empty((geo.n, geo.c, geo.oh, geo.ow), dtype=np.float32),))
-            _compiled_gather()(x, geo.stride_h, geo.stride_w,
-                               PARTS_PER_THREAD * thread_count(), gathered[0])
-            x3 = gathered[0].reshape(geo.n, geo.c, pixels)
-        else:
-            x3 = np.ascontiguousarray(x).reshape(geo.n, geo.c, pixels)
-        w2 = np.ascontiguousarray(w).reshape(geo.k, geo.c)
-        z = residual_operand(geo, inputs)
-        out = np.empty((geo.n, geo.k, pixels), dtype=np.float32)
-        _compiled()(x3, w2, no_bias(out.dtype) if bias is None else bias, bias is not None,
-                    *epilogue_args(geo),
-                    z.reshape(z.shape[0], z.shape[1], -1), geo.has_residual, out)
-        if gathered is not None:
-            _SCRATCH.give(problem.key, gathered)
-        return geo.output_view(out.reshape(geo.n, geo.k, geo.oh, geo.ow))
+        strided = self._strided(geo)
+        kernel = _compiled()
+        epilogue = epilogue_args(geo)
+        out_shape = (geo.n, geo.k, pixels)
+
+        def call(*inputs: Any) -> np.ndarray:
+            x, w, bias = operands(geo, inputs)
+            gathered = None
+            if strided:
+                gathered = _SCRATCH.take(problem.key, lambda: (
+                    np.empty((geo.n, geo.c, geo.oh, geo.ow), dtype=np.float32),))
+                _compiled_gather()(x, geo.stride_h, geo.stride_w,
+                                   PARTS_PER_THREAD * thread_count(), gathered[0])
+                x3 = gathered[0].reshape(geo.n, geo.c, pixels)
+            else:
+                x3 = np.ascontiguousarray(x).reshape(geo.n, geo.c, pixels)
+            w2 = np.ascontiguousarray(w).reshape(geo.k, geo.c)
+            z = residual_operand(geo, inputs)
+            out = np.empty(out_shape, dtype=np.float32)
+            kernel(x3, w2, no_bias(out.dtype) if bias is None else bias, bias is not None,
+                   *epilogue, z.reshape(z.shape[0], z.shape[1], -1), geo.has_residual, out)
+            if gathered is not None:
+                _SCRATCH.give(problem.key, gathered)
+            return geo.output_view(out.reshape(geo.n, geo.k, geo.oh, geo.ow))
+        return call
 
     def conv_rank(self, geo: ConvGeometry) -> tuple[float, ...]:
         # First at stride 1 with a wide tile: with 32-pixel tiles on MobileNetV2's 1x1 layers
