@@ -61,7 +61,15 @@ from numba import prange, types
 from fastrun.algorithm import Algorithm, RunContext
 from fastrun.attribute import AlgoAttribute
 from fastrun.operator import Problem
-from fastrun_algorithms._common import CACHE, FASTMATH, ScratchPool, U, stack_buffer, thread_count
+from fastrun_algorithms._common import (
+    CACHE,
+    FASTMATH,
+    ScratchPool,
+    U,
+    stack_buffer,
+    thread_count,
+    vector_registers,
+)
 from fastrun_algorithms.conv import heuristic
 from fastrun_algorithms.conv._gemm_common import buffer, item_type, no_bias, operands, readonly
 from fastrun_algorithms.conv.base import ConvAlgorithm
@@ -80,12 +88,30 @@ from fastrun_algorithms.layout.blocking import BLOCKED, LANES, NCHW, blocks
 PIXELS = 6
 #: Elements of one job's tile: a global, so that numba sees the literal the stack buffer needs.
 TILE = 2 * PIXELS * LANES
-#: Output channel blocks of one job's tile in ``nchw16c``: 4 x 6 = 24 accumulators, with 4
-#: weight vectors and a broadcast, 29 of AVX-512's 32 registers; in a scratch kernel of the
-#: same loop on the Xeon, tiles of 2 x 6, 2 x 8, 4 x 4, 3 x 6 and 1 x 14 were slower.
-BLOCKED_BLOCKS = 4
+
+
+def _blocked_tile(registers: int, lanes: int) -> tuple[int, int]:
+    """(output channel blocks, pixels) of one job's ``nchw16c`` tile, for vector registers of
+    ``lanes`` float32 lanes.
+
+    Where a 16-lane block is one register and there are 32 (AVX-512): 4 blocks x 6 pixels,
+    24 accumulators, 4 weight vectors and a broadcast, 29 of the 32 registers; in a scratch
+    kernel of the same loop on the Xeon, tiles of 2 x 6, 2 x 8, 4 x 4, 3 x 6 and 1 x 14 were
+    slower.  Elsewhere one block of 4 pixels: with AVX2's 16 registers a block takes two, and
+    LLVM keeps a tile's broadcasts in registers for both halves of the block, so 1 x 6 needed
+    12 accumulators and 6 broadcasts and spilled, and 4 x 6 spilled throughout (2-5x the NCHW
+    kernels' time on MobileNetV3's 1x1 layers on the 2-core AVX2 VM); 1 x 4 takes 8
+    accumulators, 4 broadcasts and 2 weight vectors, and ran those layers at 1.1-2.2x the
+    NCHW kernels' time (the most on the wide planes of 16-24 input channels, where a tile's
+    set-up and store outweigh its 16-24 multiply-adds per output)."""
+    if registers >= 32 and lanes >= LANES:
+        return 4, PIXELS
+    return 1, 4
+
+
+BLOCKED_BLOCKS, BLOCKED_PIXELS = _blocked_tile(*vector_registers())
 #: Elements of the ``nchw16c`` tile.
-BLOCKED_TILE = BLOCKED_BLOCKS * PIXELS * LANES
+BLOCKED_TILE = BLOCKED_BLOCKS * BLOCKED_PIXELS * LANES
 
 
 @numba.njit(inline="always")
@@ -176,17 +202,35 @@ def _pack_kernel(w: np.ndarray, packed: np.ndarray) -> None:
 
 
 @numba.njit(inline="always")
-def _step4(acc, xs, n, q, o0, o1, o2, o3, o4, o5, packed, g, b0, b1, b2, b3, cb, d, i):
-    """One input channel of one tap for the ``nchw16c`` tile: 6 broadcasts, 4 weight vectors,
-    24 vector multiply-adds."""
-    x0, x1 = xs[n, U(o0 + q)], xs[n, U(o1 + q)]
-    x2, x3 = xs[n, U(o2 + q)], xs[n, U(o3 + q)]
-    x4, x5 = xs[n, U(o4 + q)], xs[n, U(o5 + q)]
+def _fma_pixels(acc, b, t, x0, x1, x2, x3, x4, x5, w):
+    """Lane ``t`` of block ``b`` of the ``nchw16c`` tile: ``acc[b, p, t] += x_p * w`` for its
+    :data:`BLOCKED_PIXELS` pixels (a constant: the test compiles away)."""
+    acc[b, 0, t] += x0 * w
+    acc[b, 1, t] += x1 * w
+    acc[b, 2, t] += x2 * w
+    acc[b, 3, t] += x3 * w
+    if BLOCKED_PIXELS == 6:
+        acc[b, 4, t] += x4 * w
+        acc[b, 5, t] += x5 * w
+
+
+@numba.njit(inline="always")
+def _step4(acc, xs, n, q, o, packed, g, b0, b1, b2, b3, cb, d, i):
+    """One input channel of one tap for the ``nchw16c`` tile: a broadcast per pixel (``o``:
+    the pixels' offsets), a weight vector per block and a multiply-add per pixel and block
+    (:data:`BLOCKED_BLOCKS`, a constant: the tests on it compile away)."""
+    x0, x1 = xs[n, U(o[0] + q)], xs[n, U(o[1] + q)]
+    x2, x3 = xs[n, U(o[2] + q)], xs[n, U(o[3] + q)]
+    x4, x5 = x3, x3
+    if BLOCKED_PIXELS == 6:
+        x4, x5 = xs[n, U(o[4] + q)], xs[n, U(o[5] + q)]
     for t in range(LANES):
-        _fma_tile(acc, 0, t, x0, x1, x2, x3, x4, x5,
-                  packed[g, b0, cb, d, i, U(t)], packed[g, b1, cb, d, i, U(t)])
-        _fma_tile(acc, 2, t, x0, x1, x2, x3, x4, x5,
-                  packed[g, b2, cb, d, i, U(t)], packed[g, b3, cb, d, i, U(t)])
+        _fma_pixels(acc, 0, t, x0, x1, x2, x3, x4, x5, packed[g, b0, cb, d, i, U(t)])
+        if BLOCKED_BLOCKS >= 2:
+            _fma_pixels(acc, 1, t, x0, x1, x2, x3, x4, x5, packed[g, b1, cb, d, i, U(t)])
+        if BLOCKED_BLOCKS == 4:
+            _fma_pixels(acc, 2, t, x0, x1, x2, x3, x4, x5, packed[g, b2, cb, d, i, U(t)])
+            _fma_pixels(acc, 3, t, x0, x1, x2, x3, x4, x5, packed[g, b3, cb, d, i, U(t)])
 
 
 def _pack_blocked_kernel(w: np.ndarray, packed: np.ndarray) -> None:
@@ -262,40 +306,29 @@ def _compute_kernel(xs: np.ndarray, packed: np.ndarray, base: np.ndarray, taps: 
 
 
 @numba.njit(inline="always")
-def _accumulate4(acc, xs, job, per_image, per_group, tiles, packed, base, taps, group_stride,
-                 plane, cg):
-    """The ``nchw16c`` tile of job number ``job`` from zero (see
-    :func:`_compute_blocked_kernel`); returns (image, group, first block, first pixel)."""
+def _accumulate4(acc, xs, n, g, b0, p0, packed, base, taps, group_stride, plane, cg):
+    """The ``nchw16c`` tile of image ``n``, group ``g``, blocks from ``b0`` and pixels from
+    ``p0``, from zero (see :func:`_compute_blocked_kernel`)."""
     blocks, in_blocks, ntaps = packed.shape[1], packed.shape[2], packed.shape[3]
-    n = job // per_image
-    rest = job - n * per_image
-    g = rest // per_group
-    rest -= g * per_group
-    quad = rest // tiles
-    p0 = min((rest - quad * tiles) * PIXELS, base.shape[0] - PIXELS)
-    b0 = BLOCKED_BLOCKS * quad
     b1, b2, b3 = min(b0 + 1, blocks - 1), min(b0 + 2, blocks - 1), min(b0 + 3, blocks - 1)
     for i in range(BLOCKED_BLOCKS):
-        for p in range(PIXELS):
+        for p in range(BLOCKED_PIXELS):
             for t in range(LANES):
                 acc[i, p, t] = 0
     origin = g * group_stride
-    o0, o1 = base[p0] + origin, base[p0 + 1] + origin
-    o2, o3 = base[p0 + 2] + origin, base[p0 + 3] + origin
-    o4, o5 = base[p0 + 4] + origin, base[p0 + 5] + origin
+    o = (base[p0] + origin, base[p0 + 1] + origin, base[p0 + 2] + origin,
+         base[p0 + 3] + origin, base[min(p0 + 4, base.shape[0] - 1)] + origin,
+         base[min(p0 + 5, base.shape[0] - 1)] + origin)
     for cb in range(in_blocks):
         lanes = min(LANES, cg - cb * LANES)
         for d in range(ntaps):
             offset = cb * plane + taps[d]
             if lanes == LANES:  # a whole block: a constant trip count
                 for i in range(LANES):
-                    _step4(acc, xs, n, offset + i, o0, o1, o2, o3, o4, o5, packed, g,
-                           b0, b1, b2, b3, cb, d, i)
+                    _step4(acc, xs, n, offset + i, o, packed, g, b0, b1, b2, b3, cb, d, i)
             else:
                 for i in range(lanes):
-                    _step4(acc, xs, n, offset + i, o0, o1, o2, o3, o4, o5, packed, g,
-                           b0, b1, b2, b3, cb, d, i)
-    return n, g, b0, p0
+                    _step4(acc, xs, n, offset + i, o, packed, g, b0, b1, b2, b3, cb, d, i)
 
 
 @numba.njit(inline="always")
@@ -316,12 +349,12 @@ def _compute_blocked_kernel(xs: np.ndarray, packed: np.ndarray, base: np.ndarray
     (N, C/16 * plane) and the weights packed by :func:`_pack_blocked_kernel`, plus the residual
     ``z`` (laid out as ``out``) unless it is None; ``base[p]`` is output pixel p's input offset
     within a block's plane, ``taps[r*S + s]`` the offset of tap (r, s), ``group_stride`` the
-    offset between groups.  Jobs are numbered (image, group, 4 output blocks, pixel tile), so
-    that one worker's consecutive jobs reuse the same weights; an output block count that is
-    not a multiple of 4 repeats its last block in the last job (computed, not stored).  Lanes
-    past K are not written (the caller zeroes them), and input lanes past C/group are never
-    read (they may hold anything).  A group's channels start on a block boundary (group 1, or
-    C/group and K/group multiples of 16).
+    offset between groups.  Jobs are numbered (image, group, :data:`BLOCKED_BLOCKS` output
+    blocks, pixel tile), so that one worker's consecutive jobs reuse the same weights; an
+    output block count that is not a multiple of :data:`BLOCKED_BLOCKS` repeats its last block
+    in the last job (computed, not stored).  Lanes past K are not written (the caller zeroes
+    them), and input lanes past C/group are never read (they may hold anything).  A group's
+    channels start on a block boundary (group 1, or C/group and K/group multiples of 16).
 
     A whole tile is stored with constant trip counts, and the residual's test
     is decided when the kernel compiles (``z`` typed None or an array: two compiled variants):
@@ -329,23 +362,30 @@ def _compute_blocked_kernel(xs: np.ndarray, packed: np.ndarray, base: np.ndarray
     slower)."""
     batch, _, pixels, _ = out.shape
     group, blocks = packed.shape[0], packed.shape[1]
-    tiles = (base.shape[0] + PIXELS - 1) // PIXELS
+    tiles = (base.shape[0] + BLOCKED_PIXELS - 1) // BLOCKED_PIXELS
     per_group = (blocks + BLOCKED_BLOCKS - 1) // BLOCKED_BLOCKS * tiles
     per_image = group * per_group
     low_v, high_v = out.dtype.type(low), out.dtype.type(high)
     zero = out.dtype.type(0)
     for job in prange(batch * per_image):
-        acc = numba.carray(stack_buffer(BLOCKED_TILE, out.dtype), (BLOCKED_BLOCKS, PIXELS, LANES))
-        n, g, b0, p0 = _accumulate4(acc, xs, job, per_image, per_group, tiles, packed, base,
-                                    taps, group_stride, plane, cg)
-        last = min(PIXELS, pixels - p0)
+        acc = numba.carray(stack_buffer(BLOCKED_TILE, out.dtype),
+                           (BLOCKED_BLOCKS, BLOCKED_PIXELS, LANES))
+        n = job // per_image
+        rest = job - n * per_image
+        g = rest // per_group
+        rest -= g * per_group
+        quad = rest // tiles
+        b0 = BLOCKED_BLOCKS * quad
+        p0 = min((rest - quad * tiles) * BLOCKED_PIXELS, base.shape[0] - BLOCKED_PIXELS)
+        _accumulate4(acc, xs, n, g, b0, p0, packed, base, taps, group_stride, plane, cg)
+        last = min(BLOCKED_PIXELS, pixels - p0)
         for i in range(min(BLOCKED_BLOCKS, blocks - b0)):
             ob = g * blocks + b0 + i
             k0 = ob * LANES
-            if last == PIXELS and k0 + LANES <= k_total:  # a whole tile
+            if last == BLOCKED_PIXELS and k0 + LANES <= k_total:  # a whole tile
                 for t in range(LANES):
                     b = bias[U(k0 + t)] if has_bias else zero
-                    for p in range(PIXELS):
+                    for p in range(BLOCKED_PIXELS):
                         _store(out, acc, z, n, ob, U(p0 + p), i, p, t, b, code, low_v, high_v)
             else:
                 for t in range(min(LANES, k_total - k0)):
