@@ -362,7 +362,9 @@ def _compute_blocked_kernel(xs: np.ndarray, packed: np.ndarray, base: np.ndarray
     slower)."""
     batch, _, pixels, _ = out.shape
     group, blocks = packed.shape[0], packed.shape[1]
-    tiles = (base.shape[0] + BLOCKED_PIXELS - 1) // BLOCKED_PIXELS
+    # tiles of the plane's own pixels: ``base`` is padded to 6 entries for planes of fewer,
+    # which a 4-pixel tile would otherwise cover twice
+    tiles = (pixels + BLOCKED_PIXELS - 1) // BLOCKED_PIXELS
     per_group = (blocks + BLOCKED_BLOCKS - 1) // BLOCKED_BLOCKS * tiles
     per_image = group * per_group
     low_v, high_v = out.dtype.type(low), out.dtype.type(high)
