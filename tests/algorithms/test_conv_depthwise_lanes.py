@@ -14,6 +14,9 @@ import numpy as np
 import pytest
 
 from fastrun_algorithms.conv import depthwise_lanes
+from fastrun_algorithms.conv._kernels_common import staged_columns
+from fastrun_algorithms.conv.epilogue import epilogue_args
+from fastrun_algorithms.conv.geometry import geometry
 from fastrun_algorithms.conv.operator import ConvOperator
 from tests.algorithms._helpers import (
     CONV_ACTIVATIONS,
@@ -73,6 +76,30 @@ def test_every_activation(activation):
     inputs = [value * 3 for value in inputs]  # both sides of every activation's knees
     output = LANES_CONV.run(problem, inputs, ctx=None)
     assert_matches_reference(OPERATOR, LANES_CONV, problem, inputs, output)
+
+
+def test_an_overlapping_last_block_leaves_the_shared_channels_to_the_block_before():
+    """With C not a multiple of 16 the last block recomputes channels of the block before
+    it.  Only that block may store them: when both stored and then activated them, a thread
+    could activate values another had already activated (a HardSwish applied twice, a flaky
+    7e-3 error).  The last block's tasks alone, into an output of NaNs, leave them NaN."""
+    c, side = 20, 6
+    problem = _problem(c=c, side=side, kernel=3, activation="hard_swish")
+    geo = geometry(problem)
+    inputs = OPERATOR.random_inputs(problem, np.random.default_rng(4))
+    packed, packed_bias = LANES_CONV.preprocess(problem, inputs)
+    rows = LANES_CONV.row_block(geo)
+    staged = np.zeros(LANES_CONV._stage_positions(geo) * depthwise_lanes.LANES, np.float32)
+    out = np.full((1, c, side, side), np.nan, np.float32)
+    tasks_per_block = -(-side // rows)
+    last_block = packed.shape[0] - 1
+    depthwise_lanes._tasks(
+        last_block * tasks_per_block, (last_block + 1) * tasks_per_block, inputs[0].reshape(-1),
+        inputs[0].shape, packed.reshape(packed.shape[0], -1), packed_bias, 3, 1, 1, 1, 1, 1, 1,
+        rows, staged_columns(geo), *epilogue_args(geo), staged, out.shape, out.reshape(-1))
+    shared = range(c - depthwise_lanes.LANES, last_block * depthwise_lanes.LANES)
+    assert np.isnan(out[0, shared]).all()
+    assert not np.isnan(out[0, last_block * depthwise_lanes.LANES:]).any()
 
 
 def test_packed_weights_give_the_same_bits():

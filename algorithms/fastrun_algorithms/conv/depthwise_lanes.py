@@ -28,10 +28,10 @@ switch over the activation codes inside the lane loop kept it scalar (with that 
 every activation the kernel took 1.7-2.7x as long on the layers of docs/performance.md, and
 over each pixel's 16 lanes a 5x5 HardSwish layer still 3.3x).  X, the output and the staged
 block are indexed flat, with the lane count a constant.  When C is not a multiple of 16 the
-last block starts at C - 16 and overlaps the one before it (those channels are computed twice,
-identically); fewer than 16 channels are refused.  The weights are packed once into (blocks,
-R*S, 16) with the bias (weight preprocessing).  Each thread stages into a buffer of its own,
-kept between calls (:class:`ScratchPool`).
+last block starts at C - 16 and overlaps the one before it (those channels are computed twice
+and stored once, by the earlier block); fewer than 16 channels are refused.  The weights are
+packed once into (blocks, R*S, 16) with the bias (weight preprocessing).  Each thread stages
+into a buffer of its own, kept between calls (:class:`ScratchPool`).
 
 Float32, channel multiplier 1 (K == C == group), square 3x3, 5x5 or 7x7 kernels, no residual;
 any stride, dilation and padding.  REPRODUCIBLE: each output sums its taps in a fixed order
@@ -160,7 +160,13 @@ def _tasks(first, last, x, x_shape, packed, packed_bias, size, sh, sw, dh, dw, p
         b = rest // rblocks
         oy0 = (rest - b * rblocks) * rows
         t_rows = min(rows, out_h - oy0)
-        first_plane = n * channels + _block_start(b, channels)
+        start = _block_start(b, channels)
+        first_plane = n * channels + start
+        # the lanes this task stores: a last block that overlaps the one before it leaves the
+        # shared channels to that block, so no channel is stored (and activated) by two tasks
+        # at once: with both storing and then activating, one could activate the other's
+        # already activated values a second time (a HardSwish applied twice)
+        own = b * LANES - start
         # stage the input rows these output rows read, channels minor
         y_first = oy0 * sh - pt
         staged_h = (t_rows - 1) * sh + (size - 1) * dh + 1
@@ -209,14 +215,14 @@ def _tasks(first, last, x, x_shape, packed, packed_bias, size, sh, sw, dh, dw, p
                             + _taps7(xs, o + 5 * d1, dw, packed, b, 35, t)
                             + _taps7(xs, o + 6 * d1, dw, packed, b, 42, t), floor, ceiling)
                 dst = first_plane * out_plane + oy * out_w + ox
-                for t in range(LANES):
+                for t in range(own, LANES):
                     out[U(dst + t * out_plane)] = tile[U(t)]
                 o += sw
         if not bounded:
             # the other activations over the task's stored rows, plane by plane, in loops of
             # their own: in the lane loops above their test of the code kept the taps scalar,
             # and over each pixel's 16 lanes a 5x5 layer still took 2.5-3.3x its time without
-            for t in range(LANES):
+            for t in range(own, LANES):
                 activate_in_place(out, (first_plane + t) * out_plane + oy0 * out_w,
                                   t_rows * out_w, code, low_v, high_v)
 
