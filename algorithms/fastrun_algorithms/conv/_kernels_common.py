@@ -58,6 +58,8 @@ from __future__ import annotations
 
 import functools
 import math
+from collections.abc import Callable
+from typing import Any
 
 import numba
 import numpy as np
@@ -219,6 +221,22 @@ def task_rows(geo: ConvGeometry, per_rows: int, max_outputs: int) -> int:
     if per_rows * ceil_div(geo.oh, rows) < wanted:
         rows = max(1, min(rows, ceil_div(geo.oh * per_rows, wanted)))
     return rows
+
+
+def per_thread_count(make: Callable[[], Any]) -> Callable[[], tuple[int, Any]]:
+    """For a bound call (``Algorithm.bind``) of the kernels whose tasks follow
+    :func:`task_rows`: a function giving the current thread count and ``make()``'s value for
+    it, made once per thread count.  The rows per task depend on the thread count, which a
+    shared CPU may change between calls, so a bound call can only remember them per count."""
+    made: dict[int, Any] = {}
+
+    def current() -> tuple[int, Any]:
+        threads = thread_count()
+        value = made.get(threads)
+        if value is None:
+            value = made[threads] = make()
+        return threads, value
+    return current
 
 
 def staged_columns(geo: ConvGeometry) -> int:

@@ -549,7 +549,7 @@ class BlockedDirectConv(ConvAlgorithm):
         geo = geometry(problem)
         plan = _plan(problem)
         _, _, stage, compute, compute_blocked = _compiled()
-        epilogue = (*epilogue_args(geo),)
+        epilogue = epilogue_args(geo)
         staged_view = (*plan.staged_shape[:2], geo.h, -1)
 
         def call(*inputs: Any) -> np.ndarray:

@@ -63,6 +63,7 @@ from fastrun_algorithms._common import (
 from fastrun_algorithms.conv import heuristic
 from fastrun_algorithms.conv._kernels_common import (
     input_and_output,
+    per_thread_count,
     staged_columns,
     staged_rows,
     task_rows,
@@ -332,20 +333,18 @@ class DepthwiseLanesConv(ConvAlgorithm):
         head = (geo.r, geo.stride_h, geo.stride_w, geo.dil_h, geo.dil_w, geo.pad_top,
                 geo.pad_left)
         tail = (staged_columns(geo), *epilogue_args(geo))
-        per_threads: dict[int, tuple[int, int]] = {}  # threads -> (row block, staged floats)
+        # (rows per task, staged floats per thread)
+        plan_now = per_thread_count(lambda: (self.row_block(geo),
+                                             self._stage_positions(geo) * LANES))
 
         def call(*inputs: Any) -> np.ndarray:
             packed, packed_bias = self.preprocess(problem, inputs) if prepared is None \
                 else prepared
             x, out = input_and_output(geo, inputs)
-            threads = thread_count()
-            plan = per_threads.get(threads)
-            if plan is None:
-                plan = per_threads[threads] = (self.row_block(geo),
-                                               self._stage_positions(geo) * LANES)
+            threads, (rows, staged) = plan_now()
             key = (problem.key, threads)
-            buffers = _SCRATCH.take(key, lambda: (np.zeros((threads, plan[1]), np.float32),))
-            kernel(x, packed.reshape(packed.shape[0], -1), packed_bias, *head, plan[0], *tail,
+            buffers = _SCRATCH.take(key, lambda: (np.zeros((threads, staged), np.float32),))
+            kernel(x, packed.reshape(packed.shape[0], -1), packed_bias, *head, rows, *tail,
                    *buffers, out)
             _SCRATCH.give(key, buffers)
             return geo.output_view(out)

@@ -62,6 +62,7 @@ from fastrun_algorithms._common import (
 )
 from fastrun_algorithms.conv._kernels_common import (
     input_and_output,
+    per_thread_count,
     staged_columns,
     staged_rows,
     task_rows,
@@ -364,22 +365,23 @@ class GroupedLanesConv(ConvAlgorithm):
         head = (geo.kg, channel_block(geo.kg), geo.r, geo.s, geo.stride_h, geo.stride_w,
                 geo.dil_h, geo.dil_w, geo.pad_top, geo.pad_left)
         columns, epilogue = staged_columns(geo), epilogue_args(geo)
-        per_threads: dict[int, tuple[int, int]] = {}  # threads -> (row block, plane)
+
+        def plan() -> tuple[int, int]:
+            """(rows per task, staged positions per input channel)."""
+            rows = self.row_block(geo)
+            return rows, self._plane(geo, rows)
+        plan_now = per_thread_count(plan)
 
         def call(*inputs: Any) -> np.ndarray:
             packed, packed_bias = self.preprocess(problem, inputs) if prepared is None \
                 else prepared
             x, out = input_and_output(geo, inputs)
-            threads = thread_count()
-            plan = per_threads.get(threads)
-            if plan is None:
-                rows = self.row_block(geo)
-                plan = per_threads[threads] = (rows, self._plane(geo, rows))
+            threads, (rows, plane) = plan_now()
             key = (problem.key, threads)
             offsets, buffers = _SCRATCH.take(key, lambda: (
                 self._row_offsets(geo), np.zeros((threads, self._staged_size(geo)),
                                                  np.float32)))
-            kernel(x, packed, packed_bias, offsets, *head, plan[0], columns, plan[1], *epilogue,
+            kernel(x, packed, packed_bias, offsets, *head, rows, columns, plane, *epilogue,
                    buffers, out)
             _SCRATCH.give(key, (offsets, buffers))
             return geo.output_view(out)
