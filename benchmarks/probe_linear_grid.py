@@ -48,8 +48,8 @@ def _grids(threads: int) -> list[tuple[int, int]]:
     return grids
 
 
-def _ort_time(x: np.ndarray, w: np.ndarray, bias: np.ndarray, threads: int, number: int,
-              rounds: int) -> float:
+def ort_projection_time(x: np.ndarray, w: np.ndarray, bias: np.ndarray, threads: int,
+                        number: int, rounds: int) -> float:
     """onnxruntime's seconds per call of a MatMul + Add graph (median of ``rounds``)."""
     import onnxruntime as ort
     from onnx import TensorProto, helper, numpy_helper
@@ -97,13 +97,21 @@ def _fastrun_times(x: np.ndarray, w: np.ndarray, bias: np.ndarray, threads: int,
     return interleaved_medians(variants, rounds, number)
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+def projection_arguments(description: str) -> argparse.Namespace:
+    """The options of the projection benchmarks: threads, rounds, calls per round and which
+    of :data:`SHAPES` (``args.wanted``: their labels, empty for all)."""
+    parser = argparse.ArgumentParser(description=description)
     parser.add_argument("--threads", type=int, default=16)
     parser.add_argument("--rounds", type=int, default=9)
     parser.add_argument("--number", type=int, default=20)
     parser.add_argument("--only", default="", help="comma-separated shape labels")
     args = parser.parse_args()
+    args.wanted = {s.strip() for s in args.only.split(",") if s.strip()}
+    return args
+
+
+def main() -> None:
+    args = projection_arguments(__doc__.split("\n\n")[0])
 
     import numba
 
@@ -114,15 +122,15 @@ def main() -> None:
     numba.set_num_threads(args.threads)
     print(header(f"blas_split's cuts of transformer projections, {args.threads} threads"))
     rng = np.random.default_rng(0)
-    wanted = {s.strip() for s in args.only.split(",") if s.strip()}
     for label, m, k, n in SHAPES:
-        if wanted and label not in wanted:
+        if args.wanted and label not in args.wanted:
             continue
         x = rng.standard_normal((m, k), dtype=np.float32)
         w = rng.standard_normal((k, n), dtype=np.float32)
         bias = rng.standard_normal(n, dtype=np.float32)
         times = _fastrun_times(x, w, bias, args.threads, args.number, args.rounds)
-        times["ort"] = ort_s = _ort_time(x, w, bias, args.threads, args.number, args.rounds)
+        times["ort"] = ort_s = ort_projection_time(x, w, bias, args.threads, args.number,
+                                                   args.rounds)
         time.sleep(0.2)  # let onnxruntime's workers stop spinning
         flops = 2.0 * m * n * k
         print(f"\n## {label}: {m}x{k} @ {k}x{n}, plan {split_plan(1, m, n, args.threads)}",

@@ -5,26 +5,31 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 from fastrun.attribute import AlgoAttribute
 from fastrun_algorithms import linear
+from fastrun_algorithms.linear import packed
 from tests.algorithms._helpers import assert_matches_reference, cpu_registry, numba_threads
 from tests.opencl_helpers import device_fixture  # noqa: F401
 
 REGISTRY = cpu_registry(linear)
 OPERATOR = REGISTRY.operator("linear")
 ALGORITHMS = REGISTRY.algorithms("linear")
+PACKED = next(a for a in ALGORITHMS if a.desc.name == "packed")
 
 
 @st.composite
 def problems(draw):
-    m, k, n = draw(st.integers(0, 70)), draw(st.integers(0, 40)), draw(st.integers(1, 50))
+    # N up to 150: whole and partial packed panels (64 columns on AVX-512, 32 on AVX2)
+    m, k, n = draw(st.integers(0, 70)), draw(st.integers(0, 40)), draw(st.integers(1, 150))
     shapes = [(m, k), (k, n)] + ([(n,)] if draw(st.booleans()) else [])
     dtype = draw(st.sampled_from(["float32", "float64"]))
     activation = draw(st.sampled_from([None, "none", "relu", "gelu"]))
     params = {} if activation is None else {"activation": activation}
+    if draw(st.booleans()):
+        params["weight_preprocess"] = True
     problem = OPERATOR.problem(shapes, [dtype] * len(shapes), **params)
     rng = np.random.default_rng(draw(st.integers(0, 2**32 - 1)))
     inputs = [rng.standard_normal(shape).astype(dtype) for shape in shapes]
@@ -40,8 +45,10 @@ def problems(draw):
 def test_matches_the_reference(algorithm, drawn):
     problem, inputs = drawn
     OPERATOR.validate(problem)
+    assume(algorithm.unusable_reason(problem) is None)
+    prepared = algorithm.preprocess(problem, inputs) if problem.weight_preprocess else None
     assert_matches_reference(OPERATOR, algorithm, problem, inputs,
-                             algorithm.run(problem, inputs, None))
+                             algorithm.run(problem, inputs, None, prepared))
 
 
 @pytest.mark.parametrize("algorithm", ALGORITHMS, ids=[a.desc.name for a in ALGORITHMS])
@@ -72,12 +79,55 @@ def test_bad_problems_are_named(shapes, params, message):
         OPERATOR.problem(shapes, ["float32"] * len(shapes), **params)
 
 
-def test_registered_and_the_split_goes_first():
-    assert [a.desc.name for a in ALGORITHMS] == ["blas", "blas_split"]
+def test_packed_is_bit_identical_across_thread_counts():
+    """One job sums each value over k in order, whatever the thread count; rows that are not
+    a whole tile, and columns that are not a whole panel, included."""
+    algorithm = PACKED
+    rng = np.random.default_rng(3)
+    for m, k, n in ((197, 33, 150), (2, 17, 5), (6, 8, packed.PANEL)):
+        problem = OPERATOR.problem([(m, k), (k, n), (n,)], ["float32"] * 3, activation="relu",
+                                   weight_preprocess=True)
+        inputs = [rng.standard_normal(s).astype(np.float32) for s in problem.shapes]
+        prepared = algorithm.preprocess(problem, inputs)
+        with numba_threads(1):
+            one = algorithm.run(problem, inputs, None, prepared)
+        np.testing.assert_array_equal(algorithm.run(problem, inputs, None, prepared), one)
+        np.testing.assert_array_equal(algorithm.run(problem, inputs, None), one)  # packs itself
+        assert_matches_reference(OPERATOR, algorithm, problem, inputs, one)
+
+
+def test_packed_weights_are_panels_of_the_tile_width_zero_past_n():
+    w = np.arange(3 * 70, dtype=np.float32).reshape(3, 70)
+    panels = packed.pack(w)
+    assert panels.shape == packed.packed_shape(3, 70) == (-(-70 // packed.PANEL), 3, packed.PANEL)
+    assert not panels.flags.writeable
+    np.testing.assert_array_equal(panels.transpose(1, 0, 2).reshape(3, -1)[:, :70], w)
+    assert not panels.transpose(1, 0, 2).reshape(3, -1)[:, 70:].any()
+
+
+def test_packed_refuses_what_it_cannot_tile_and_counts_its_workspace():
+    algorithm = PACKED
+    double = OPERATOR.problem([(4, 3), (3, 5)], ["float64"] * 2)
+    assert "float32 only" in algorithm.unusable_reason(double)
+    empty = OPERATOR.problem([(0, 3), (3, 5)], ["float32"] * 2)
+    assert "rows, columns and a depth" in algorithm.unusable_reason(empty)
+    per_call = OPERATOR.problem([(4, 3), (3, 70)], ["float32"] * 2)
+    assert algorithm.workspace_bytes(per_call) == 4 * 3 * packed.PANEL * -(-70 // packed.PANEL)
+    once = OPERATOR.problem([(4, 3), (3, 70)], ["float32"] * 2, weight_preprocess=True)
+    assert algorithm.workspace_bytes(once) == 0
+
+
+def test_registered_and_the_heuristic_order():
+    """``packed`` first where its weights are packed once and the tile is AVX-512's; the split
+    gemm first otherwise."""
+    assert [a.desc.name for a in ALGORITHMS] == ["blas", "blas_split", "packed"]
     assert all(a.attributes == AlgoAttribute.REPRODUCIBLE for a in ALGORITHMS)
     problem = OPERATOR.problem([(197, 64), (64, 96)], ["float32"] * 2)
     assert [a.desc.name for a in OPERATOR.heuristic_order(problem, ALGORITHMS)] == \
-        ["blas_split", "blas"]
+        ["blas_split", "packed", "blas"]
+    once = OPERATOR.problem([(197, 64), (64, 96)], ["float32"] * 2, weight_preprocess=True)
+    first = "packed" if packed.ROWS == 6 else "blas_split"
+    assert OPERATOR.heuristic_order(once, ALGORITHMS)[0].desc.name == first
 
 
 # -- on an OpenCL device ---------------------------------------------------------------------

@@ -10,7 +10,9 @@ output; here the bias and the activation are applied to each block of the output
 still in cache.
 
 Inputs X (M, K), W (K, N) and an optional bias B (N,), one float dtype.  ``activation``:
-``none``, ``relu`` or ``gelu`` (the exact, erf form).  Output (M, N).
+``none``, ``relu`` or ``gelu`` (the exact, erf form).  ``weight_preprocess``: W is a constant
+that algorithms may transform once, outside the timed calls (``packed`` packs it into column
+panels).  Output (M, N).
 """
 
 from __future__ import annotations
@@ -34,10 +36,11 @@ class LinearOperator(CanonicalOperator):
 
     name = "linear"
     version = 1
+    preprocesses_weights = True
 
     def canonical_params(self, shapes: Sequence[Shape], dtypes: Sequence[str],
                          params: Mapping[str, Any]) -> dict[str, Any]:
-        check_known_params(self.name, params, ("activation",))
+        check_known_params(self.name, params, ("activation", "weight_preprocess"))
         if len(shapes) not in (2, 3):
             raise ValueError(f"linear takes 2 or 3 inputs (X, W[, B]), got {len(shapes)}")
         if any(str(d) not in SUPPORTED_DTYPES for d in dtypes) or len(set(map(str, dtypes))) > 1:
@@ -52,7 +55,8 @@ class LinearOperator(CanonicalOperator):
         if activation not in ACTIVATIONS:
             raise ValueError(f"linear activation must be one of {', '.join(ACTIVATIONS)}, got "
                              f"{activation!r}")
-        return {"activation": activation}
+        return {"activation": activation,
+                **({"weight_preprocess": True} if params.get("weight_preprocess") else {})}
 
     def output_shape(self, problem: Problem) -> Shape:
         return (problem.shapes[0][0], problem.shapes[1][1])
