@@ -3,6 +3,8 @@ shapes, activations and dtypes, bit-identical across thread counts, clear errors
 
 from __future__ import annotations
 
+import platform
+
 import numpy as np
 import pytest
 from hypothesis import HealthCheck, assume, given, settings
@@ -94,6 +96,25 @@ def test_packed_is_bit_identical_across_thread_counts():
         np.testing.assert_array_equal(algorithm.run(problem, inputs, None, prepared), one)
         np.testing.assert_array_equal(algorithm.run(problem, inputs, None), one)  # packs itself
         assert_matches_reference(OPERATOR, algorithm, problem, inputs, one)
+
+
+def test_packed_prefetching_changes_no_value_and_reaches_past_the_end_harmlessly():
+    """The prefetch is a hint: the same bits with it off, at its distance, and far past the
+    packed weights' end; on x86 the kernel holds the processor's prefetch instruction."""
+    rng = np.random.default_rng(5)
+    x = rng.standard_normal((13, 40)).astype(np.float32)
+    w = rng.standard_normal((40, 70)).astype(np.float32)
+    bias = rng.standard_normal(70).astype(np.float32)
+    kernel, weights = packed._compiled(), packed.pack(w)
+    outputs = []
+    for ahead in (0, packed.AHEAD, 10**9):
+        out = np.empty((13, 70), np.float32)
+        kernel(x, weights, bias, True, 1, ahead, out)
+        outputs.append(out)
+    np.testing.assert_array_equal(outputs[1], outputs[0])
+    np.testing.assert_array_equal(outputs[2], outputs[0])
+    if platform.machine() in ("x86_64", "AMD64"):
+        assert any("prefetch" in text for text in kernel.inspect_asm().values())
 
 
 def test_packed_weights_are_panels_of_the_tile_width_zero_past_n():
