@@ -296,7 +296,12 @@ def _linear_layers(steps: list[Step], outputs: Iterable[Value], registry: Regist
     algorithm of ``device_kind`` computes it and the product has :data:`MIN_LINEAR_ROWS` rows
     or more.  The bias and the activation then cost no pass over the output of their own.
     The view, if any, stays, reading the linear step's output; the matmul's output and the
-    add's must have no other reader and be no graph output."""
+    add's must have no other reader and be no graph output.
+
+    Without an activation, an Add of that result and another tensor of its shape (a
+    transformer's residual connection after its output projection and its MLP) joins the
+    step as linear's residual Z; the step and the view then run where that Add ran, when Z
+    has been computed."""
     linear = operator_on(registry, "linear", device_kind)
     if linear is None:
         return steps
@@ -330,9 +335,15 @@ def _linear_layers(steps: list[Step], outputs: Iterable[Value], registry: Regist
                 follower.operator == "gelu" and follower.params.get("approximate") == "none")):
             pattern.append(follower)
             activation = follower.operator
-        final = pattern[-1].output
-        params = {"activation": activation}
+        params: dict[str, object] = {"activation": activation}
         inputs = [x, weight, Value(f"{add.node}.bias", bias.shape, x.dtype, bias)]
+        residual = _residual_add(only_reader(pattern[-1].output), pattern[-1].output) \
+            if activation == "none" else None
+        if residual is not None:
+            pattern.append(residual)
+            params["residual"] = True
+            inputs.append(next(v for v in residual.inputs if v is not pattern[-2].output))
+        final = pattern[-1].output
         fused = Step(
             node="+".join(dict.fromkeys(s.node for s in (product, *pattern))),
             op_type="+".join(dict.fromkeys(s.op_type for s in (product, *pattern))),
@@ -340,9 +351,27 @@ def _linear_layers(steps: list[Step], outputs: Iterable[Value], registry: Regist
             problem=pose(linear, inputs, **params), params=params)
         if view is not None:
             view.output = final  # the same reshape, now of the finished product
-        replaced[id(product)] = fused
+        if residual is None:
+            replaced[id(product)] = [fused]
+        else:  # Z may be computed after the matmul: run where the residual add ran
+            replaced[id(residual)] = [fused, *([view] if view is not None else [])]
+            dropped.update(id(s) for s in (product, *([view] if view is not None else [])))
         dropped.update(id(s) for s in pattern)
-    return [replaced.get(id(step), step) for step in steps if id(step) not in dropped]
+    return [kept for step in steps
+            for kept in replaced.get(id(step), [] if id(step) in dropped else [step])]
+
+
+def _residual_add(step: Step | None, value: Value) -> Step | None:
+    """``step`` when it adds ``value`` and a computed tensor of the same shape and dtype (no
+    broadcast), else None."""
+    if step is None or step.operator != "add" or len(step.inputs) != 2 \
+            or step.inputs[0] is step.inputs[1]:
+        return None
+    other = step.inputs[1] if step.inputs[0] is value else step.inputs[0]
+    if other.is_const or other.shape != value.shape or other.dtype != value.dtype \
+            or step.output.shape != value.shape:
+        return None
+    return step
 
 
 def _scaled_softmaxes(steps: list[Step], outputs: Iterable[Value], registry: Registry,

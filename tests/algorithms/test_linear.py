@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import platform
 
+import numba
 import numpy as np
 import pytest
 from hypothesis import HealthCheck, assume, given, settings
@@ -12,6 +13,7 @@ from hypothesis import strategies as st
 
 from fastrun.attribute import AlgoAttribute
 from fastrun_algorithms import linear
+from fastrun_algorithms._common import prefetch
 from fastrun_algorithms.linear import packed
 from tests.algorithms._helpers import assert_matches_reference, cpu_registry, numba_threads
 from tests.opencl_helpers import device_fixture  # noqa: F401
@@ -32,6 +34,9 @@ def problems(draw):
     params = {} if activation is None else {"activation": activation}
     if draw(st.booleans()):
         params["weight_preprocess"] = True
+    if draw(st.booleans()):  # a residual, in the batched shape a transformer gives it
+        params["residual"] = True
+        shapes.append(draw(st.sampled_from([(m, n), (1, m, n)])))
     problem = OPERATOR.problem(shapes, [dtype] * len(shapes), **params)
     rng = np.random.default_rng(draw(st.integers(0, 2**32 - 1)))
     inputs = [rng.standard_normal(shape).astype(dtype) for shape in shapes]
@@ -75,6 +80,8 @@ def test_reproducible_at_a_thread_count_and_close_across_them(algorithm):
     ([(2, 3), (3, 5)], {"activation": "tanh"}, "activation must be one of"),
     ([(2, 3), (3, 5)], {"alpha": 1.0}, "no parameter(s) alpha"),
     ([(2, 3)], {}, "takes 2 or 3 inputs"),
+    ([(2, 3), (3, 5), (5,)], {"residual": True}, "Z must have M x N = 10 values"),
+    ([(2, 3), (3, 5), (5,), (2, 5), (2, 5)], {"residual": True}, "and Z, got 5"),
 ])
 def test_bad_problems_are_named(shapes, params, message):
     with pytest.raises(ValueError, match=message.replace("(", r"\(").replace(")", r"\)")):
@@ -100,7 +107,7 @@ def test_packed_is_bit_identical_across_thread_counts():
 
 def test_packed_prefetching_changes_no_value_and_reaches_past_the_end_harmlessly():
     """The prefetch is a hint: the same bits with it off, at its distance, and far past the
-    packed weights' end; on x86 the kernel holds the processor's prefetch instruction."""
+    packed weights' end; on x86 it is the processor's prefetch instruction."""
     rng = np.random.default_rng(5)
     x = rng.standard_normal((13, 40)).astype(np.float32)
     w = rng.standard_normal((40, 70)).astype(np.float32)
@@ -109,12 +116,14 @@ def test_packed_prefetching_changes_no_value_and_reaches_past_the_end_harmlessly
     outputs = []
     for ahead in (0, packed.AHEAD, 10**9):
         out = np.empty((13, 70), np.float32)
-        kernel(x, weights, bias, True, 1, ahead, out)
+        kernel(x, weights, bias, True, np.zeros((1, 1), np.float32), False, 1, ahead, out)
         outputs.append(out)
     np.testing.assert_array_equal(outputs[1], outputs[0])
     np.testing.assert_array_equal(outputs[2], outputs[0])
-    if platform.machine() in ("x86_64", "AMD64"):
-        assert any("prefetch" in text for text in kernel.inspect_asm().values())
+    if platform.machine() in ("x86_64", "AMD64"):  # the instruction, in a fresh compilation
+        touch = numba.njit(lambda a, i: prefetch(a, i))
+        touch(x, 3)
+        assert any("prefetch" in text for text in touch.inspect_asm().values())
 
 
 def test_packed_weights_are_panels_of_the_tile_width_zero_past_n():
@@ -154,24 +163,26 @@ def test_registered_and_the_heuristic_order():
 # -- on an OpenCL device ---------------------------------------------------------------------
 
 @pytest.mark.parametrize("activation", ["none", "relu", "gelu"])
-@pytest.mark.parametrize("bias", [True, False])
+@pytest.mark.parametrize(("bias", "residual"), [(True, False), (False, False), (True, True),
+                                                (False, True)])
 def test_cl_linear_matches_the_reference_through_its_matmul_sub_problem(device, activation,
-                                                                        bias):
+                                                                        bias, residual):
     """A heuristic OpenCL session: cl_linear hands the product to the OpenCL matmul (chosen
-    for its shape) and finishes it with the bias and activation kernel; shapes of a ViT's
-    projection with an odd width, and one with no rows."""
+    for its shape) and finishes it with the bias, residual and activation kernel; shapes of a
+    ViT's projection with an odd width, and one with no rows."""
     import fastrun
 
     rng = np.random.default_rng(11)
     for m, k, n in ((197, 64, 96), (5, 3, 7), (0, 4, 3)):
         x = rng.standard_normal((m, k)).astype(np.float32)
         w = rng.standard_normal((k, n)).astype(np.float32)
-        inputs = [x, w] + ([rng.standard_normal(n).astype(np.float32)] if bias else [])
+        inputs = [x, w] + ([rng.standard_normal(n).astype(np.float32)] if bias else []) \
+            + ([rng.standard_normal((1, m, n)).astype(np.float32)] if residual else [])
+        params = {"activation": activation, **({"residual": True} if residual else {})}
         problem = OPERATOR.problem([a.shape for a in inputs], ["float32"] * len(inputs),
-                                   activation=activation)
+                                   **params)
         with fastrun.session(device="opencl", strategy="heuristic", progress=False) as session:
             decision = session.decide(problem)
-            out = session.device.to_host(session.call("linear", *inputs,
-                                                      activation=activation))
+            out = session.device.to_host(session.call("linear", *inputs, **params))
         assert decision.algorithm.desc.name == "cl_linear"
         assert_matches_reference(OPERATOR, decision.algorithm, problem, inputs, out)

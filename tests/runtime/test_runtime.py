@@ -541,6 +541,43 @@ def test_a_projection_its_bias_and_activation_are_one_linear_step(activation):
     assert_matches_onnxruntime(proto, model, model.random_inputs())
 
 
+@pytest.mark.parametrize("residual_later", [False, True])
+def test_a_residual_add_after_a_projection_joins_its_linear_step(residual_later):
+    """x + MatMul(x, W) + bias, the residual of a transformer block: one linear step with Z.
+    Where Z is computed after the matmul, the step runs where the add ran, and the view back
+    to 3-D after it."""
+    w = _models.GraphWriter()
+    w.node("MatMul", ["x", w.weight("w", (8, 8))], "h")
+    hb = w.node("Add", ["h", w.weight("bias", (8,))], "hb")
+    z = w.node("Relu", ["x"], "z") if residual_later else "x"
+    w.node("Add", [z, hb], "y")
+    proto = w.model((1, 20, 8), "y", opset=17)
+    model = load(proto, fastrun.session(cache=InMemoryCache(), strategy="fast-run", **FAST))
+    expected = ["view", "linear", "view"]
+    assert [s.operator for s in model.steps] == (["view", "relu", "linear", "view"]
+                                                 if residual_later else expected)
+    linear = next(s for s in model.steps if s.operator == "linear")
+    assert linear.problem.param("residual") and linear.problem.shapes[-1] == (1, 20, 8)
+    assert_matches_onnxruntime(proto, model, model.random_inputs())
+
+
+def test_an_add_after_an_activation_or_broadcast_stays_a_step():
+    """act(X W + B) + Z is not linear's act(X W + B + Z), and a Z that broadcasts is no
+    residual: both adds stay steps."""
+    w = _models.GraphWriter()
+    w.node("MatMul", ["x", w.weight("w", (8, 8))], "h")
+    hb = w.node("Relu", [w.node("Add", ["h", w.weight("bias", (8,))], "hb")], "r")
+    w.node("Add", ["x", hb], "y1")
+    w.node("MatMul", ["y1", w.weight("w2", (8, 8))], "h2")
+    h2b = w.node("Add", ["h2", w.weight("bias2", (8,))], "h2b")
+    w.node("Add", [w.node("ReduceMean", ["x"], "m", axes=[1]), h2b], "y")
+    proto = w.model((1, 20, 8), "y", opset=17)
+    model = load(proto, heuristic_session())
+    assert [s.operator for s in model.steps].count("add") == 2
+    assert not any(s.problem.param("residual") for s in model.steps if s.operator == "linear")
+    assert_matches_onnxruntime(proto, model, model.random_inputs())
+
+
 def test_a_segmentation_head_with_resize_matches_onnxruntime():
     """An FCN-style head as torchvision exports it: a conv, then a bilinear Resize to a fixed
     size (sizes, half_pixel), and an FPN-style nearest x2 upsample by scales, searched."""
@@ -765,8 +802,10 @@ def test_zoo_models_match_onnxruntime(zoo_models, name):
 
 
 def test_the_transformers_run_as_few_wide_steps(zoo_models):
-    """Every projection is one ``linear`` step with its bias (the MLP's first with its GELU),
-    the attention's products stay batched matmuls, and the adds left are the residuals."""
+    """Every projection is one ``linear`` step with its bias (the MLP's first with its GELU,
+    the output projection and the MLP's second with the residual add after them), the
+    attention's products stay batched matmuls, and the only adds left are ViT's position
+    embedding and its classifier's bias."""
     for name, layers in (("vit_ti16", 12), ("vit_b16", 12), ("bert_base", 12)):
         model = load(zoo_models[name], heuristic_session())
         operators = collections.Counter(step.operator for step in model.steps)
@@ -775,8 +814,10 @@ def test_the_transformers_run_as_few_wide_steps(zoo_models):
         activations = collections.Counter(step.problem.param("activation")
                                           for step in model.steps if step.operator == "linear")
         assert activations["gelu"] == layers, name
+        assert sum(bool(step.problem.param("residual")) for step in model.steps
+                   if step.operator == "linear") == 2 * layers, name
         assert operators["matmul"] == 2 * layers + head
-        assert operators["add"] == 2 * layers + 2 * head  # residuals, ViT's position embedding
+        assert operators["add"] == 2 * head  # ViT's position embedding, its classifier's bias
         assert operators["layer_norm"] == 2 * layers + head
         assert not {"gelu", "erf", "mul"} & set(operators), name
 

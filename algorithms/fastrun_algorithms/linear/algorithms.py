@@ -26,6 +26,7 @@ from fastrun.attribute import AlgoAttribute
 from fastrun.operator import Problem
 from fastrun_algorithms._common import CACHE, U, thread_count
 from fastrun_algorithms.activation.gelu import gelu_exact
+from fastrun_algorithms.linear.operator import operands
 from fastrun_algorithms.matmul.blas_split import gemm_unusable_reason, split_kernel, split_plan
 
 #: activation codes the kernels take
@@ -35,14 +36,16 @@ ROWS_PER_TASK = 8
 
 
 @numba.njit(inline="always", error_model="numpy")
-def _finish(out, bias, r0, r1, c0, c1, has_bias, code):
-    """Bias and activation on out[r0:r1, c0:c1]."""
+def _finish(out, bias, r0, r1, c0, c1, has_bias, code, z, has_residual):
+    """Bias, residual (``z``, laid out as ``out``) and activation on out[r0:r1, c0:c1]."""
     zero = out.dtype.type(0)
     for r in range(r0, r1):
         for c in range(c0, c1):
             v = out[r, U(c)]
             if has_bias:
                 v += bias[U(c)]
+            if has_residual:
+                v += z[r, U(c)]
             if code == 1:
                 v = zero if v < zero else v
             elif code == 2:
@@ -51,18 +54,28 @@ def _finish(out, bias, r0, r1, c0, c1, has_bias, code):
 
 
 @numba.njit(parallel=True, cache=CACHE, error_model="numpy")
-def _finish_rows(out, bias, has_bias, code):
+def _finish_rows(out, bias, has_bias, code, z, has_residual):
     rows, cols = out.shape
     for task in prange((rows + ROWS_PER_TASK - 1) // ROWS_PER_TASK):
         r0 = task * ROWS_PER_TASK
-        _finish(out, bias, r0, min(rows, r0 + ROWS_PER_TASK), 0, cols, has_bias, code)
+        _finish(out, bias, r0, min(rows, r0 + ROWS_PER_TASK), 0, cols, has_bias, code, z,
+                has_residual)
 
 
-def _operands(problem: Problem, inputs: Sequence[Any]) -> tuple[np.ndarray, ...]:
-    x, w = (np.ascontiguousarray(a) for a in inputs[:2])
-    bias = (np.ascontiguousarray(inputs[2], x.dtype) if len(inputs) > 2
-            else np.zeros(1, x.dtype))
-    return x, w, bias
+def finishing(problem: Problem, inputs: Sequence[Any], out: np.ndarray) -> tuple[Any, ...]:
+    """The finishing kernels' arguments after the product ``out`` (M, N): (bias, has_bias,
+    activation code, Z as (M, N), has_residual); an absent bias or Z is stood in for by a
+    one-value array of the right type, never read."""
+    _, _, bias, z = operands(problem, inputs)
+    return (np.zeros(1, out.dtype) if bias is None else np.ascontiguousarray(bias, out.dtype),
+            bias is not None, CODES[problem.param("activation")],
+            np.zeros((1, 1), out.dtype) if z is None
+            else np.ascontiguousarray(z, out.dtype).reshape(out.shape), z is not None)
+
+
+def _operands(problem: Problem, inputs: Sequence[Any]) -> tuple[np.ndarray, np.ndarray]:
+    x, w = operands(problem, inputs)[:2]
+    return np.ascontiguousarray(x), np.ascontiguousarray(w)
 
 
 class BlasLinear(Algorithm):
@@ -77,19 +90,20 @@ class BlasLinear(Algorithm):
 
     def run(self, problem: Problem, inputs: Sequence[Any], ctx: RunContext,
             prepared: Any = None) -> np.ndarray:
-        x, w, bias = _operands(problem, inputs)
+        x, w = _operands(problem, inputs)
         out = np.matmul(x, w)
-        code = CODES[problem.param("activation")]
-        if out.size and (len(inputs) > 2 or code):
-            _finish_rows(out, bias, len(inputs) > 2, code)
+        finish = finishing(problem, inputs, out)
+        if out.size and (finish[1] or finish[2] or finish[4]):
+            _finish_rows(out, *finish)
         return out
 
 
 @numba.njit(inline="always", error_model="numpy")
 def _finish_block(out, p, r0, r1, c0, c1, extra):
-    """``matmul.blas_split``'s block finisher for a (1, M, N) product: bias and activation."""
-    bias, has_bias, code = extra
-    _finish(out[0], bias, r0, r1, c0, c1, has_bias, code)
+    """``matmul.blas_split``'s block finisher for a (1, M, N) product: bias, residual and
+    activation (``extra``: :func:`finishing`'s arguments)."""
+    bias, has_bias, code, z, has_residual = extra
+    _finish(out[0], bias, r0, r1, c0, c1, has_bias, code, z, has_residual)
 
 
 class SplitBlasLinear(Algorithm):
@@ -108,16 +122,16 @@ class SplitBlasLinear(Algorithm):
 
     def run(self, problem: Problem, inputs: Sequence[Any], ctx: RunContext,
             prepared: Any = None) -> np.ndarray:
-        x, w, bias = _operands(problem, inputs)
+        x, w = _operands(problem, inputs)
         (m, k), n = x.shape, w.shape[1]
         if 0 in (m, k, n):  # no product to split: the epilogue of zeros
             out = np.zeros((m, n), x.dtype)
             if out.size:
-                _finish_rows(out, bias, len(inputs) > 2, CODES[problem.param("activation")])
+                _finish_rows(out, *finishing(problem, inputs, out))
             return out
         out = np.empty((1, m, n), x.dtype)
         row_parts, col_parts = split_plan(1, m, n, thread_count())
-        epilogue = (bias, len(inputs) > 2, CODES[problem.param("activation")])
-        split_kernel(problem.dtypes[0], _finish_block)(x.reshape(1, m, k), w.reshape(1, k, n),
-                                                       out, row_parts, col_parts, epilogue)
+        split_kernel(problem.dtypes[0], _finish_block)(
+            x.reshape(1, m, k), w.reshape(1, k, n), out, row_parts, col_parts,
+            finishing(problem, inputs, out[0]))
         return out[0]

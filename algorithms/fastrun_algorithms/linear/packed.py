@@ -54,6 +54,7 @@ from fastrun_algorithms._common import (
     vector_registers,
 )
 from fastrun_algorithms.activation.gelu import gelu_exact
+from fastrun_algorithms.linear.operator import operands
 
 #: Lanes of one weight block: the vector of a float32 AVX-512 register (two AVX2 ones).
 LANES = 16
@@ -128,9 +129,11 @@ def _accumulate(acc, x, packed, panel, m0, ahead):
 
 
 @numba.njit(inline="always", error_model="numpy")
-def _finish(v, bias, c, has_bias, code):
+def _finish(v, bias, z, r, c, has_bias, has_residual, code):
     if has_bias:
         v += bias[U(c)]
+    if has_residual:
+        v += z[r, U(c)]
     if code == 1:
         v = max(v, v - v)
     elif code == 2:
@@ -138,10 +141,11 @@ def _finish(v, bias, c, has_bias, code):
     return v
 
 
-def _kernel(x: np.ndarray, packed: np.ndarray, bias: np.ndarray, has_bias: bool, code: int,
-            ahead: int, out: np.ndarray) -> None:
-    """``out = act(x @ W + bias)`` with W packed by :func:`pack`; jobs numbered panel by
-    panel, then row tile; ``ahead``: see :data:`AHEAD`."""
+def _kernel(x: np.ndarray, packed: np.ndarray, bias: np.ndarray, has_bias: bool,
+            z: np.ndarray, has_residual: bool, code: int, ahead: int, out: np.ndarray) -> None:
+    """``out = act(x @ W + bias + z)`` with W packed by :func:`pack` (``z`` laid out as
+    ``out``, read only with ``has_residual``); jobs numbered panel by panel, then row tile;
+    ``ahead``: see :data:`AHEAD`."""
     m, n = out.shape
     tiles = (m + ROWS - 1) // ROWS
     for job in prange(packed.shape[0] * tiles):
@@ -156,13 +160,15 @@ def _kernel(x: np.ndarray, packed: np.ndarray, bias: np.ndarray, has_bias: bool,
                 for b in range(PANEL_BLOCKS):
                     for t in range(LANES):
                         c = c0 + b * LANES + t
-                        out[m0 + r, U(c)] = _finish(acc[b, r, t], bias, c, has_bias, code)
+                        out[m0 + r, U(c)] = _finish(acc[b, r, t], bias, z, m0 + r, c,
+                                                    has_bias, has_residual, code)
         else:
             for r in range(rows):
                 for b in range(PANEL_BLOCKS):
                     for t in range(min(LANES, n - c0 - b * LANES)):
                         c = c0 + b * LANES + t
-                        out[m0 + r, U(c)] = _finish(acc[b, r, t], bias, c, has_bias, code)
+                        out[m0 + r, U(c)] = _finish(acc[b, r, t], bias, z, m0 + r, c,
+                                                    has_bias, has_residual, code)
 
 
 @functools.cache
@@ -173,7 +179,8 @@ def _compiled() -> Callable[..., None]:
     readonly = functools.partial(types.Array, f32, layout="C", readonly=True)
     return numba.njit(
         types.void(readonly(ndim=2), readonly(ndim=3), readonly(ndim=1), types.boolean,
-                   types.intp, types.intp, types.Array(f32, 2, "C")),
+                   readonly(ndim=2), types.boolean, types.intp, types.intp,
+                   types.Array(f32, 2, "C")),
         parallel=True, cache=CACHE, fastmath=FASTMATH, error_model="numpy")(_kernel)
 
 
@@ -232,15 +239,16 @@ class PackedLinear(Algorithm):
         kernel = _compiled()
         code = CODES[problem.param("activation")]
         m, n = problem.shapes[0][0], problem.shapes[1][1]
-        no_bias = np.zeros(1, np.float32)
-        no_bias.flags.writeable = False
+        no_bias, no_residual = np.zeros(1, np.float32), np.zeros((1, 1), np.float32)
 
         def call(*inputs: Any) -> np.ndarray:
-            x = np.ascontiguousarray(inputs[0])
-            packed = pack(inputs[1]) if prepared is None else prepared
-            bias = np.ascontiguousarray(inputs[2]) if len(inputs) > 2 else no_bias
+            x, w, bias, z = operands(problem, inputs)
             out = np.empty((m, n), np.float32)
-            kernel(x, packed, bias, len(inputs) > 2, code, AHEAD, out)
+            kernel(np.ascontiguousarray(x), pack(w) if prepared is None else prepared,
+                   no_bias if bias is None else np.ascontiguousarray(bias), bias is not None,
+                   no_residual if z is None else np.ascontiguousarray(z).reshape(m, n),
+                   z is not None,
+                   code, AHEAD, out)
             return out
         return call
 
