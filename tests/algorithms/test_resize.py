@@ -87,6 +87,26 @@ def test_parallel_takes_a_segmentation_heads_linear_upsample(transform):
     assert_matches_reference(OPERATOR, PARALLEL, problem, [x], PARALLEL.run(problem, [x], None))
 
 
+@pytest.mark.parametrize(("height", "out_h", "two_pass"), [(28, 224, True), (17, 40, True),
+                                                            (40, 17, False), (9, 9, False)])
+def test_parallel_upsamples_in_two_passes_with_the_one_pass_bits(height, out_h, two_pass):
+    """Blending along W once per input row and then along H computes each output in the same
+    order as blending both rows for every output: the same bits.  Only an upsampling along H
+    takes the two passes, and counts the rows it keeps."""
+    from fastrun_algorithms.resize import algorithms
+
+    x = np.random.default_rng(4).standard_normal((1, 3, height, 11)).astype(np.float32)
+    problem = OPERATOR.problem_for([x], mode="linear", sizes=[1, 3, out_h, 29])
+    assert algorithms._two_pass(problem) is two_pass
+    assert PARALLEL.workspace_bytes(problem) == (3 * height * 29 * 4 if two_pass else 0)
+    rows, cols = algorithms.tables(problem)[2:]
+    row_weight, col_weight = (w[1] for w in algorithms._cast_weights(problem)[2:])
+    one_pass = np.empty((3, out_h, 29), np.float32)
+    algorithms._linear_rows(x[0], one_pass, rows.index[:, 0], rows.index[:, 1], row_weight,
+                            cols.index[:, 0], cols.index[:, 1], col_weight)
+    np.testing.assert_array_equal(PARALLEL.run(problem, [x], None)[0], one_pass)
+
+
 @pytest.mark.parametrize("algorithm", ALGORITHMS, ids=lambda a: a.desc.text)
 def test_allocates_only_its_workspace(algorithm):
     x = np.random.default_rng(1).standard_normal((1, 4, 32, 32)).astype(np.float32)

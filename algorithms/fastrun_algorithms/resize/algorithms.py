@@ -110,10 +110,44 @@ def _linear_rows(x, out, row_low, row_high, row_weight, col_low, col_high, col_w
             out[p, oh, ow] = top + (bottom - top) * wr
 
 
+@numba.njit(parallel=True, cache=CACHE)
+def _linear_rows_two_pass(x, rows_w, out, row_low, row_high, row_weight, col_low, col_high,
+                          col_weight):
+    """:func:`_linear_rows`' values, blended along W once per input row into ``rows_w``
+    (planes, H, out W), then along H one contiguous output row at a time: an upsampling's
+    output rows share their input rows, which the one-pass kernel blended again for each."""
+    planes, height, _ = x.shape
+    out_h, out_w = out.shape[1], out.shape[2]
+    for task in prange(planes * height):
+        p = task // height
+        ih = task - p * height
+        for ow in range(out_w):
+            c0, c1, wc = col_low[U(ow)], col_high[U(ow)], col_weight[U(ow)]
+            a, b = x[p, ih, c0], x[p, ih, c1]
+            rows_w[p, ih, U(ow)] = a + (b - a) * wc
+    for task in prange(planes * out_h):
+        p = task // out_h
+        oh = task - p * out_h
+        r0, r1, wr = row_low[oh], row_high[oh], row_weight[oh]
+        for ow in range(out_w):
+            top, bottom = rows_w[p, r0, U(ow)], rows_w[p, r1, U(ow)]
+            out[p, oh, U(ow)] = top + (bottom - top) * wr
+
+
+def _two_pass(problem: Problem) -> bool:
+    """Whether a linear resize blends along W once per input row first: when it makes more
+    output rows than there are input rows (an upsampling along H), so that the W blend is
+    shared.  A segmentation head's 8x bilinear upsampling of 21 class planes (28x28 to
+    224x224) took 1.0-1.35 ms in one pass on the 2-core VM, where onnxruntime's took 0.5."""
+    height, out_h = problem.shapes[0][2], problem.param("sizes")[2]
+    return problem.param("mode") == "linear" and out_h > height
+
+
 class ParallelResize(ParallelRanked, Algorithm):
     """numba over output rows, for 4-D inputs of which only H and W are resized (N and C
-    copied as they are), nearest or linear, no crop box.  REPRODUCIBLE: each output is
-    computed by one worker in one fixed order."""
+    copied as they are), nearest or linear (upsampling along H in two passes,
+    :func:`_two_pass`), no crop box.  REPRODUCIBLE: each output is computed by one worker in
+    one fixed order, the same in either pass plan."""
 
     name = "parallel"
     operator = "resize"
@@ -137,6 +171,13 @@ class ParallelResize(ParallelRanked, Algorithm):
             return "parallel needs a non-empty input and output"
         return None
 
+    def workspace_bytes(self, problem: Problem) -> int:
+        """The rows blended along W of a two-pass linear resize (:func:`_two_pass`)."""
+        if not _two_pass(problem):
+            return 0
+        n, c, height, _ = problem.shapes[0]
+        return n * c * height * problem.param("sizes")[3] * np.dtype(problem.dtypes[0]).itemsize
+
     def run(self, problem: Problem, inputs: Sequence[Any], ctx: RunContext,
             prepared: Any = None) -> np.ndarray:
         x = np.ascontiguousarray(inputs[0])
@@ -152,6 +193,11 @@ class ParallelResize(ParallelRanked, Algorithm):
         else:
             # the second tap's weights (the first weighs one minus it)
             row_weight, col_weight = (w[1] for w in _cast_weights(problem)[2:])
-            _linear_rows(x3, out3, rows.index[:, 0], rows.index[:, 1], row_weight,
-                         cols.index[:, 0], cols.index[:, 1], col_weight)
+            taps = (rows.index[:, 0], rows.index[:, 1], row_weight, cols.index[:, 0],
+                    cols.index[:, 1], col_weight)
+            if _two_pass(problem):
+                rows_w = np.empty((planes, height, sizes[3]), x.dtype)
+                _linear_rows_two_pass(x3, rows_w, out3, *taps)
+            else:
+                _linear_rows(x3, out3, *taps)
         return out
