@@ -21,6 +21,7 @@ def register(registry) -> None:
         implicit_gemm,
         naive,
         pointwise,
+        tapwise,
         tiled_1x1,
         via_nchw,
         winograd,
@@ -29,7 +30,7 @@ def register(registry) -> None:
     registry.register_operator(ConvOperator())
     for module in (direct, blocked_direct, depthwise, depthwise_lanes, blocked_depthwise,
                    grouped_lanes, im2col, implicit_gemm, conv1x1, pointwise, tiled_1x1,
-                   winograd, via_nchw, naive):
+                   tapwise, winograd, via_nchw, naive):
         for algorithm in module.algorithms():
             registry.register_algorithm(algorithm)
     if opencl_installed():
