@@ -339,6 +339,8 @@ def _linear_layers(steps: list[Step], outputs: Iterable[Value], registry: Regist
         inputs = [x, weight, Value(f"{add.node}.bias", bias.shape, x.dtype, bias)]
         residual = _residual_add(only_reader(pattern[-1].output), pattern[-1].output) \
             if activation == "none" else None
+        if residual is not None and (id(residual) in dropped or id(residual) in replaced):
+            residual = None  # another projection's residual already (a sum of two)
         if residual is not None:
             pattern.append(residual)
             params["residual"] = True

@@ -561,6 +561,23 @@ def test_a_residual_add_after_a_projection_joins_its_linear_step(residual_later)
     assert_matches_onnxruntime(proto, model, model.random_inputs())
 
 
+def test_a_sum_of_two_projections_takes_one_as_the_others_residual():
+    """(x W1 + b1) + (x W2 + b2): the first projection takes the second's output as its Z,
+    and the second stays a linear step of its own that runs before it."""
+    w = _models.GraphWriter()
+    first = w.node("Add", [w.node("MatMul", ["x", w.weight("w1", (8, 8))], "h1"),
+                           w.weight("b1", (8,))], "p1")
+    second = w.node("Add", [w.node("MatMul", ["x", w.weight("w2", (8, 8))], "h2"),
+                            w.weight("b2", (8,))], "p2")
+    w.node("Add", [first, second], "y")
+    proto = w.model((1, 20, 8), "y", opset=17)
+    model = load(proto, heuristic_session())
+    linears = [s for s in model.steps if s.operator == "linear"]
+    assert [s.operator for s in model.steps if s.operator != "view"] == ["linear", "linear"]
+    assert [bool(s.problem.param("residual")) for s in linears] == [False, True]
+    assert_matches_onnxruntime(proto, model, model.random_inputs())
+
+
 def test_an_add_after_an_activation_or_broadcast_stays_a_step():
     """act(X W + B) + Z is not linear's act(X W + B + Z), and a Z that broadcasts is no
     residual: both adds stay steps."""
