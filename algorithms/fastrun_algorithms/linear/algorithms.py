@@ -1,12 +1,13 @@
 """The ``linear`` operator's CPU algorithms: BLAS products finished by a numba epilogue.
 
 ``blas``: numpy's matmul (OpenBLAS on the calling thread), then one parallel pass over the
-output's rows that adds the bias and applies the activation.
+output's rows that adds the bias and the residual and applies the activation.
 
 ``blas_split``: ``matmul``'s ``blas_split`` kernel (one single-threaded gemm per block of output
 rows, or columns when there are few rows, on each of numba's workers) with a block finisher:
-each worker applies the bias and the activation to its block right after its gemm, while the
-block is in cache: one parallel region and one pass over the output instead of two of each.
+each worker applies the bias, the residual and the activation to its block right after its
+gemm, while the block is in cache: one parallel region and one pass over the output instead of
+two of each.
 
 REPRODUCIBLE as ``matmul``'s ``blas`` and ``blas_split`` are: every output value is summed
 over K by one gemm call in an order fixed by the shapes and the thread count.

@@ -17,8 +17,8 @@ x 4 blocks: 24 accumulators, 4 weight vectors and a broadcast, as ``conv``'s
 ``blocked_direct`` tile; with AVX2's 16 registers of 8 lanes, 3 rows x 2 blocks (12
 accumulators of 8 lanes: the weights are read as the multiply-adds' memory operands).  Jobs
 are numbered panel by panel, so the contiguous share of jobs each worker gets reads one or
-two panels, which stay in its cache.  The bias and the activation are applied as the tile is
-stored.  Each k step also prefetches the panel's weights :data:`AHEAD` steps on
+two panels, which stay in its cache.  The bias, the residual and the activation are applied
+as the tile is stored.  Each k step also prefetches the panel's weights :data:`AHEAD` steps on
 (:func:`fastrun_algorithms._common.prefetch`).  Measured with ``benchmarks/bench_linear.py``;
 the figures are in ``docs/performance.md``.
 
