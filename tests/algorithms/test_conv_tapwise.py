@@ -1,5 +1,6 @@
 """``tapwise``: which taps reach which outputs, the reference on dilated, strided and padded
-layers (taps that reach nothing included), its exact workspace, and its sub-problems."""
+layers (taps that reach nothing included; run directly also where the algorithm would not be
+offered), its exact workspace, its sub-problems, and where it is usable."""
 
 from __future__ import annotations
 
@@ -87,9 +88,14 @@ def test_groups_are_refused_with_the_reason():
     assert "one group" in TAPWISE.unusable_reason(grouped)
 
 
-def test_the_rule_of_thumb_puts_it_first_only_where_taps_reach_nothing():
-    aspp = _problem((1, 960, 14, 14), (256, 960, 3, 3), 24, 24)
+def test_usable_only_where_taps_read_mostly_padding_and_then_ranked_first():
+    """A 3x3 layer with a one-pixel border keeps most of its taps' outputs: refused, with the
+    share; the ASPP layers keep 11-18% and go ahead of im2col by the rule of thumb."""
     plain = _problem((1, 64, 14, 14), (64, 64, 3, 3), 1, 1)
-    assert TAPWISE.heuristic_rank(aspp) < TAPWISE.heuristic_rank(plain)
-    order = [a.desc.name for a in OPERATOR.heuristic_order(aspp, REGISTRY.algorithms("conv"))]
-    assert order.index("tapwise") < order.index("im2col")
+    assert "reach 91% of their outputs" in TAPWISE.unusable_reason(plain)
+    for dilation in (12, 24, 36):
+        aspp = _problem((1, 960, 14, 14), (256, 960, 3, 3), dilation, dilation)
+        assert TAPWISE.unusable_reason(aspp) is None
+        order = [a.desc.name
+                 for a in OPERATOR.heuristic_order(aspp, REGISTRY.algorithms("conv"))]
+        assert order.index("tapwise") < order.index("im2col")

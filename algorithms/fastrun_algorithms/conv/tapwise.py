@@ -17,7 +17,11 @@ written into the first tap's output rectangle, or added into the others'.  The b
 and activation then run as conv's epilogue pass.  With ``weight_preprocess`` the taps'
 weights are copied once into (taps, K, C) matrices.
 
-Groups are not taken (each group would be a product of its own per tap).
+Usable only where the taps reach at most :data:`MOST_REACHED` of the outputs they would in
+a layer without padding: elsewhere every tap reaches most outputs, and this would do
+``im2col``'s multiply-adds in more and smaller products with a pass per tap, while adding up
+to four matmul sub-problems of its own to every search.  Groups are not taken (each group
+would be a product of its own per tap).
 
 REPRODUCIBLE as far as its matmul sub-problems are: the taps are summed in one fixed order.
 """
@@ -38,6 +42,10 @@ from fastrun_algorithms.conv._gemm_common import epilogue_in_place, matmul_probl
 from fastrun_algorithms.conv.base import ConvAlgorithm
 from fastrun_algorithms.conv.epilogue import residual_operand
 from fastrun_algorithms.conv.geometry import ConvGeometry, geometry
+
+#: The largest share of its taps' outputs a layer may keep for ``tapwise`` to be usable: the
+#: ASPP layers it is for keep 11-18%, a 3x3 layer with a one-pixel border 82-98%.
+MOST_REACHED = 0.5
 
 
 @dataclass(frozen=True)
@@ -94,6 +102,13 @@ def _taps(problem: Problem) -> tuple[_Tap, ...]:
     return tuple(taps)
 
 
+@functools.lru_cache(maxsize=1024)
+def _reached(problem: Problem) -> float:
+    """The outputs the taps reach, over all of them for every tap."""
+    geo = geometry(problem)
+    return sum(tap.pixels for tap in _taps(problem)) / (geo.r * geo.s * geo.oh * geo.ow)
+
+
 def _whole(geo: ConvGeometry, tap: _Tap) -> bool:
     """Whether the tap reads the whole input, in order: its window is the image itself."""
     return (tap.rows.count == geo.h and tap.cols.count == geo.w and tap.rows.source == 0
@@ -111,13 +126,17 @@ class TapwiseConv(ConvAlgorithm):
 
     operator = "conv"
     name = "tapwise"
-    attributes = AlgoAttribute.REPRODUCIBLE
+    attributes = AlgoAttribute.REPRODUCIBLE | AlgoAttribute.USABLE_DEPEND_ON_SHAPE
     sub_operators = ("matmul",)
 
     def conv_unusable_reason(self, problem: Problem) -> str | None:
         geo = geometry(problem)
         if geo.group > 1:
             return f"tapwise takes one group (got {geo.group})"
+        share = _reached(problem)
+        if share > MOST_REACHED:
+            return (f"tapwise pays where taps read mostly padding: here they reach "
+                    f"{share:.0%} of their outputs (at most {MOST_REACHED:.0%})")
         return None
 
     def sub_problems(self, problem: Problem) -> Sequence[Problem]:
@@ -176,13 +195,9 @@ class TapwiseConv(ConvAlgorithm):
         return geo.output_view(out)
 
     def conv_rank(self, geo: ConvGeometry) -> tuple[float, ...]:
-        """Ahead of the GEMM family where taps reach no output (a dilated layer on a small
-        map), after the specialised kernels otherwise."""
-        reaching = sum(1 for r in range(geo.r)
-                       if _reach(geo.h, geo.oh, geo.stride_h, geo.pad_top, r * geo.dil_h)) \
-            * sum(1 for s in range(geo.s)
-                  if _reach(geo.w, geo.ow, geo.stride_w, geo.pad_left, s * geo.dil_w))
-        return (2, -1) if reaching < geo.r * geo.s else (5, 0)
+        """Ahead of the GEMM family: where it is usable, most of the other algorithms' work
+        multiplies padding."""
+        return (2, -1)
 
 
 def algorithms() -> list[Algorithm]:
