@@ -53,15 +53,22 @@ def run_worker(module: str, arguments: list[str], what: str,
                env: dict[str, str] | None = None) -> dict:
     """Run ``python -m module arguments`` from the repository root, a measurement in a process
     of its own, and return the JSON object its last output line holds; a failed worker ends
-    the benchmark with ``what`` and the end of its stderr."""
+    the benchmark with ``what`` and the end of its stderr.
+
+    The worker runs with ``-P`` and the repository root last on its ``PYTHONPATH``: ``-m``
+    would otherwise put the root (the working directory) first on ``sys.path``, so a variant
+    whose ``PYTHONPATH`` names another tree (``--variant "old:PYTHONPATH=OLD/algorithms:OLD"``)
+    got that tree's compute library but this tree's ``fastrun``."""
     import json
     import subprocess
     import sys
 
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    done = subprocess.run([sys.executable, "-m", module, *arguments],
-                          env={**os.environ, **env} if env else None, capture_output=True,
-                          text=True, cwd=root)
+    merged = {**os.environ, **(env or {})}
+    paths = [p for p in merged.get("PYTHONPATH", "").split(os.pathsep) if p]
+    merged["PYTHONPATH"] = os.pathsep.join([*paths, root])
+    done = subprocess.run([sys.executable, "-P", "-m", module, *arguments], env=merged,
+                          capture_output=True, text=True, cwd=root)
     if done.returncode != 0:
         raise SystemExit(f"{what} failed:\n{done.stderr[-3000:]}")
     return json.loads(done.stdout.strip().splitlines()[-1])

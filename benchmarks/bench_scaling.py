@@ -21,7 +21,9 @@ A ``--models`` entry ending in ``.onnx`` is a model file (a torchvision export, 
 the table and the cache files by its file name; the others are zoo models.
 
 Variants compare fastrun settings in the same alternation: ``--variant wide:`` and
-``--variant narrow:FASTRUN_VECTOR_BITS=256`` run two fastrun setups, each with its own cache.
+``--variant narrow:FASTRUN_VECTOR_BITS=256`` run two fastrun setups, each with its own cache;
+``--variant "old:PYTHONPATH=OLD/algorithms:OLD"`` runs the tree at OLD (a ``git worktree`` of
+an older commit), framework and compute library, beside this one.
 Both engines get the same threads and no pinning.  Weight preprocessing is on, as a runtime
 that loads a model once would run it.
 
