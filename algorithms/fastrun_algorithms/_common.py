@@ -258,6 +258,14 @@ def tile_rows8(i0, last):
 
 
 @numba.njit(inline="always")
+def tile_fma3(acc, t, x, w0, w1, w2):
+    """Column ``t`` of a 3-row tile: ``acc[i, t] += w_i * x`` (see :func:`tile_fma8`)."""
+    acc[0, t] += w0 * x
+    acc[1, t] += w1 * x
+    acc[2, t] += w2 * x
+
+
+@numba.njit(inline="always")
 def tile_fma4(acc, t, x, w0, w1, w2, w3):
     """Column ``t`` of a 4-row tile: ``acc[i, t] += w_i * x`` (see :func:`tile_fma8`)."""
     acc[0, t] += w0 * x

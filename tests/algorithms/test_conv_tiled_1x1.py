@@ -1,4 +1,4 @@
-"""The 1x1 conv in register tiles (8 x 32, or 4 x 16 on AVX2): the reference over random
+"""The 1x1 conv in register tiles (8 x 32, or 3 x 32 on AVX2): the reference over random
 problems (channel counts that are not a multiple of the tile's, planes smaller and larger than
 a tile, several images, strided inputs, strides of 1 to 3, every epilogue, a residual), every
 thread count, run-to-run identity (a strided problem's kept gather buffer included), and its

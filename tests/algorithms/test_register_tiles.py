@@ -43,11 +43,17 @@ def test_register_tile(monkeypatch, registers, lanes, wanted, tile):
 
 @pytest.mark.parametrize("module", KERNELS, ids=lambda m: m.__name__.rsplit(".", 1)[-1])
 def test_the_tiles_fit_this_processor(module):
-    """At most half the registers hold accumulators, leaving the rest for the input vectors
-    and the broadcast weights."""
+    """The accumulators, one broadcast weight per row and one input vector fit the registers
+    (16 accumulators in AVX2's 16 registers spilled on every multiply-add)."""
     registers, lanes = _common.vector_registers()
-    assert module.MR * -(-module.NR // lanes) <= registers // 2
+    assert module.MR * -(-module.NR // lanes) + module.MR + 1 <= registers
     assert module.TILE == module.MR * module.NR
+
+
+@pytest.mark.parametrize(("registers", "lanes", "tile"), [(32, 16, (8, 32)), (16, 8, (3, 32))])
+def test_tiled_1x1_tile(monkeypatch, registers, lanes, tile):
+    monkeypatch.setattr(_common, "vector_registers", lambda: (registers, lanes))
+    assert tiled_1x1._tile(registers, lanes) == tile
 
 
 def test_vector_registers_follow_numba_features(monkeypatch):

@@ -1,4 +1,4 @@
-"""1x1 convolution as register tiles of 8 output channels x 32 pixels (4 x 16 on AVX2), read in
+"""1x1 convolution as register tiles of 8 output channels x 32 pixels (3 x 32 on AVX2), read in
 place.
 
 Why it exists.  A 1x1 convolution is the product (K, C) @ (C, H*W) per image, but MobileNet's
@@ -11,10 +11,13 @@ multiply-adds into a tile held in registers (a stack buffer,
 applied as the tile is stored with whole-vector stores into the NCHW output.  Sixteen
 accumulators keep both multiply-add units of a core busy through their latency with 10 loads
 per 16 multiply-adds (a 6-channel tile measured the same or up to 20% slower).  With AVX2's 16
-registers the tile is 4 channels x 16 pixels, two registers per channel: two loads and four
-broadcasts per eight multiply-adds
-(:func:`fastrun_algorithms._common.register_tile`).  None, relu and clip are applied as
-the tile is stored with selects (``epilogue.clamp``), so that the store loop is a vector loop.
+registers the tile is 3 channels x 32 pixels (:func:`_tile`): 12 accumulators, 3 broadcasts
+and one input vector at a time fill the 16 registers, for four loads and three broadcasts per
+twelve multiply-adds; on MobileNet's and ShuffleNet's 1x1 layers on the 2-core AVX2 VM it took
+0.69-1.07 of the time of the 4 x 16 tile of :func:`fastrun_algorithms._common.register_tile`
+(0.80 summed over 14 layers, the two interleaved in one process).  None, relu and clip are
+applied as the tile is stored with selects (``epilogue.clamp``), so that the store loop is a
+vector loop.
 
 On MobileNetV2's 1x1 layers on 2 cores (AMD Zen 5) it took 0.51-0.82 of the time of the best
 other algorithm (16->96 at 112x112: 179 against ``pointwise``'s 255 us; 32->16 at 112x112:
@@ -56,9 +59,10 @@ from fastrun_algorithms._common import (
     register_tile,
     stack_buffer,
     thread_count,
-    tile_fma4,
+    tile_fma3,
     tile_fma8,
     tile_rows8,
+    vector_registers,
 )
 from fastrun_algorithms.conv import heuristic
 from fastrun_algorithms.conv._gemm_common import buffer, item_type, no_bias, operands, readonly
@@ -73,8 +77,18 @@ from fastrun_algorithms.conv.epilogue import (
 )
 from fastrun_algorithms.conv.geometry import ConvGeometry, geometry
 
+
+def _tile(registers: int, lanes: int) -> tuple[int, int]:
+    """(output channels, pixels) of one job's tile: 8 x 32 where there are 32 vector registers
+    (:func:`fastrun_algorithms._common.register_tile`), else 3 channels x four vectors (see the
+    module docstring)."""
+    if registers >= 32:
+        return register_tile(32)
+    return 3, 4 * lanes
+
+
 #: Output channels and pixels of one job's tile.
-MR, NR = register_tile(32)
+MR, NR = _tile(*vector_registers())
 #: Elements of the tile: a global, so that numba sees the literal the stack buffer needs.
 TILE = MR * NR
 
@@ -88,9 +102,9 @@ def _channel_step(acc, x, w, n, c, p0, width, r0, r1, r2, r3, r4, r5, r6, r7):
         for t in range(width):
             tile_fma8(acc, t, x[n, c, p0 + U(t)], w0, w1, w2, w3, w4, w5, w6, w7)
     else:
-        w0, w1, w2, w3 = w[r0, c], w[r1, c], w[r2, c], w[r3, c]
+        w0, w1, w2 = w[r0, c], w[r1, c], w[r2, c]
         for t in range(width):
-            tile_fma4(acc, t, x[n, c, p0 + U(t)], w0, w1, w2, w3)
+            tile_fma3(acc, t, x[n, c, p0 + U(t)], w0, w1, w2)
 
 
 def _tiled_kernel(x: np.ndarray, w: np.ndarray, bias: np.ndarray, has_bias: bool, code: int,
@@ -196,8 +210,8 @@ class Tiled1x1Conv(ConvAlgorithm):
     name = "tiled_1x1"
     attributes = AlgoAttribute.REPRODUCIBLE
     #: 2: strided problems became usable (their entries are measured again with it); 3: the
-    #: 4 x 16 tile on 16 registers
-    version = 3
+    #: 4 x 16 tile on 16 registers; 4: the 3 x 32 one
+    version = 4
     #: where the gathered inputs of strided problems are kept between calls
     scratch = _SCRATCH
 
@@ -268,7 +282,7 @@ class Tiled1x1Conv(ConvAlgorithm):
         # on 2 cores it took 0.51-0.82 of the best other algorithm's time (tied with
         # blocked_direct on 576->96 at 14x14), and on the 16-core host fast-run picked it for
         # 14 of MobileNetV2's 19 distinct 1x1 layers, blocked_direct for the other 5 (the
-        # deepest sums).  A 4-row tile (AVX2) goes after pointwise (heuristic.TILED_1X1_MIN_ROWS).
+        # deepest sums).  A 3-row tile (AVX2) goes after pointwise (heuristic.TILED_1X1_MIN_ROWS).
         strided = self._strided(geo)
         if strided and thread_count() < heuristic.BLOCKED_MIN_THREADS:
             # ResNet-50's three strided (downsampling) 1x1 layers (2026-11-27,
@@ -277,7 +291,7 @@ class Tiled1x1Conv(ConvAlgorithm):
             # on 16 threads it took 0.89-1.19, blocked_direct 1.19-1.21, im2col 1.06-1.40.
             return (2, 0.5)
         if not strided and MR < heuristic.TILED_1X1_MIN_ROWS:
-            return (0, 4)  # AVX2's 4-row tile: after pointwise and conv1x1
+            return (0, 4)  # AVX2's 3-row tile: after pointwise and conv1x1
         return (0, 0.2)
 
 
