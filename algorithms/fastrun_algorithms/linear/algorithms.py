@@ -27,31 +27,38 @@ from fastrun.attribute import AlgoAttribute
 from fastrun.operator import Problem
 from fastrun_algorithms._common import CACHE, U, thread_count
 from fastrun_algorithms.activation.gelu import gelu_exact
-from fastrun_algorithms.linear.operator import operands
+from fastrun_algorithms.linear.operator import CODES, operands
 from fastrun_algorithms.matmul.blas_split import gemm_unusable_reason, split_kernel, split_plan
 
-#: activation codes the kernels take
-CODES = {"none": 0, "relu": 1, "gelu": 2}
 #: rows per task of ``blas``'s epilogue pass
 ROWS_PER_TASK = 8
 
 
 @numba.njit(inline="always", error_model="numpy")
+def finish_value(v, bias, z, r, c, has_bias, has_residual, code, zero):
+    """Output (r, c)'s product ``v`` finished: plus the bias, plus the residual (``z``, laid
+    out as the output), then the activation (:data:`CODES`; ``zero`` of the output's dtype, so
+    that a relu keeps a NaN and the dtype).  Every CPU algorithm of the operator finishes its
+    values here."""
+    if has_bias:
+        v += bias[U(c)]
+    if has_residual:
+        v += z[r, U(c)]
+    if code == 1:
+        v = zero if v < zero else v
+    elif code == 2:
+        v = gelu_exact(v)
+    return v
+
+
+@numba.njit(inline="always", error_model="numpy")
 def _finish(out, bias, r0, r1, c0, c1, has_bias, code, z, has_residual):
-    """Bias, residual (``z``, laid out as ``out``) and activation on out[r0:r1, c0:c1]."""
+    """Bias, residual and activation on out[r0:r1, c0:c1] in place."""
     zero = out.dtype.type(0)
     for r in range(r0, r1):
         for c in range(c0, c1):
-            v = out[r, U(c)]
-            if has_bias:
-                v += bias[U(c)]
-            if has_residual:
-                v += z[r, U(c)]
-            if code == 1:
-                v = zero if v < zero else v
-            elif code == 2:
-                v = gelu_exact(v)
-            out[r, U(c)] = v
+            out[r, U(c)] = finish_value(out[r, U(c)], bias, z, r, c, has_bias, has_residual,
+                                        code, zero)
 
 
 @numba.njit(parallel=True, cache=CACHE, error_model="numpy")
@@ -93,9 +100,9 @@ class BlasLinear(Algorithm):
             prepared: Any = None) -> np.ndarray:
         x, w = _operands(problem, inputs)
         out = np.matmul(x, w)
-        finish = finishing(problem, inputs, out)
-        if out.size and (finish[1] or finish[2] or finish[4]):
-            _finish_rows(out, *finish)
+        bias, has_bias, code, z, has_residual = finishing(problem, inputs, out)
+        if out.size and (has_bias or code or has_residual):
+            _finish_rows(out, bias, has_bias, code, z, has_residual)
         return out
 
 

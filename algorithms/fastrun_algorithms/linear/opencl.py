@@ -23,10 +23,7 @@ from fastrun.operator import Problem
 from fastrun_algorithms import _opencl_common as common
 from fastrun_algorithms.activation.opencl._kernels import GELU_EXACT, PRELUDE
 from fastrun_algorithms.conv._gemm_common import matmul_problem
-from fastrun_algorithms.linear.operator import operands
-
-#: activation codes of the epilogue's ``-D ACT``
-ACTIVATIONS = {"none": 0, "relu": 1, "gelu": 2}
+from fastrun_algorithms.linear.operator import CODES, operands
 
 EPILOGUE = PRELUDE + GELU_EXACT + r"""
 /* y (rows, cols) = act(y + bias + z) in place, one element per work-item; the bias is read per
@@ -72,7 +69,7 @@ class OpenCLLinear(common.OpenCLAlgorithm):
         dtype = np.dtype(problem.dtypes[0])
         x, w, bias, z = operands(problem, inputs)
         out = ctx.call(self._product(problem), x, w)
-        activation = ACTIVATIONS[problem.param("activation")]
+        activation = CODES[problem.param("activation")]  # the epilogue's ``-D ACT``
         total = problem.shapes[0][0] * problem.shapes[1][1]
         if total == 0 or not (bias is not None or z is not None or activation):
             return out

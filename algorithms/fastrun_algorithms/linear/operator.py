@@ -33,6 +33,8 @@ from fastrun_algorithms.activation.operator import gelu_error
 
 SUPPORTED_DTYPES = ("float32", "float64")
 ACTIVATIONS = ("none", "relu", "gelu")
+#: The activation codes the CPU and OpenCL kernels take: none 0, relu 1, gelu 2.
+CODES = {name: code for code, name in enumerate(ACTIVATIONS)}
 
 
 def operands(problem: Problem, inputs: Sequence[Any]) -> tuple[Any, Any, Any, Any]:

@@ -53,8 +53,8 @@ from fastrun_algorithms._common import (
     stack_buffer,
     vector_registers,
 )
-from fastrun_algorithms.activation.gelu import gelu_exact
-from fastrun_algorithms.linear.operator import operands
+from fastrun_algorithms.linear.algorithms import finish_value
+from fastrun_algorithms.linear.operator import CODES, operands
 
 #: Lanes of one weight block: the vector of a float32 AVX-512 register (two AVX2 ones).
 LANES = 16
@@ -81,8 +81,6 @@ TILE = ROWS * PANEL
 #: 72 projections took 27.3-28.5 ms without prefetching, 25.7-27.3 ms 16 steps ahead and
 #: 26.3-27.8 at 4 and 8.
 AHEAD = 16
-#: Activation codes of the kernel.
-CODES = {"none": 0, "relu": 1, "gelu": 2}
 
 
 @numba.njit(inline="always")
@@ -128,19 +126,6 @@ def _accumulate(acc, x, packed, panel, m0, ahead):
                 _fma_rows(acc, 3, t, x0, x1, x2, x3, x4, x5, packed[panel, k, U(3 * LANES + t)])
 
 
-@numba.njit(inline="always", error_model="numpy")
-def _finish(v, bias, z, r, c, has_bias, has_residual, code):
-    if has_bias:
-        v += bias[U(c)]
-    if has_residual:
-        v += z[r, U(c)]
-    if code == 1:
-        v = max(v, v - v)
-    elif code == 2:
-        v = gelu_exact(v)
-    return v
-
-
 def _kernel(x: np.ndarray, packed: np.ndarray, bias: np.ndarray, has_bias: bool,
             z: np.ndarray, has_residual: bool, code: int, ahead: int, out: np.ndarray) -> None:
     """``out = act(x @ W + bias + z)`` with W packed by :func:`pack` (``z`` laid out as
@@ -148,6 +133,7 @@ def _kernel(x: np.ndarray, packed: np.ndarray, bias: np.ndarray, has_bias: bool,
     ``ahead``: see :data:`AHEAD`."""
     m, n = out.shape
     tiles = (m + ROWS - 1) // ROWS
+    zero = out.dtype.type(0)
     for job in prange(packed.shape[0] * tiles):
         panel = job // tiles
         m0 = min((job - panel * tiles) * ROWS, max(m - ROWS, 0))
@@ -160,15 +146,15 @@ def _kernel(x: np.ndarray, packed: np.ndarray, bias: np.ndarray, has_bias: bool,
                 for b in range(PANEL_BLOCKS):
                     for t in range(LANES):
                         c = c0 + b * LANES + t
-                        out[m0 + r, U(c)] = _finish(acc[b, r, t], bias, z, m0 + r, c,
-                                                    has_bias, has_residual, code)
+                        out[m0 + r, U(c)] = finish_value(acc[b, r, t], bias, z, m0 + r, c,
+                                                         has_bias, has_residual, code, zero)
         else:
             for r in range(rows):
                 for b in range(PANEL_BLOCKS):
                     for t in range(min(LANES, n - c0 - b * LANES)):
                         c = c0 + b * LANES + t
-                        out[m0 + r, U(c)] = _finish(acc[b, r, t], bias, z, m0 + r, c,
-                                                    has_bias, has_residual, code)
+                        out[m0 + r, U(c)] = finish_value(acc[b, r, t], bias, z, m0 + r, c,
+                                                         has_bias, has_residual, code, zero)
 
 
 @functools.cache
