@@ -61,6 +61,14 @@ class _Reach:
     def count(self) -> int:
         return self.last - self.first + 1
 
+    @property
+    def outputs(self) -> slice:
+        return slice(self.first, self.last + 1)
+
+    def inputs(self, stride: int) -> slice:
+        """The input indices the reached outputs read, ``stride`` apart."""
+        return slice(self.source, self.source + (self.count - 1) * stride + 1, stride)
+
 
 def _reach(size: int, out: int, stride: int, pad: int, offset: int) -> _Reach | None:
     """Along one axis: the outputs o with 0 <= o * stride - pad + offset < size (an interval),
@@ -115,10 +123,12 @@ def _whole(geo: ConvGeometry, tap: _Tap) -> bool:
             and tap.cols.source == 0 and geo.stride_h == geo.stride_w == 1)
 
 
-def _products(problem: Problem) -> list[Problem]:
+@functools.lru_cache(maxsize=1024)
+def _products(problem: Problem) -> tuple[Problem, ...]:
+    """Each reaching tap's matmul sub-problem, in :func:`_taps`' order."""
     geo = geometry(problem)
-    return [matmul_problem((geo.k, geo.c), (geo.c, tap.pixels), geo.dtype)
-            for tap in _taps(problem)]
+    return tuple(matmul_problem((geo.k, geo.c), (geo.c, tap.pixels), geo.dtype)
+                 for tap in _taps(problem))
 
 
 class TapwiseConv(ConvAlgorithm):
@@ -140,7 +150,7 @@ class TapwiseConv(ConvAlgorithm):
         return None
 
     def sub_problems(self, problem: Problem) -> Sequence[Problem]:
-        return _products(problem) * geometry(problem).n
+        return list(_products(problem)) * geometry(problem).n
 
     def workspace_bytes(self, problem: Problem) -> int:
         """One tap at a time: its gathered window, its product and (without weight
@@ -157,18 +167,18 @@ class TapwiseConv(ConvAlgorithm):
         """The reaching taps' weights as contiguous (taps, K, C) matrices."""
         geo = geometry(problem)
         w = operands(geo, inputs)[1]
-        return np.ascontiguousarray(
-            np.stack([w[:, :, tap.r, tap.s] for tap in _taps(problem)])
-            if _taps(problem) else np.zeros((0, geo.k, geo.c), w.dtype))
+        taps = _taps(problem)
+        return np.ascontiguousarray(np.stack([w[:, :, tap.r, tap.s] for tap in taps])) \
+            if taps else np.zeros((0, geo.k, geo.c), w.dtype)
 
     def run(self, problem: Problem, inputs: Sequence[Any], ctx: RunContext,
             prepared: Any = None) -> np.ndarray:
         geo = geometry(problem)
         x, w, bias = operands(geo, inputs)
         taps, products = _taps(problem), _products(problem)
-        out = np.zeros((geo.n, geo.k, geo.oh, geo.ow), x.dtype) if not taps \
-            or taps[0].pixels < geo.oh * geo.ow else \
-            np.empty((geo.n, geo.k, geo.oh, geo.ow), x.dtype)
+        # the first tap's product is written where it reaches every output, else added to zeros
+        written = bool(taps) and taps[0].pixels == geo.oh * geo.ow
+        out = (np.empty if written else np.zeros)((geo.n, geo.k, geo.oh, geo.ow), x.dtype)
         for n in range(geo.n):
             for index, (tap, product) in enumerate(zip(taps, products, strict=True)):
                 weights = prepared[index] if prepared is not None \
@@ -176,17 +186,13 @@ class TapwiseConv(ConvAlgorithm):
                 if _whole(geo, tap):
                     window = x[n].reshape(geo.c, -1)
                 else:
-                    rows, cols = tap.rows, tap.cols
-                    window = np.ascontiguousarray(x[
-                        n, :,
-                        rows.source:rows.source + (rows.count - 1) * geo.stride_h + 1:geo.stride_h,
-                        cols.source:cols.source + (cols.count - 1) * geo.stride_w + 1:geo.stride_w,
-                    ]).reshape(geo.c, -1)
+                    window = np.ascontiguousarray(x[n, :, tap.rows.inputs(geo.stride_h),
+                                                    tap.cols.inputs(geo.stride_w)])
+                    window = window.reshape(geo.c, -1)
                 result = np.asarray(ctx.call(product, weights, window)).reshape(
                     geo.k, tap.rows.count, tap.cols.count)
-                target = out[n, :, tap.rows.first:tap.rows.last + 1,
-                             tap.cols.first:tap.cols.last + 1]
-                if index == 0 and tap.pixels == geo.oh * geo.ow:
+                target = out[n, :, tap.rows.outputs, tap.cols.outputs]
+                if index == 0 and written:
                     target[...] = result
                 else:
                     target += result
