@@ -337,14 +337,15 @@ def _linear_layers(steps: list[Step], outputs: Iterable[Value], registry: Regist
             activation = follower.operator
         params: dict[str, object] = {"activation": activation}
         inputs = [x, weight, Value(f"{add.node}.bias", bias.shape, x.dtype, bias)]
-        residual = _residual_add(only_reader(pattern[-1].output), pattern[-1].output) \
-            if activation == "none" else None
-        if residual is not None and (id(residual) in dropped or id(residual) in replaced):
-            residual = None  # another projection's residual already (a sum of two)
-        if residual is not None:
+        residual = only_reader(pattern[-1].output) if activation == "none" else None
+        z = _residual_operand(residual, pattern[-1].output)
+        # an Add another projection has taken already (a sum of two) stays that one's
+        if z is not None and id(residual) not in dropped and id(residual) not in replaced:
             pattern.append(residual)
             params["residual"] = True
-            inputs.append(next(v for v in residual.inputs if v is not pattern[-2].output))
+            inputs.append(z)
+        else:
+            residual = None
         final = pattern[-1].output
         fused = Step(
             node="+".join(dict.fromkeys(s.node for s in (product, *pattern))),
@@ -356,16 +357,17 @@ def _linear_layers(steps: list[Step], outputs: Iterable[Value], registry: Regist
         if residual is None:
             replaced[id(product)] = [fused]
         else:  # Z may be computed after the matmul: run where the residual add ran
-            replaced[id(residual)] = [fused, *([view] if view is not None else [])]
-            dropped.update(id(s) for s in (product, *([view] if view is not None else [])))
+            moved = [fused] if view is None else [fused, view]
+            replaced[id(residual)] = moved
+            dropped.update(id(s) for s in (product, *moved[1:]))
         dropped.update(id(s) for s in pattern)
     return [kept for step in steps
             for kept in replaced.get(id(step), [] if id(step) in dropped else [step])]
 
 
-def _residual_add(step: Step | None, value: Value) -> Step | None:
-    """``step`` when it adds ``value`` and a computed tensor of the same shape and dtype (no
-    broadcast), else None."""
+def _residual_operand(step: Step | None, value: Value) -> Value | None:
+    """The other operand when ``step`` adds ``value`` and a computed tensor of the same shape
+    and dtype (no broadcast), else None."""
     if step is None or step.operator != "add" or len(step.inputs) != 2 \
             or step.inputs[0] is step.inputs[1]:
         return None
@@ -373,7 +375,7 @@ def _residual_add(step: Step | None, value: Value) -> Step | None:
     if other.is_const or other.shape != value.shape or other.dtype != value.dtype \
             or step.output.shape != value.shape:
         return None
-    return step
+    return other
 
 
 def _scaled_softmaxes(steps: list[Step], outputs: Iterable[Value], registry: Registry,
