@@ -150,7 +150,7 @@ SETTINGS = settings(max_examples=60, deadline=None,
 def test_matches_reference(algorithm: Algorithm, data: st.DataObject) -> None:
     problem, inputs = data.draw(window_cases(algorithm.operator))
     if not algorithm.usable(problem):
-        assert len(problem.shapes[0]) == 5 and algorithm.name == "direct"
+        assert len(problem.shapes[0]) == 5 and algorithm.name in ("direct", "rows")
         return
     check(algorithm, problem, inputs)
 
@@ -437,26 +437,27 @@ def test_workspace_figures():
 def test_attributes_identities_and_order():
     for name in OPERATORS:
         texts = [a.desc.text for a in REGISTRY.algorithms(name)]
-        assert texts == (["direct", "numpy"] if name in ("maxpool", "avgpool") else
+        assert texts == (["rows", "direct", "numpy"] if name == "maxpool" else
+                         ["direct", "numpy"] if name == "avgpool" else
                          ["numpy", "parallel"] if name.startswith("global") else ["numpy"])
     for algorithm in ALL:
         assert algorithm.attributes == AlgoAttribute.REPRODUCIBLE
     three_d = op("maxpool").problem([(1, 1, 4, 4, 4)], ["float32"], kernel_shape=[2, 2, 2])
-    direct = REGISTRY.algorithms("maxpool")[0]
-    assert "1-D and 2-D" in direct.unusable_reason(three_d)
+    for windowed in REGISTRY.algorithms("maxpool")[:2]:  # rows and direct
+        assert "1-D and 2-D" in windowed.unusable_reason(three_d)
     stem = op("maxpool").problem([(1, 64, 112, 112)], ["float32"], kernel_shape=[3, 3],
                                  strides=[2, 2], pads=[1] * 4)
     order = op("maxpool").heuristic_order(stem, REGISTRY.algorithms("maxpool"))
-    assert [a.name for a in order] == ["direct", "numpy"]
+    assert [a.name for a in order] == ["rows", "direct", "numpy"]
     # unpadded but overlapping windows (SqueezeNet): numpy's strided view would re-read them
     squeeze = op("maxpool").problem([(1, 64, 111, 111)], ["float32"], kernel_shape=[3, 3],
                                     strides=[2, 2])
     order = op("maxpool").heuristic_order(squeeze, REGISTRY.algorithms("maxpool"))
-    assert [a.name for a in order] == ["direct", "numpy"]
+    assert [a.name for a in order] == ["rows", "direct", "numpy"]
     disjoint = op("maxpool").problem([(1, 64, 112, 112)], ["float32"], kernel_shape=[2, 2],
                                      strides=[2, 2])
     order = op("maxpool").heuristic_order(disjoint, REGISTRY.algorithms("maxpool"))
-    assert [a.name for a in order] == ["numpy", "direct"]
+    assert [a.name for a in order] == ["rows", "numpy", "direct"]
 
 
 @pytest.mark.parametrize("name", ["global_maxpool", "global_avgpool"])
@@ -520,3 +521,20 @@ def test_direct_max_and_average_pools_of_one_shape_keep_apart_buffers():
             direct = next(a for a in REGISTRY.algorithms(name) if a.name == "direct")
             np.testing.assert_allclose(direct.run(problem, x, None),
                                        op(name).reference(problem, x), rtol=1e-5, atol=1e-6)
+
+
+def test_rows_matches_direct_bit_for_bit_and_refuses_rows_past_its_buffer():
+    """SqueezeNet's ceil-mode pools and GoogLeNet's stride-1 padded one: a max is exact, so
+    the two kernels agree to the bit; a padded row longer than the stack buffer is refused
+    with its length."""
+    rows = next(a for a in REGISTRY.algorithms("maxpool") if a.name == "rows")
+    direct = next(a for a in REGISTRY.algorithms("maxpool") if a.name == "direct")
+    for shape, params in (((1, 8, 27, 27), {"kernel_shape": [3, 3], "strides": [2, 2],
+                                             "ceil_mode": 1}),
+                          ((2, 4, 28, 28), {"kernel_shape": [3, 3], "pads": [1] * 4})):
+        problem = op("maxpool").problem([shape], ["float32"], **params)
+        x = op("maxpool").random_inputs(problem, np.random.default_rng(11))
+        np.testing.assert_array_equal(rows.run(problem, x, None), direct.run(problem, x, None))
+    wide = op("maxpool").problem([(1, 1, 2, 5000)], ["float32"], kernel_shape=[2, 2],
+                                 pads=[0, 1, 0, 1])
+    assert "at most 4096 values, this one has 5002" in rows.unusable_reason(wide)

@@ -6,8 +6,9 @@ ONNX runtime lowers those nodes onto these operators by name: the operator names
 names are a contract with it.  Parameters are canonicalised when a problem is built
 (:mod:`.geometry`), so that equal poolings spelled differently share one cache entry.
 
-maxpool and avgpool have two algorithms: ``direct`` (a parallel numba kernel, 1-D and 2-D, the
-usual winner) and ``numpy`` (strided views of a padded copy, every rank).  The global pools and
+maxpool and avgpool have two algorithms: ``direct`` (a parallel numba kernel, 1-D and 2-D) and
+``numpy`` (strided views of a padded copy, every rank); maxpool has a third, ``rows`` (rows
+reduced, then columns: the usual winner).  The global pools and
 LRN are one pass over memory and have a numpy algorithm each.  pool_linear has an OpenCL
 algorithm only: the runtime fuses a model's head into it only where the device has one.
 Where pyopencl is installed the OpenCL algorithms (``cl_pool``, ``cl_global_pool``,
@@ -30,12 +31,12 @@ from fastrun_algorithms.pooling.operator import (
 def register(registry) -> None:
     """Add the pooling operators and every pooling algorithm (direct before numpy: the order
     the heuristic keeps among equals; the OpenCL ones where pyopencl is installed)."""
-    from fastrun_algorithms.pooling import direct, global_pool, lrn, vectorised
+    from fastrun_algorithms.pooling import direct, global_pool, lrn, max_rows, vectorised
 
     for operator in (MaxPoolOperator(), AvgPoolOperator(), GlobalMaxPoolOperator(),
                      GlobalAvgPoolOperator(), LRNOperator(), PoolLinearOperator()):
         registry.register_operator(operator)
-    for module in (direct, vectorised, global_pool, lrn):
+    for module in (max_rows, direct, vectorised, global_pool, lrn):
         for algorithm in module.algorithms():
             registry.register_algorithm(algorithm)
     if opencl_installed():

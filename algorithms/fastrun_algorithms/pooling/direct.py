@@ -99,14 +99,14 @@ def _max_row3x3(out, n, c, oh, count, staged, rows, dw, sw, wq):
     r0, r1, r2 = rows
     for t in range(count):
         a = staged[U(r0 + o0) + U(t)]
-        a = _max(a, staged[U(r0 + o1) + U(t)])
-        a = _max(a, staged[U(r0 + o2) + U(t)])
-        a = _max(a, staged[U(r1 + o0) + U(t)])
-        a = _max(a, staged[U(r1 + o1) + U(t)])
-        a = _max(a, staged[U(r1 + o2) + U(t)])
-        a = _max(a, staged[U(r2 + o0) + U(t)])
-        a = _max(a, staged[U(r2 + o1) + U(t)])
-        out[n, c, oh, U(t)] = _max(a, staged[U(r2 + o2) + U(t)])
+        a = nan_max(a, staged[U(r0 + o1) + U(t)])
+        a = nan_max(a, staged[U(r0 + o2) + U(t)])
+        a = nan_max(a, staged[U(r1 + o0) + U(t)])
+        a = nan_max(a, staged[U(r1 + o1) + U(t)])
+        a = nan_max(a, staged[U(r1 + o2) + U(t)])
+        a = nan_max(a, staged[U(r2 + o0) + U(t)])
+        a = nan_max(a, staged[U(r2 + o1) + U(t)])
+        out[n, c, oh, U(t)] = nan_max(a, staged[U(r2 + o2) + U(t)])
 
 
 @numba.njit(cache=CACHE, inline="always")
@@ -124,7 +124,7 @@ def _mean_row2x2(out, n, c, oh, count, staged, r0, r1, dw, sw, wq, divisor):
 
 
 @numba.njit(cache=CACHE, inline="always")
-def _max(a, v):
+def nan_max(a, v):
     """max(a, v) where a NaN wins and stays, as with np.maximum."""
     return v if v > a or v != v else a
 
@@ -223,7 +223,7 @@ def _compiled(dtype: np.dtype, layout: str) -> Callable[..., None]:
     return numba.njit(signature, parallel=True, cache=CACHE)(_pool_kernel)
 
 
-def _as_2d(geo: Any) -> tuple[tuple[int, ...], ...]:
+def as_2d(geo: Any) -> tuple[tuple[int, ...], ...]:
     """(kernel, strides, dilations, begins, ends, input H x W) of the pooling as 2-D (1-D as
     2-D with a height of 1)."""
     if geo.spatial == 1:
@@ -234,7 +234,7 @@ def _as_2d(geo: Any) -> tuple[tuple[int, ...], ...]:
 
 def _phase_length(geo: Any) -> int:
     """wq: staged columns per phase, enough for every output and the furthest tap."""
-    (_, kw), (_, sw), (_, dw) = _as_2d(geo)[:3]
+    (_, kw), (_, sw), (_, dw) = as_2d(geo)[:3]
     return geo.out_shape[-1] + ((kw - 1) * dw) // sw
 
 
@@ -266,7 +266,7 @@ class DirectPool(Algorithm):
     def _staging_shape(self, geo: Any) -> tuple[int, int]:
         """One plane's staged rows per numba thread, and one row more that holds only the pad
         value (what 3x3 maxpools read above and below the input)."""
-        (_, sw), (height, _) = _as_2d(geo)[1], _as_2d(geo)[5]
+        (_, sw), (height, _) = as_2d(geo)[1], as_2d(geo)[5]
         return thread_count(), (height + 1) * sw * _phase_length(geo)
 
     def workspace_bytes(self, problem: Problem) -> int:
@@ -283,7 +283,7 @@ class DirectPool(Algorithm):
             x4, out4 = x[:, :, None, :], out[:, :, None, :]
         else:
             x4, out4 = x, out
-        (kh, kw), (sh, sw), (dh, dw), (pt, pl), (pb, pr), _ = _as_2d(geo)
+        (kh, kw), (sh, sw), (dh, dw), (pt, pl), (pb, pr), _ = as_2d(geo)
         mode = (AVERAGE_WITH_PAD if geo.count_include_pad else AVERAGE) if geo.average else MAX
         # the operator too: maxpool's buffers are padded with -inf, avgpool's with 0
         key = (problem.operator, problem.key, thread_count())
