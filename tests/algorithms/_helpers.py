@@ -174,12 +174,7 @@ def one_by_one_case(draw: Any, operator: Operator, dtypes: Sequence[str],
     n, c, k = draw(st.integers(1, 3)), draw(st.integers(1, 40)), draw(st.integers(1, 40))
     spatial = [draw(st.integers(1, max_side * max_side // 2))] if draw(st.booleans()) else [
         draw(st.integers(1, max_side)), draw(st.integers(1, max_side))]
-    params: dict[str, Any] = {}
-    activation = draw(st.sampled_from(CONV_ACTIVATIONS))
-    if activation != "none":
-        params["activation"] = activation
-    if activation == "clip":
-        params["clip_min"], params["clip_max"] = -0.5, 0.25
+    params = conv_epilogue_params(draw)
     out_spatial = list(spatial)
     if strided:
         params["strides"] = [draw(st.integers(1, 3)) for _ in spatial]
@@ -194,7 +189,26 @@ def one_by_one_case(draw: Any, operator: Operator, dtypes: Sequence[str],
     problem = operator.problem(shapes, [dtype] * len(shapes), **params)
     inputs = operator.random_inputs(problem, np.random.default_rng(draw(st.integers(0, 2**31))))
     if draw(st.booleans()):
-        wide = np.zeros((*inputs[0].shape[:-1], 2 * inputs[0].shape[-1]), dtype=dtype)
-        wide[..., ::2] = inputs[0]
-        inputs[0] = wide[..., ::2]
+        inputs[0] = every_other_column_view(inputs[0])
     return problem, inputs
+
+
+def conv_epilogue_params(draw: Any) -> dict[str, Any]:
+    """A random conv activation and its parameters, for hypothesis's ``st.composite``."""
+    from hypothesis import strategies as st
+
+    params: dict[str, Any] = {}
+    activation = draw(st.sampled_from(CONV_ACTIVATIONS))
+    if activation != "none":
+        params["activation"] = activation
+    if activation == "clip":
+        params["clip_min"], params["clip_max"] = -0.5, 0.25
+    return params
+
+
+def every_other_column_view(x: np.ndarray) -> np.ndarray:
+    """``x``'s values as a strided view (every other column of a wider array), as a slice of a
+    larger tensor would be."""
+    wide = np.zeros((*x.shape[:-1], 2 * x.shape[-1]), dtype=x.dtype)
+    wide[..., ::2] = x
+    return wide[..., ::2]

@@ -19,6 +19,7 @@ def register(registry) -> None:
         grouped_lanes,
         im2col,
         implicit_gemm,
+        matvec,
         naive,
         pointwise,
         tapwise,
@@ -30,7 +31,7 @@ def register(registry) -> None:
     registry.register_operator(ConvOperator())
     for module in (direct, blocked_direct, depthwise, depthwise_lanes, blocked_depthwise,
                    grouped_lanes, im2col, implicit_gemm, conv1x1, pointwise, tiled_1x1,
-                   tapwise, winograd, via_nchw, naive):
+                   matvec, tapwise, winograd, via_nchw, naive):
         for algorithm in module.algorithms():
             registry.register_algorithm(algorithm)
     if opencl_installed():

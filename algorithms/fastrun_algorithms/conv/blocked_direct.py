@@ -64,6 +64,7 @@ from fastrun.operator import Problem
 from fastrun_algorithms._common import (
     CACHE,
     FASTMATH,
+    RunsThroughBind,
     ScratchPool,
     U,
     stack_buffer,
@@ -484,7 +485,7 @@ def _plan(problem: Problem) -> _Plan:
     return _Plan(geometry(problem))
 
 
-class BlockedDirectConv(ConvAlgorithm):
+class BlockedDirectConv(RunsThroughBind, ConvAlgorithm):
     """Direct convolution with 16-channel weight blocks and register tiles of 2 blocks x 6
     pixels (see the module docstring); float32, any group, stride, dilation and padding."""
 
@@ -539,10 +540,6 @@ class BlockedDirectConv(ConvAlgorithm):
         pack, pack_blocked = _compiled()[:2]
         (pack_blocked if len(plan.packed_shape) == 6 else pack)(w, packed)
         return packed
-
-    def run(self, problem: Problem, inputs: Sequence[Any], ctx: RunContext,
-            prepared: Any = None) -> np.ndarray:
-        return self.bind(problem, ctx, prepared)(*inputs)
 
     def bind(self, problem: Problem, ctx: RunContext,
              prepared: Any = None) -> Callable[..., np.ndarray]:

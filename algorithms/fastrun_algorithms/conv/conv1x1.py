@@ -19,6 +19,7 @@ import numpy as np
 from fastrun.algorithm import Algorithm, RunContext
 from fastrun.attribute import AlgoAttribute
 from fastrun.operator import Problem
+from fastrun_algorithms._common import RunsThroughBind
 from fastrun_algorithms.conv._gemm_common import epilogue_in_place, matmul_problem, operands
 from fastrun_algorithms.conv.base import ConvAlgorithm
 from fastrun_algorithms.conv.epilogue import residual_operand
@@ -74,7 +75,7 @@ def _gather(x: np.ndarray, geo: ConvGeometry) -> np.ndarray:
     return gathered
 
 
-class Conv1x1(ConvAlgorithm):
+class Conv1x1(RunsThroughBind, ConvAlgorithm):
     """1x1 kernels as one matmul sub-problem over all images and groups.
 
     With stride 1 and no padding it allocates nothing but what the product returns, which is
@@ -107,10 +108,6 @@ class Conv1x1(ConvAlgorithm):
         if reads_input_in_place(geo):
             return 0
         return geo.n * geo.c * geo.oh * geo.ow * geo.itemsize
-
-    def run(self, problem: Problem, inputs: Sequence[Any], ctx: RunContext,
-            prepared: Any = None) -> np.ndarray:
-        return self.bind(problem, ctx, prepared)(*inputs)
 
     def bind(self, problem: Problem, ctx: RunContext,
              prepared: Any = None) -> Callable[..., np.ndarray]:

@@ -30,7 +30,7 @@ count: reproducible.
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from typing import Any
 
 import numba
@@ -44,6 +44,7 @@ from fastrun_algorithms._common import (
     CACHE,
     FASTMATH,
     PARTS_PER_THREAD,
+    RunsThroughBind,
     ScratchPool,
     stack_buffer,
     thread_count,
@@ -240,7 +241,7 @@ def _compiled(dtype: np.dtype, array_layout: str) -> Callable[..., None]:
                       fastmath=FASTMATH)(_depthwise_kernel)
 
 
-class DepthwiseConv(ConvAlgorithm):
+class DepthwiseConv(RunsThroughBind, ConvAlgorithm):
     """Parallel depthwise convolution: group == C with any channel multiplier K/C, any
     kernel, stride, dilation and padding."""
 
@@ -304,10 +305,6 @@ class DepthwiseConv(ConvAlgorithm):
         nothing) and kept for the next call of the same problem (:class:`ScratchPool`)."""
         geo = geometry(problem)
         return sum(aligned_nbytes(shape, dtype) for shape, dtype in self._buffer_shapes(geo))
-
-    def run(self, problem: Problem, inputs: Sequence[Any], ctx: RunContext,
-            prepared: Any = None) -> np.ndarray:
-        return self.bind(problem, ctx, prepared)(*inputs)
 
     def bind(self, problem: Problem, ctx: RunContext,
              prepared: Any = None) -> Callable[..., np.ndarray]:

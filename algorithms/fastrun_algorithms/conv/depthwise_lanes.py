@@ -55,6 +55,7 @@ from fastrun_algorithms._common import (
     CACHE,
     FASTMATH,
     PARTS_PER_THREAD,
+    RunsThroughBind,
     ScratchPool,
     U,
     stack_buffer,
@@ -261,7 +262,7 @@ def _compiled() -> tuple[Callable[..., None], Callable[..., None]]:
     return pack, conv
 
 
-class DepthwiseLanesConv(ConvAlgorithm):
+class DepthwiseLanesConv(RunsThroughBind, ConvAlgorithm):
     """NCHW depthwise convolution with vectors over 16 channels (see the module docstring)."""
 
     operator = "conv"
@@ -321,10 +322,6 @@ class DepthwiseLanesConv(ConvAlgorithm):
         packed_bias = np.empty((blocks(geo.c), LANES), dtype=np.float32)
         _compiled()[0](w, bias, geo.has_bias, packed, packed_bias)
         return packed, packed_bias
-
-    def run(self, problem: Problem, inputs: Sequence[Any], ctx: RunContext,
-            prepared: Any = None) -> np.ndarray:
-        return self.bind(problem, ctx, prepared)(*inputs)
 
     def bind(self, problem: Problem, ctx: RunContext,
              prepared: Any = None) -> Callable[..., np.ndarray]:

@@ -51,6 +51,7 @@ from fastrun_algorithms._common import (
     CACHE,
     FASTMATH,
     PARTS_PER_THREAD,
+    RunsThroughBind,
     ScratchPool,
     U,
     ceil_div,
@@ -270,7 +271,7 @@ def _compiled() -> Callable[..., None]:
     return numba.njit(signature, parallel=True, cache=CACHE, fastmath=FASTMATH)(_kernel)
 
 
-class GroupedLanesConv(ConvAlgorithm):
+class GroupedLanesConv(RunsThroughBind, ConvAlgorithm):
     """NCHW grouped convolution with vectors over a group's output channels (see the module
     docstring)."""
 
@@ -353,10 +354,6 @@ class GroupedLanesConv(ConvAlgorithm):
         packed = packed.reshape(geo.group * len(starts), -1)
         packed_bias = packed_bias.reshape(-1, cb)
         return packed, packed_bias
-
-    def run(self, problem: Problem, inputs: Sequence[Any], ctx: RunContext,
-            prepared: Any = None) -> np.ndarray:
-        return self.bind(problem, ctx, prepared)(*inputs)
 
     def bind(self, problem: Problem, ctx: RunContext,
              prepared: Any = None) -> Callable[..., np.ndarray]:

@@ -40,7 +40,7 @@ summed in channel order by one job, with FMA contraction only, whatever the thre
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from typing import Any
 
 import numba
@@ -54,6 +54,7 @@ from fastrun_algorithms._common import (
     CACHE,
     FASTMATH,
     PARTS_PER_THREAD,
+    RunsThroughBind,
     ScratchPool,
     U,
     register_tile,
@@ -202,7 +203,7 @@ def _compiled() -> Callable[..., None]:
     return numba.njit(signature, parallel=True, cache=CACHE, fastmath=FASTMATH)(_tiled_kernel)
 
 
-class Tiled1x1Conv(ConvAlgorithm):
+class Tiled1x1Conv(RunsThroughBind, ConvAlgorithm):
     """1x1 convolution in 8 x 32 register tiles (see the module docstring): float32, no
     padding, one group, any stride."""
 
@@ -242,10 +243,6 @@ class Tiled1x1Conv(ConvAlgorithm):
     @staticmethod
     def _strided(geo: ConvGeometry) -> bool:
         return (geo.stride_h, geo.stride_w) != (1, 1)
-
-    def run(self, problem: Problem, inputs: Sequence[Any], ctx: RunContext,
-            prepared: Any = None) -> np.ndarray:
-        return self.bind(problem, ctx, prepared)(*inputs)
 
     def bind(self, problem: Problem, ctx: RunContext,
              prepared: Any = None) -> Callable[..., np.ndarray]:

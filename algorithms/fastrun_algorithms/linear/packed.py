@@ -48,6 +48,7 @@ from fastrun.operator import Problem
 from fastrun_algorithms._common import (
     CACHE,
     FASTMATH,
+    RunsThroughBind,
     U,
     prefetch,
     stack_buffer,
@@ -186,7 +187,7 @@ def pack(w: np.ndarray) -> np.ndarray:
     return packed
 
 
-class PackedLinear(Algorithm):
+class PackedLinear(RunsThroughBind, Algorithm):
     """Weights packed once into column panels, register tiles of ROWS x PANEL (see the module
     docstring); float32."""
 
@@ -215,10 +216,6 @@ class PackedLinear(Algorithm):
 
     def preprocess(self, problem: Problem, inputs: Sequence[Any]) -> np.ndarray:
         return pack(np.asarray(inputs[1], np.float32))
-
-    def run(self, problem: Problem, inputs: Sequence[Any], ctx: RunContext,
-            prepared: Any = None) -> np.ndarray:
-        return self.bind(problem, ctx, prepared)(*inputs)
 
     def bind(self, problem: Problem, ctx: RunContext,
              prepared: Any = None) -> Callable[..., np.ndarray]:
