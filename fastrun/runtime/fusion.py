@@ -203,12 +203,15 @@ def _merge(target: Step, step: Step, operator) -> bool:
     if step.operator == "clip":
         activation["clip_min"] = float(step.problem.param("min", -np.inf))
         activation["clip_max"] = float(step.problem.param("max", np.inf))
+    if step.operator == "hard_sigmoid":  # ONNX's defaults where the node leaves them out
+        activation["alpha"] = float(step.problem.param("alpha", 0.2))
+        activation["beta"] = float(step.problem.param("beta", 0.5))
     return _set_activation(target, activation, operator)
 
 
 #: The activation steps that fold into an epilogue, by their operator's name, which is also
 #: the epilogue's name for them (conv's ``activation``).
-ACTIVATIONS = ("relu", "clip", "hard_swish", "sigmoid")
+ACTIVATIONS = ("relu", "clip", "hard_swish", "sigmoid", "hard_sigmoid")
 
 
 def _set_activation(target: Step, activation: dict, operator) -> bool:

@@ -16,7 +16,7 @@ from fastrun.operator import Operator, Problem
 from fastrun.registry import Registry
 
 #: Every epilogue activation of the conv operator, for the conv tests' random cases.
-CONV_ACTIVATIONS = ["none", "relu", "clip", "hard_swish", "sigmoid", "silu"]
+CONV_ACTIVATIONS = ["none", "relu", "clip", "hard_swish", "sigmoid", "silu", "hard_sigmoid"]
 
 #: Python objects (views, wrappers, frames) a run allocates besides its arrays: a few hundred
 #: bytes each, far below any array the workspace tests allocate, so a missed buffer still fails.

@@ -91,9 +91,14 @@ def test_epilogue_parameters():
     out = OPERATOR.reference(relu6, [x, w, b])
     plain = OPERATOR.reference(OPERATOR.problem(shapes, ["float64"] * 3), [x, w, b])
     np.testing.assert_allclose(out, np.clip(plain, 0, 6))
+    gate = OPERATOR.problem(shapes, ["float32"] * 3, activation="hard_sigmoid", alpha=1 / 6)
+    assert "activation=hard_sigmoid,alpha=0.1666" in gate.key and "beta=0.5" in gate.key
+    np.testing.assert_allclose(OPERATOR.reference(gate, [x, w, b]),
+                               np.clip(plain / 6 + 0.5, 0, 1))
 
 
 @pytest.mark.parametrize("shapes, params, message", [
+    ([(1, 1, 8, 8), (2, 1, 3, 3)], {"alpha": 0.2}, "alpha/beta need activation='hard_sigmoid'"),
     ([(1, 3, 8, 8), (4, 3, 3, 3)], {"group": 2}, "C=3 are not divisible by group=2"),
     ([(1, 4, 8, 8), (3, 2, 3, 3)], {"group": 2}, "K=3 are not divisible by group=2"),
     ([(1, 4, 8, 8), (4, 4, 3, 3)], {"group": 2}, "W must have C/group=2 channels, has 4"),

@@ -117,6 +117,8 @@ CASES = [
     ("depthwise-silu", [(2, 4, 9, 9), (4, 1, 3, 3), (4,)],
      {"pads": [1, 1, 1, 1], "group": 4, "activation": "silu"}),
     ("1x1-sigmoid", [(1, 6, 5, 4), (10, 6, 1, 1), (10,)], {"activation": "sigmoid"}),
+    ("1x1-hard-sigmoid", [(1, 6, 1, 1), (10, 6, 1, 1), (10,)],
+     {"activation": "hard_sigmoid", "alpha": 1 / 6}),
 ]
 
 

@@ -187,13 +187,16 @@ def test_weight_preprocessing_matches_onnxruntime():
 
 
 def test_a_mobilenet_v3_block_with_hard_activations_matches_onnxruntime():
-    """HardSwish (in the conv's epilogue) and HardSigmoid (the squeeze-excitation gate, a step
-    of its own), searched and cached, then served from the cache by a run that profiles
-    nothing."""
+    """HardSwish and HardSigmoid (the squeeze-excitation gate, torch's alpha 1/6) in the
+    epilogues of the convs before them, searched and cached, then served from the cache by a
+    run that profiles nothing."""
     proto = _models.mobilenet_v3_block()
     cache = InMemoryCache()
     model = load(proto, fastrun.session(cache=cache, strategy="fast-run", **FAST))
-    assert "hard_sigmoid" in {step.operator for step in model.steps}
+    assert "hard_sigmoid" not in {step.operator for step in model.steps}
+    gate = next(s for s in model.steps if s.params.get("activation") == "hard_sigmoid")
+    assert gate.operator == "conv" and gate.params["beta"] == 0.5
+    assert gate.params["alpha"] == pytest.approx(1 / 6)
     assert "hard_swish" in {step.params.get("activation") for step in model.steps}
     assert_matches_onnxruntime(proto, model, model.random_inputs(seed=3))
     served = fastrun.session(cache=cache, strategy="heuristic", progress=False)

@@ -80,8 +80,7 @@ from fastrun_algorithms.conv.epilogue import (
     bounds,
     clamp,
     epilogue_args,
-    epilogue_residual,
-    epilogue_value,
+    finish_span,
     residual_operand,
 )
 from fastrun_algorithms.conv.geometry import ConvGeometry
@@ -462,7 +461,9 @@ def store_rows(out, n, k, oh0, rows, acc, t, g, wq, bias_k, code, low, high, z, 
 
     None, relu and clip are applied as clamps (:func:`~.epilogue.bounds`), so that the row
     loop stays a vector loop: through :func:`~.epilogue.activate`'s test of the code, a
-    depthwise 5x5 layer with a Relu took twice as long as without one.  The bounds are
+    depthwise 5x5 layer with a Relu took twice as long as without one.  The other activations
+    store the raw sums and finish the row with :func:`~.epilogue.finish_span`, a vector loop
+    per activation.  The bounds are
     rounded to the output dtype first: for a value already of that dtype, clipping to the
     rounded bounds gives exactly the rounded result of clipping to the exact ones, and the loop
     then stays in one precision.
@@ -477,18 +478,16 @@ def store_rows(out, n, k, oh0, rows, acc, t, g, wq, bias_k, code, low, high, z, 
             for o in range(out_w):
                 out[n, k, oh0 + r, U(o)] = clamp(
                     (acc[t, g, U(base + o)] + bias_k) + z[n, k, oh0 + r, U(o)], floor, ceiling)
-        elif has_residual:
-            for o in range(out_w):
-                out[n, k, oh0 + r, U(o)] = epilogue_residual(
-                    acc[t, g, U(base + o)], bias_k, z[n, k, oh0 + r, U(o)], code, low_v, high_v)
         elif bounded:
             for o in range(out_w):
                 out[n, k, oh0 + r, U(o)] = clamp(acc[t, g, U(base + o)] + bias_k, floor,
                                                  ceiling)
-        else:
+        else:  # the raw sums, then the epilogue in vector loops (finish_span)
+            row = out[n, k, oh0 + r]
             for o in range(out_w):
-                out[n, k, oh0 + r, U(o)] = epilogue_value(acc[t, g, U(base + o)], bias_k, code,
-                                                          low_v, high_v)
+                row[U(o)] = acc[t, g, U(base + o)]
+            z_row = z[n, k, oh0 + r] if has_residual else z[0, 0, 0]
+            finish_span(row, 0, out_w, bias_k, z_row, has_residual, code, low_v, high_v)
 
 
 #: Staged positions :func:`store_taps3x3` sums before it stores them (a stack buffer of 4 KB
@@ -564,7 +563,12 @@ def store_taps3x3(out, n, k, oh0, rows, w, i, xs, d, wq, bias_k, code, low, high
         chunk_rows = min(per_chunk, rows - r0)
         for o0 in range(0, out_w, SUM_CHUNK):
             width = min(SUM_CHUNK, out_w - o0)
-            sum_taps3x3(sums, xs, w, k, i, d, r0 * wq + o0, (chunk_rows - 1) * wq + width)
+            summed = (chunk_rows - 1) * wq + width
+            sum_taps3x3(sums, xs, w, k, i, d, r0 * wq + o0, summed)
+            if not bounded:
+                # The epilogue over the whole chunk, junk columns included: one long vector
+                # loop per activation (finish_span); per row of 56 it took 1.5-3.5x longer.
+                finish_span(sums, 0, summed, bias_k, sums, False, code, low_v, high_v)
             for r in range(chunk_rows):
                 if bounded:  # a vector loop (see store_rows)
                     for o in range(width):
@@ -572,5 +576,4 @@ def store_taps3x3(out, n, k, oh0, rows, w, i, xs, d, wq, bias_k, code, low, high
                             sums[U(r * wq + o)] + bias_k, floor, ceiling)
                 else:
                     for o in range(width):
-                        out[n, k, oh0 + r0 + r, U(o0 + o)] = epilogue_value(
-                            sums[U(r * wq + o)], bias_k, code, low_v, high_v)
+                        out[n, k, oh0 + r0 + r, U(o0 + o)] = sums[U(r * wq + o)]

@@ -78,6 +78,7 @@ from fastrun_algorithms.conv.epilogue import (
     epilogue_args,
     epilogue_residual,
     epilogue_value,
+    finish_span,
     residual_operand,
 )
 from fastrun_algorithms.conv.geometry import ConvGeometry, geometry
@@ -296,14 +297,11 @@ def _compute_kernel(xs: np.ndarray, packed: np.ndarray, base: np.ndarray, taps: 
             for t in range(min(LANES, kg - k0)):
                 k = g * kg + k0 + t
                 b = bias[k] if has_bias else bias[0] - bias[0]
-                if has_residual:
-                    for p in range(last):
-                        out[n, k, U(p0 + p)] = epilogue_residual(
-                            acc[i, p, t], b, z[n, k, U(p0 + p)], code, low_v, high_v)
-                else:
-                    for p in range(last):
-                        out[n, k, U(p0 + p)] = epilogue_value(acc[i, p, t], b, code, low_v,
-                                                              high_v)
+                row = out[n, k]  # the raw sums, then the epilogue in vector loops
+                for p in range(last):
+                    row[U(p0 + p)] = acc[i, p, t]
+                z_row = z[n, k] if has_residual else z[0, 0]
+                finish_span(row, p0, last, b, z_row, has_residual, code, low_v, high_v)
 
 
 @numba.njit(inline="always")
@@ -492,6 +490,8 @@ class BlockedDirectConv(RunsThroughBind, ConvAlgorithm):
     operator = "conv"
     name = "blocked_direct"
     attributes = AlgoAttribute.REPRODUCIBLE
+    #: 2: the NCHW store's epilogue in vector loops (``epilogue.finish_span``)
+    version = 2
 
     layouts = (NCHW, BLOCKED)
     #: where the staged inputs of padded problems are kept between calls

@@ -251,8 +251,9 @@ class DepthwiseConv(RunsThroughBind, ConvAlgorithm):
     #: 2: 3x3 taps summed over whole rows at once, up to 2x faster (store_taps3x3), and 5x5
     #: taps in one pass (sum_taps5x5); 3: flat mode's activation in a loop of its own, 2-3x
     #: faster on a layer with one; 4: relu and clip as clamps, the other activations in a
-    #: loop per activation (flat mode and whole rows), 2-3x faster again on such layers
-    version = 4
+    #: loop per activation (flat mode and whole rows), 2-3x faster again on such layers; 5: the
+    #: same for 3x3 kernels (``store_taps3x3``) and residuals (``store_rows``)
+    version = 5
     #: where its per-thread buffers are kept between calls
     scratch = _SCRATCH
 

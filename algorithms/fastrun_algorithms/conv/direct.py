@@ -173,8 +173,9 @@ class DirectConv(ConvAlgorithm):
     operator = "conv"
     name = "direct"
     attributes = AlgoAttribute.REPRODUCIBLE
-    #: 2: relu and clip stored as clamps, a vector loop (``store_rows``)
-    version = 2
+    #: 2: relu and clip stored as clamps, a vector loop (``store_rows``); 3: the other
+    #: activations in vector loops (``epilogue.finish_span``)
+    version = 3
 
     def __init__(self, param: dict[str, Any] | None = None):
         super().__init__(param)

@@ -22,9 +22,9 @@ from fastrun_algorithms.conv.geometry import ConvGeometry
 
 #: Activation codes the numba kernels take (strings cannot be compile-time constants cheaply);
 #: the OpenCL kernels' ``conv_epilogue`` takes the same (``conv/opencl/_kernels.py``).
-NONE, RELU, CLIP, HARD_SWISH, SIGMOID, SILU = 0, 1, 2, 3, 4, 5
+NONE, RELU, CLIP, HARD_SWISH, SIGMOID, SILU, HARD_SIGMOID = 0, 1, 2, 3, 4, 5, 6
 _CODES = {"none": NONE, "relu": RELU, "clip": CLIP, "hard_swish": HARD_SWISH,
-          "sigmoid": SIGMOID, "silu": SILU}
+          "sigmoid": SIGMOID, "silu": SILU, "hard_sigmoid": HARD_SIGMOID}
 
 
 def activation_code(geo: ConvGeometry) -> int:
@@ -33,7 +33,8 @@ def activation_code(geo: ConvGeometry) -> int:
 
 def epilogue_args(geo: ConvGeometry) -> tuple[int, float, float]:
     """(code, low, high): what every kernel passes to :func:`activate`.  ``low`` and ``high``
-    are clip's bounds, hard_swish's shift 3 and scale 1/6, or sigmoid's and silu's 1: the
+    are clip's bounds, hard_swish's shift 3 and scale 1/6, hard_sigmoid's alpha and beta, or
+    sigmoid's and silu's 1: the
     kernels convert them to the output's type once, so that the activation computes in that
     type (a literal would make numba promote a float32 value to float64)."""
     code = activation_code(geo)
@@ -41,6 +42,8 @@ def epilogue_args(geo: ConvGeometry) -> tuple[int, float, float]:
         return code, float(geo.clip_min), float(geo.clip_max)
     if code == HARD_SWISH:
         return code, 3.0, 1.0 / 6.0
+    if code == HARD_SIGMOID:
+        return code, float(geo.alpha), float(geo.beta)
     return code, 1.0, 1.0
 
 
@@ -55,6 +58,17 @@ def _hard_swish(value, low, high):
     zero, one = value - value, high / high
     gate = zero if gate < zero else (one if gate > one else gate)
     return value * gate
+
+
+@numba.njit(inline="always")
+def _hard_sigmoid(value, alpha, beta):
+    """max(0, min(1, alpha * value + beta)), NaN kept; 1 as the zero of value's type plus a
+    float32 one, so that float32 stays float32."""
+    gate = value * alpha + beta
+    zero = value - value
+    one = zero + np.float32(1.0)
+    gate = zero if gate < zero else gate
+    return one if gate > one else gate
 
 
 @numba.njit(inline="always")
@@ -79,6 +93,8 @@ def activate(value, code, low, high):
         return sigmoid(value)
     if code == SILU:
         return value * sigmoid(value)
+    if code == HARD_SIGMOID:
+        return _hard_sigmoid(value, low, high)
     return value
 
 
@@ -108,6 +124,10 @@ def activate_in_place(values, first, count, code, low, high):
         for i in range(count):
             e = U(first + i)
             values[e] = values[e] * sigmoid(values[e])
+    elif code == HARD_SIGMOID:
+        for i in range(count):
+            e = U(first + i)
+            values[e] = _hard_sigmoid(values[e], low, high)
 
 
 @numba.njit(inline="always")

@@ -20,7 +20,7 @@ from fastrun_algorithms._common import same_pads
 from fastrun_algorithms.layout.blocking import BLOCKED, LANES, LAYOUTS, NCHW, blocks
 
 AUTO_PADS = ("NOTSET", "SAME_UPPER", "SAME_LOWER", "VALID")
-ACTIVATIONS = ("none", "relu", "clip", "hard_swish", "sigmoid", "silu")
+ACTIVATIONS = ("none", "relu", "clip", "hard_swish", "sigmoid", "silu", "hard_sigmoid")
 SUPPORTED_DTYPES = ("float32", "float64")
 
 
@@ -65,8 +65,8 @@ def _pads(params: Mapping[str, Any], sizes: Sequence[int], kernel: Sequence[int]
 
 
 def _epilogue_params(params: Mapping[str, Any]) -> dict[str, Any]:
-    """The activation (relu6 spelled as clip(0, 6)) and its clip bounds, only where not at
-    their defaults."""
+    """The activation (relu6 spelled as clip(0, 6)) with its clip bounds or hard_sigmoid's
+    alpha and beta, only where not at their defaults."""
     activation = str(params.get("activation", "none") or "none").lower()
     if activation == "relu6":  # the common spelling of clip(0, 6)
         activation = "clip"
@@ -82,6 +82,12 @@ def _epilogue_params(params: Mapping[str, Any]) -> dict[str, Any]:
         result["clip_min"], result["clip_max"] = low, high
     elif params.get("clip_min") is not None or params.get("clip_max") is not None:
         raise ValueError("conv clip_min/clip_max need activation='clip'")
+    if activation == "hard_sigmoid":  # ONNX's HardSigmoid: max(0, min(1, alpha x + beta))
+        alpha, beta = params.get("alpha"), params.get("beta")
+        result["alpha"] = float(0.2 if alpha is None else alpha)
+        result["beta"] = float(0.5 if beta is None else beta)
+    elif params.get("alpha") is not None or params.get("beta") is not None:
+        raise ValueError("conv alpha/beta need activation='hard_sigmoid'")
     return result
 
 
@@ -89,7 +95,8 @@ def canonical_params(shapes: Sequence[Sequence[int]], params: Mapping[str, Any])
     """Resolve ONNX Conv attributes (and fastrun's epilogue options) to one explicit form.
 
     Result keys: strides, dilations, pads (top, left, bottom, right), group, and only when not
-    at their defaults: residual, activation (+ clip_min, clip_max), weight_preprocess, layout.  1-D
+    at their defaults: residual, activation (+ clip_min and clip_max, or hard_sigmoid's alpha
+    and beta), weight_preprocess, layout.  1-D
     convolutions are expressed as 2-D ones with a height of 1.
 
     ``layout``: ``nchw`` (the default) or ``nchw16c``, where X, Z and Y are channel-blocked
@@ -100,7 +107,7 @@ def canonical_params(shapes: Sequence[Sequence[int]], params: Mapping[str, Any])
     the block, so the sum costs no pass over memory of its own.
     """
     known = {"strides", "dilations", "pads", "auto_pad", "group", "kernel_shape", "activation",
-             "clip_min", "clip_max", "weight_preprocess", "residual", "layout"}
+             "clip_min", "clip_max", "alpha", "beta", "weight_preprocess", "residual", "layout"}
     unknown = sorted(set(params) - known)
     if unknown:
         raise ValueError(f"conv has no parameter(s) {', '.join(unknown)}; "
@@ -188,6 +195,9 @@ class ConvGeometry:
     dtype: str
     #: ``nchw``, or ``nchw16c``: X, Z and Y channel-blocked (see fastrun_algorithms.layout)
     layout: str = NCHW
+    #: hard_sigmoid's slope and offset
+    alpha: float = 0.2
+    beta: float = 0.5
 
     @property
     def blocked(self) -> bool:
@@ -267,4 +277,5 @@ def geometry(problem: Problem) -> ConvGeometry:
         activation=problem.param("activation", "none"),
         clip_min=problem.param("clip_min", 0.0), clip_max=problem.param("clip_max", 6.0),
         one_d=one_d, dtype=problem.dtypes[0], layout=layout,
+        alpha=problem.param("alpha", 0.2), beta=problem.param("beta", 0.5),
     )

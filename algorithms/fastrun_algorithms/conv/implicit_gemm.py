@@ -62,8 +62,7 @@ from fastrun_algorithms.conv.epilogue import (
     bounds,
     clamp,
     epilogue_args,
-    epilogue_residual,
-    epilogue_value,
+    finish_span,
     residual_operand,
 )
 from fastrun_algorithms.conv.geometry import ConvGeometry, geometry
@@ -140,14 +139,12 @@ def _compute_kernel(w: np.ndarray, staged: np.ndarray, taps: np.ndarray, bias: n
             if bounded and not has_residual:
                 for t in range(columns):
                     out[n, i0 + a, y, U(x0 + t)] = clamp(acc[a, t] + b, floor, ceiling)
-            elif has_residual:
+            else:  # the raw sums, then the epilogue in vector loops (finish_span)
+                row = out[n, i0 + a, y]
                 for t in range(columns):
-                    out[n, i0 + a, y, U(x0 + t)] = epilogue_residual(
-                        acc[a, t], b, z[n, i0 + a, y, U(x0 + t)], code, low_v, high_v)
-            else:
-                for t in range(columns):
-                    out[n, i0 + a, y, U(x0 + t)] = epilogue_value(acc[a, t], b, code, low_v,
-                                                                  high_v)
+                    row[U(x0 + t)] = acc[a, t]
+                z_row = z[n, i0 + a, y] if has_residual else z[0, 0, 0]
+                finish_span(row, x0, columns, b, z_row, has_residual, code, low_v, high_v)
 
 
 @functools.cache
@@ -205,8 +202,9 @@ class ImplicitGemmConv(ConvAlgorithm):
     operator = "conv"
     name = "implicit_gemm"
     attributes = AlgoAttribute.REPRODUCIBLE
-    #: 2: the 4 x 16 tile on 16 registers
-    version = 2
+    #: 2: the 4 x 16 tile on 16 registers; 3: hard_swish, sigmoid, silu and hard_sigmoid in
+    #: vector loops (``epilogue.finish_span``)
+    version = 3
     #: where its staged image is kept between calls
     scratch = _SCRATCH
 

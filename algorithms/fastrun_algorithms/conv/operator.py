@@ -131,6 +131,8 @@ class ConvOperator(Operator):
             out = np.clip(out, geo.clip_min, geo.clip_max)
         elif geo.activation == "hard_swish":
             out = out * np.clip((out + 3) / 6, 0, 1)
+        elif geo.activation == "hard_sigmoid":
+            out = np.clip(out * geo.alpha + geo.beta, 0, 1)
         elif geo.activation in ("sigmoid", "silu"):
             with np.errstate(over="ignore"):  # exp(-x) overflows to inf: the gate is 0
                 gate = 1 / (1 + np.exp(-out))

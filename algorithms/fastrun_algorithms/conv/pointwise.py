@@ -35,7 +35,7 @@ from numba import prange, types
 from fastrun.algorithm import Algorithm, RunContext
 from fastrun.attribute import AlgoAttribute
 from fastrun.operator import Problem
-from fastrun_algorithms._common import FASTMATH, U, next_task, thread_count
+from fastrun_algorithms._common import FASTMATH, next_task, thread_count
 from fastrun_algorithms.conv import heuristic
 from fastrun_algorithms.conv._gemm_common import (
     buffer,
@@ -50,8 +50,7 @@ from fastrun_algorithms.conv.base import ConvAlgorithm
 from fastrun_algorithms.conv.conv1x1 import reads_input_in_place
 from fastrun_algorithms.conv.epilogue import (
     epilogue_args,
-    epilogue_residual,
-    epilogue_value,
+    finish_span,
     residual_operand,
 )
 from fastrun_algorithms.conv.geometry import ConvGeometry, geometry
@@ -120,15 +119,9 @@ def _pointwise_kernel(gemm: Callable[..., None]) -> Callable[..., None]:
                     continue
                 for k in range(k0, k0 + rows):
                     b = bias[k] if has_bias else bias[0] - bias[0]
-                    if has_residual:
-                        for f in range(p0, p0 + cols):
-                            out[n, k, U(f)] = epilogue_residual(out[n, k, U(f)], b,
-                                                                z[n, k, U(f)], code, low_v,
-                                                                high_v)
-                    else:
-                        for f in range(p0, p0 + cols):
-                            out[n, k, U(f)] = epilogue_value(out[n, k, U(f)], b, code, low_v,
-                                                             high_v)
+                    z_row = z[n, k] if has_residual else z[0, 0]
+                    finish_span(out[n, k], p0, cols, b, z_row, has_residual, code, low_v,
+                                high_v)
 
     return kernel
 
@@ -151,6 +144,8 @@ class PointwiseConv(ConvAlgorithm):
     operator = "conv"
     name = "pointwise"
     attributes = AlgoAttribute.REPRODUCIBLE
+    #: 2: the epilogue in vector loops (``epilogue.finish_span``)
+    version = 2
 
     def conv_unusable_reason(self, problem: Problem) -> str | None:
         geo = geometry(problem)

@@ -72,8 +72,7 @@ from fastrun_algorithms.conv.epilogue import (
     bounds,
     clamp,
     epilogue_args,
-    epilogue_residual,
-    epilogue_value,
+    finish_span,
     residual_operand,
 )
 from fastrun_algorithms.conv.geometry import ConvGeometry, geometry
@@ -153,13 +152,13 @@ def _tiled_kernel(x: np.ndarray, w: np.ndarray, bias: np.ndarray, has_bias: bool
             elif bounded:
                 for t in range(width):
                     out[n, k, p0 + U(t)] = clamp(acc[i, t] + b, floor, ceiling)
-            elif has_residual:
+            else:  # the raw sums, then the epilogue in vector loops (finish_span)
+                row = out[n, k]
                 for t in range(width):
-                    out[n, k, p0 + U(t)] = epilogue_residual(acc[i, t], b, z[n, k, p0 + U(t)],
-                                                             code, low_v, high_v)
-            else:
-                for t in range(width):
-                    out[n, k, p0 + U(t)] = epilogue_value(acc[i, t], b, code, low_v, high_v)
+                    row[p0 + U(t)] = acc[i, t]
+                z_row = z[n, k] if has_residual else z[0, 0]
+                finish_span(row, np.int64(p0), width, b, z_row, has_residual, code, low_v,
+                            high_v)
 
 
 def _gather_kernel(x: np.ndarray, sh: int, sw: int, parts: int, out: np.ndarray) -> None:
@@ -211,8 +210,9 @@ class Tiled1x1Conv(RunsThroughBind, ConvAlgorithm):
     name = "tiled_1x1"
     attributes = AlgoAttribute.REPRODUCIBLE
     #: 2: strided problems became usable (their entries are measured again with it); 3: the
-    #: 4 x 16 tile on 16 registers; 4: the 3 x 32 one
-    version = 4
+    #: 4 x 16 tile on 16 registers; 4: the 3 x 32 one; 5: hard_swish, sigmoid, silu and
+    #: hard_sigmoid in vector loops (``epilogue.finish_span``)
+    version = 5
     #: where the gathered inputs of strided problems are kept between calls
     scratch = _SCRATCH
 

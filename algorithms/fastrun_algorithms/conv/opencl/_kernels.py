@@ -30,6 +30,7 @@ inline real conv_epilogue(real v, const int act, const real lo, const real hi) {
     if (act == 3) return v * fmin(fmax((v + lo) * hi, (real)0), (real)1);
     if (act == 4) return lo / (lo + exp(-v));
     if (act == 5) return v / (lo + exp(-v));
+    if (act == 6) return fmin(fmax(v * lo + hi, (real)0), (real)1);
     return v;
 }
 """
