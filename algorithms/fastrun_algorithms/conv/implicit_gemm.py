@@ -1,5 +1,6 @@
 """Implicit GEMM: im2col's product computed straight from the input, in 8 x 16 register tiles
-(4 x 16 on AVX2, :func:`fastrun_algorithms._common.register_tile`).
+(4 x 16 on AVX2, :func:`fastrun_algorithms._common.register_tile`, and 3 x 32 there on output
+rows of 24 or more, :func:`fastrun_algorithms._common.three_row_tile`).
 
 The output of one image is the product (K, C*R*S) @ cols, cols being the unfolded patches; this
 kernel never builds cols.  The input is staged once, padded and split into column phases (the
@@ -12,7 +13,8 @@ stack buffer, :func:`fastrun_algorithms._common.stack_buffer`), and the epilogue
 activation) applied as the tile is stored; none, relu and clip as selects
 (``epilogue.clamp``), so that the store loop stays a vector loop.  With AVX2's 16 registers
 the tile is 4 channels x two vectors: two loads and four broadcasts per eight multiply-adds
-instead of one load and eight.  The tap offsets are a small table computed once per
+instead of one load and eight; on rows of 24 or more, 3 channels x four vectors (four loads and
+three broadcasts per twelve).  The tap offsets are a small table computed once per
 problem, so the loop over (channel, tap) does no division.
 
 Where it wins: the first layer of an image network (3 input channels, a 7x7 stride-2 kernel,
@@ -50,9 +52,12 @@ from fastrun_algorithms._common import (
     U,
     register_tile,
     stack_buffer,
+    three_row_tile,
+    tile_fma3,
     tile_fma4,
     tile_fma8,
     tile_rows8,
+    vector_registers,
 )
 from fastrun_algorithms.conv import heuristic
 from fastrun_algorithms.conv._gemm_common import buffer, item_type, no_bias, operands, readonly
@@ -67,10 +72,16 @@ from fastrun_algorithms.conv.epilogue import (
 )
 from fastrun_algorithms.conv.geometry import ConvGeometry, geometry
 
-#: Output channels and output columns of one job's tile (see ``matmul/register_tiled.py``).
-MR, NR = register_tile(16)
-#: Elements of the tile: a global, so that numba sees the literal the stack buffer needs.
-TILE = MR * NR
+#: Output channels and output columns of one job's tile (see ``matmul/register_tiled.py``):
+#: 8 x 16 where there are 32 vector registers, 4 x 16 on AVX2's 16 ...
+NARROW = register_tile(16)
+#: ... and there 3 x 32 (:func:`fastrun_algorithms._common.three_row_tile`) on output rows of
+#: at least :data:`WIDE_MIN_COLUMNS`: 0.85-0.95 of the 4 x 16 tile's time on rows of 27 to
+#: 224 on the 2-core AVX2 VM, 1.7x on rows of 13, where most of its 32 columns are overhang.
+WIDE = three_row_tile() if vector_registers()[0] < 32 else NARROW
+WIDE_MIN_COLUMNS = 24
+#: every tile a kernel is compiled for
+TILES = tuple(dict.fromkeys((NARROW, WIDE)))
 
 
 def _stage_kernel(x: np.ndarray, n: int, staged: np.ndarray, rows: int, wq: int, pt: int,
@@ -90,67 +101,80 @@ def _stage_kernel(x: np.ndarray, n: int, staged: np.ndarray, rows: int, wq: int,
         stage_row(staged, c * per_channel + (ih + pt) * wq, pitch, x, n, c, ih, pl, sw, wq)
 
 
-def _compute_kernel(w: np.ndarray, staged: np.ndarray, taps: np.ndarray, bias: np.ndarray,
-                    has_bias: bool, code: int, low: float, high: float, out: np.ndarray, n: int,
-                    sh: int, sw: int, rows: int, wq: int, z: np.ndarray,
-                    has_residual: bool) -> None:
-    """``out[n]`` from the staged image: ``w`` is the weights as (K, C*R*S), ``taps[r*S + s]``
-    the staged offset of tap (r, s) from a channel's output-row origin; the residual ``z[n]``
-    is added before the activation when ``has_residual``."""
-    k_total = w.shape[0]
-    taps_per_channel = taps.shape[0]
-    channels = w.shape[1] // taps_per_channel
-    out_h, out_w = out.shape[2], out.shape[3]
-    plane = sw * rows * wq
-    row_blocks = (k_total + MR - 1) // MR
-    col_tiles = (out_w + NR - 1) // NR
-    per_row = col_tiles * row_blocks
-    low_v, high_v = out.dtype.type(low), out.dtype.type(high)
-    bounded, floor, ceiling = bounds(code, low, high, out)
-    for job in prange(out_h * per_row):
-        y = job // per_row
-        rest = job - y * per_row
-        tj = rest // row_blocks
-        i0 = (rest - tj * row_blocks) * MR
-        x0 = min(tj * NR, out_w - NR) if out_w >= NR else 0
-        i_0, r1, r2, r3, r4, r5, r6, r7 = tile_rows8(i0, k_total - 1)
-        acc = numba.carray(stack_buffer(TILE, out.dtype), (MR, NR))
-        for a in range(MR):
-            for t in range(NR):
-                acc[a, t] = 0
-        origin = y * sh * wq + x0
-        for c in range(channels):
-            channel_origin = c * plane + origin
-            for tap in range(taps_per_channel):
-                base = U(channel_origin + taps[tap])
-                k = c * taps_per_channel + tap
-                if MR == 8:
-                    w0, w1, w2, w3 = w[i_0, k], w[r1, k], w[r2, k], w[r3, k]
-                    w4, w5, w6, w7 = w[r4, k], w[r5, k], w[r6, k], w[r7, k]
-                    for t in range(NR):
-                        tile_fma8(acc, t, staged[base + U(t)], w0, w1, w2, w3, w4, w5, w6, w7)
-                else:
-                    w0, w1, w2, w3 = w[i_0, k], w[r1, k], w[r2, k], w[r3, k]
-                    for t in range(NR):
-                        tile_fma4(acc, t, staged[base + U(t)], w0, w1, w2, w3)
-        columns = min(NR, out_w)
-        for a in range(min(MR, k_total - i0)):
-            b = bias[i0 + a] if has_bias else bias[0] - bias[0]
-            if bounded and not has_residual:
-                for t in range(columns):
-                    out[n, i0 + a, y, U(x0 + t)] = clamp(acc[a, t] + b, floor, ceiling)
-            else:  # the raw sums, then the epilogue in vector loops (finish_span)
-                row = out[n, i0 + a, y]
-                for t in range(columns):
-                    row[U(x0 + t)] = acc[a, t]
-                z_row = z[n, i0 + a, y] if has_residual else z[0, 0, 0]
-                finish_span(row, x0, columns, b, z_row, has_residual, code, low_v, high_v)
+def _compute_kernel(mr: int, nr: int) -> Callable[..., None]:
+    """The compute kernel for a tile of ``mr`` output channels x ``nr`` output columns (both
+    compile-time constants of the closure)."""
+    tile = mr * nr
+
+    def compute(w: np.ndarray, staged: np.ndarray, taps: np.ndarray, bias: np.ndarray,
+                has_bias: bool, code: int, low: float, high: float, out: np.ndarray, n: int,
+                sh: int, sw: int, rows: int, wq: int, z: np.ndarray,
+                has_residual: bool) -> None:
+        """``out[n]`` from the staged image: ``w`` is the weights as (K, C*R*S), ``taps[r*S + s]``
+        the staged offset of tap (r, s) from a channel's output-row origin; the residual ``z[n]``
+        is added before the activation when ``has_residual``."""
+        k_total = w.shape[0]
+        taps_per_channel = taps.shape[0]
+        channels = w.shape[1] // taps_per_channel
+        out_h, out_w = out.shape[2], out.shape[3]
+        plane = sw * rows * wq
+        row_blocks = (k_total + mr - 1) // mr
+        col_tiles = (out_w + nr - 1) // nr
+        per_row = col_tiles * row_blocks
+        low_v, high_v = out.dtype.type(low), out.dtype.type(high)
+        bounded, floor, ceiling = bounds(code, low, high, out)
+        for job in prange(out_h * per_row):
+            y = job // per_row
+            rest = job - y * per_row
+            tj = rest // row_blocks
+            i0 = (rest - tj * row_blocks) * mr
+            x0 = min(tj * nr, out_w - nr) if out_w >= nr else 0
+            i_0, r1, r2, r3, r4, r5, r6, r7 = tile_rows8(i0, k_total - 1)
+            acc = numba.carray(stack_buffer(tile, out.dtype), (mr, nr))
+            for a in range(mr):
+                for t in range(nr):
+                    acc[a, t] = 0
+            origin = y * sh * wq + x0
+            for c in range(channels):
+                channel_origin = c * plane + origin
+                for tap in range(taps_per_channel):
+                    base = U(channel_origin + taps[tap])
+                    k = c * taps_per_channel + tap
+                    if mr == 8:
+                        w0, w1, w2, w3 = w[i_0, k], w[r1, k], w[r2, k], w[r3, k]
+                        w4, w5, w6, w7 = w[r4, k], w[r5, k], w[r6, k], w[r7, k]
+                        for t in range(nr):
+                            tile_fma8(acc, t, staged[base + U(t)], w0, w1, w2, w3, w4, w5,
+                                      w6, w7)
+                    elif mr == 4:
+                        w0, w1, w2, w3 = w[i_0, k], w[r1, k], w[r2, k], w[r3, k]
+                        for t in range(nr):
+                            tile_fma4(acc, t, staged[base + U(t)], w0, w1, w2, w3)
+                    else:
+                        w0, w1, w2 = w[i_0, k], w[r1, k], w[r2, k]
+                        for t in range(nr):
+                            tile_fma3(acc, t, staged[base + U(t)], w0, w1, w2)
+            columns = min(nr, out_w)
+            for a in range(min(mr, k_total - i0)):
+                b = bias[i0 + a] if has_bias else bias[0] - bias[0]
+                if bounded and not has_residual:
+                    for t in range(columns):
+                        out[n, i0 + a, y, U(x0 + t)] = clamp(acc[a, t] + b, floor, ceiling)
+                else:  # the raw sums, then the epilogue in vector loops (finish_span)
+                    row = out[n, i0 + a, y]
+                    for t in range(columns):
+                        row[U(x0 + t)] = acc[a, t]
+                    z_row = z[n, i0 + a, y] if has_residual else z[0, 0, 0]
+                    finish_span(row, x0, columns, b, z_row, has_residual, code, low_v, high_v)
+
+    return compute
 
 
 @functools.cache
-def _compiled(dtype: np.dtype, x_layout: str) -> tuple[Callable[..., None], Callable[..., None]]:
-    """(stage, compute) kernels for one dtype and input layout ("C" or "A"), compiled (or loaded
-    from numba's cache) on first use."""
+def _compiled(dtype: np.dtype, x_layout: str,
+              tile: tuple[int, int]) -> tuple[Callable[..., None], Callable[..., None]]:
+    """(stage, compute) kernels for one dtype, input layout ("C" or "A") and tile, compiled (or
+    loaded from numba's cache) on first use."""
     intp = types.intp
     stage = numba.njit(
         types.void(types.Array(item_type(dtype), 4, x_layout, readonly=True), intp,
@@ -163,7 +187,7 @@ def _compiled(dtype: np.dtype, x_layout: str) -> tuple[Callable[..., None], Call
                    types.boolean, intp, types.float64, types.float64, buffer(dtype, 4), intp,
                    intp, intp, intp, intp, types.Array(item_type(dtype), 4, "C", readonly=True),
                    types.boolean),
-        parallel=True, cache=CACHE, fastmath=FASTMATH)(_compute_kernel)
+        parallel=True, cache=CACHE, fastmath=FASTMATH)(_compute_kernel(*tile))
     return stage, compute
 
 
@@ -172,11 +196,13 @@ class _Plan:
     :func:`_plan`: the table is read by every call)."""
 
     def __init__(self, geo: ConvGeometry):
+        #: the register tile: the wide one on rows it mostly fills
+        self.tile = WIDE if geo.ow >= WIDE_MIN_COLUMNS else NARROW
         #: staged rows: every padded input row some output row reads
         self.rows = (geo.oh - 1) * geo.stride_h + (geo.r - 1) * geo.dil_h + 1
         #: positions per phase row: a whole tile past the last tap's start, so that rows
         #: narrower than a tile stay inside the buffer
-        self.wq = max(geo.ow, NR) + (geo.s - 1) * geo.dil_w // geo.stride_w
+        self.wq = max(geo.ow, self.tile[1]) + (geo.s - 1) * geo.dil_w // geo.stride_w
         self.staged = geo.c * geo.stride_w * self.rows * self.wq
         sw = geo.stride_w
         #: staged offset of tap (r, s) from a channel's output-row origin, read-only (shared)
@@ -203,7 +229,7 @@ class ImplicitGemmConv(ConvAlgorithm):
     name = "implicit_gemm"
     attributes = AlgoAttribute.REPRODUCIBLE
     #: 2: the 4 x 16 tile on 16 registers; 3: hard_swish, sigmoid, silu and hard_sigmoid in
-    #: vector loops (``epilogue.finish_span``)
+    #: vector loops (``epilogue.finish_span``), and the 3 x 32 tile on wide rows there
     version = 3
     #: where its staged image is kept between calls
     scratch = _SCRATCH
@@ -227,7 +253,7 @@ class ImplicitGemmConv(ConvAlgorithm):
         plan = _plan(problem)
         x, w, bias = operands(geo, inputs)
         dtype = x.dtype
-        stage, compute = _compiled(dtype, "C" if x.flags.c_contiguous else "A")
+        stage, compute = _compiled(dtype, "C" if x.flags.c_contiguous else "A", plan.tile)
         weights = np.ascontiguousarray(w.reshape(geo.k, math.prod(w.shape[1:])))
         out = np.empty((geo.n, geo.k, geo.oh, geo.ow), dtype=dtype)
         scratch = _SCRATCH.take(problem.key, lambda: (np.zeros(plan.staged, dtype=dtype),))

@@ -11,13 +11,13 @@ multiply-adds into a tile held in registers (a stack buffer,
 applied as the tile is stored with whole-vector stores into the NCHW output.  Sixteen
 accumulators keep both multiply-add units of a core busy through their latency with 10 loads
 per 16 multiply-adds (a 6-channel tile measured the same or up to 20% slower).  With AVX2's 16
-registers the tile is 3 channels x 32 pixels (:func:`_tile`): 12 accumulators, 3 broadcasts
-and one input vector at a time fill the 16 registers, for four loads and three broadcasts per
-twelve multiply-adds; on MobileNet's and ShuffleNet's 1x1 layers on the 2-core AVX2 VM it took
-0.69-1.07 of the time of the 4 x 16 tile of :func:`fastrun_algorithms._common.register_tile`
-(0.80 summed over 14 layers, the two interleaved in one process).  None, relu and clip are
-applied as the tile is stored with selects (``epilogue.clamp``), so that the store loop is a
-vector loop.
+registers the tile is 3 channels x 32 pixels (``_common.three_row_tile``): 12 accumulators,
+3 broadcasts and one input vector at a time fill the 16 registers, for four loads and three
+broadcasts per twelve multiply-adds; on MobileNet's and ShuffleNet's 1x1 layers on the 2-core
+AVX2 VM it took 0.69-1.07 of the time of the 4 x 16 tile of
+:func:`fastrun_algorithms._common.register_tile` (0.80 summed over 14 layers, the two
+interleaved in one process).  None, relu and clip are applied as the tile is stored with
+selects (``epilogue.clamp``), so that the store loop is a vector loop.
 
 On MobileNetV2's 1x1 layers on 2 cores (AMD Zen 5) it took 0.51-0.82 of the time of the best
 other algorithm (16->96 at 112x112: 179 against ``pointwise``'s 255 us; 32->16 at 112x112:
@@ -60,6 +60,7 @@ from fastrun_algorithms._common import (
     register_tile,
     stack_buffer,
     thread_count,
+    three_row_tile,
     tile_fma3,
     tile_fma8,
     tile_rows8,
@@ -77,18 +78,10 @@ from fastrun_algorithms.conv.epilogue import (
 )
 from fastrun_algorithms.conv.geometry import ConvGeometry, geometry
 
-
-def _tile(registers: int, lanes: int) -> tuple[int, int]:
-    """(output channels, pixels) of one job's tile: 8 x 32 where there are 32 vector registers
-    (:func:`fastrun_algorithms._common.register_tile`), else 3 channels x four vectors (see the
-    module docstring)."""
-    if registers >= 32:
-        return register_tile(32)
-    return 3, 4 * lanes
-
-
-#: Output channels and pixels of one job's tile.
-MR, NR = _tile(*vector_registers())
+#: Output channels and pixels of one job's tile: 8 x 32 where there are 32 vector registers
+#: (:func:`fastrun_algorithms._common.register_tile`), else 3 channels x four vectors
+#: (:func:`fastrun_algorithms._common.three_row_tile`).
+MR, NR = register_tile(32) if vector_registers()[0] >= 32 else three_row_tile()
 #: Elements of the tile: a global, so that numba sees the literal the stack buffer needs.
 TILE = MR * NR
 
