@@ -2,7 +2,17 @@
 
 Thread-pool settings that keep numba's and OpenBLAS's threads from slowing each other down are
 made by ``fastrun`` itself (``fastrun/devices/cpu/threads.py``), before numpy is loaded.
+
+Importing the package first deletes numba's cached kernels under it if any of its sources
+changed since they were cached (``fastrun.numba_cache.sweep_stale_kernels``): kernels inline
+helpers from other files, which numba's own check of a kernel's file does not see.
 """
+
+import os as _os
+
+from fastrun import numba_cache as _numba_cache
+
+_numba_cache.sweep_stale_kernels(_os.path.dirname(__file__))
 
 
 def register(registry) -> None:
