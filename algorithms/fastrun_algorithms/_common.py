@@ -101,7 +101,6 @@ class ParallelRanked:
         return parallel_rank(self.pays(problem))
 
 
-
 class RunsThroughBind:
     """For an algorithm that overrides :meth:`~fastrun.algorithm.Algorithm.bind` to work out
     once what its calls share: :meth:`run` is the bound call, so the two cannot differ.  List
@@ -110,6 +109,7 @@ class RunsThroughBind:
     def run(self, problem: Problem, inputs: Sequence[Any], ctx: Any,
             prepared: Any = None) -> Any:
         return self.bind(problem, ctx, prepared)(*inputs)
+
 
 @intrinsic
 def stack_buffer(typingctx, count, dtype):

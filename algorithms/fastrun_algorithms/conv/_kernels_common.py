@@ -463,10 +463,9 @@ def store_rows(out, n, k, oh0, rows, acc, t, g, wq, bias_k, code, low, high, z, 
     loop stays a vector loop: through :func:`~.epilogue.activate`'s test of the code, a
     depthwise 5x5 layer with a Relu took twice as long as without one.  The other activations
     store the raw sums and finish the row with :func:`~.epilogue.finish_span`, a vector loop
-    per activation.  The bounds are
-    rounded to the output dtype first: for a value already of that dtype, clipping to the
-    rounded bounds gives exactly the rounded result of clipping to the exact ones, and the loop
-    then stays in one precision.
+    per activation.  The bounds are rounded to the output dtype first: for a value already of
+    that dtype, clipping to the rounded bounds gives exactly the rounded result of clipping to
+    the exact ones, and the loop then stays in one precision.
     """
     low_v = out.dtype.type(low)
     high_v = out.dtype.type(high)

@@ -34,9 +34,9 @@ def activation_code(geo: ConvGeometry) -> int:
 def epilogue_args(geo: ConvGeometry) -> tuple[int, float, float]:
     """(code, low, high): what every kernel passes to :func:`activate`.  ``low`` and ``high``
     are clip's bounds, hard_swish's shift 3 and scale 1/6, hard_sigmoid's alpha and beta, or
-    sigmoid's and silu's 1: the
-    kernels convert them to the output's type once, so that the activation computes in that
-    type (a literal would make numba promote a float32 value to float64)."""
+    sigmoid's and silu's 1: the kernels convert them to the output's type once, so that the
+    activation computes in that type (a literal would make numba promote a float32 value to
+    float64)."""
     code = activation_code(geo)
     if code == CLIP:
         return code, float(geo.clip_min), float(geo.clip_max)

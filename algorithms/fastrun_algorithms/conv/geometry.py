@@ -96,8 +96,8 @@ def canonical_params(shapes: Sequence[Sequence[int]], params: Mapping[str, Any])
 
     Result keys: strides, dilations, pads (top, left, bottom, right), group, and only when not
     at their defaults: residual, activation (+ clip_min and clip_max, or hard_sigmoid's alpha
-    and beta), weight_preprocess, layout.  1-D
-    convolutions are expressed as 2-D ones with a height of 1.
+    and beta), weight_preprocess, layout.  1-D convolutions are expressed as 2-D ones with a
+    height of 1.
 
     ``layout``: ``nchw`` (the default) or ``nchw16c``, where X, Z and Y are channel-blocked
     (N, ceil(C/16), H, W, 16) tensors (2-D only; W and B keep their shapes).
