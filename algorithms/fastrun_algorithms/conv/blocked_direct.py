@@ -78,7 +78,7 @@ from fastrun_algorithms.conv.epilogue import (
     epilogue_args,
     epilogue_residual,
     epilogue_value,
-    finish_span,
+    finish_into,
     residual_operand,
 )
 from fastrun_algorithms.conv.geometry import ConvGeometry, geometry
@@ -297,11 +297,13 @@ def _compute_kernel(xs: np.ndarray, packed: np.ndarray, base: np.ndarray, taps: 
             for t in range(min(LANES, kg - k0)):
                 k = g * kg + k0 + t
                 b = bias[k] if has_bias else bias[0] - bias[0]
-                row = out[n, k]  # the raw sums, then the epilogue in vector loops
+                # the epilogue in vector loops, on a copy of the row (finish_into)
+                values = numba.carray(stack_buffer(PIXELS, out.dtype), (PIXELS,))
                 for p in range(last):
-                    row[U(p0 + p)] = acc[i, p, t]
-                z_row = z[n, k] if has_residual else z[0, 0]
-                finish_span(row, p0, last, b, z_row, has_residual, code, low_v, high_v)
+                    values[p] = acc[i, p, t]
+                z_row = z[n, k, p0:] if has_residual else z[0, 0]
+                finish_into(out[n, k], p0, values, last, b, z_row, has_residual, code, low_v,
+                            high_v)
 
 
 @numba.njit(inline="always")

@@ -180,6 +180,18 @@ def finish_span(row, first, count, bias, z, has_residual, code, low, high):
 
 
 @numba.njit(inline="always")
+def finish_into(out_row, first, values, count, bias, z, has_residual, code, low, high):
+    """``values[:count]``, raw sums in a buffer of the caller's own, through the epilogue
+    (:func:`finish_span`, ``z`` indexed like ``values``), then stored to
+    ``out_row[first:first + count]``.  Why not finish in the output: a kernel whose last tile
+    overlaps the one before it (computed twice, identically) would let one thread finish a
+    value another thread had just stored raw, or finish it twice."""
+    finish_span(values, 0, count, bias, z, has_residual, code, low, high)
+    for i in range(count):
+        out_row[U(first + i)] = values[U(i)]
+
+
+@numba.njit(inline="always")
 def epilogue_value(value, bias, code, low, high):
     """One output value after bias and activation (inlined into the kernels' output loops)."""
     return activate(value + bias, code, low, high)

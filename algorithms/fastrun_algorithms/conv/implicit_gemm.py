@@ -67,7 +67,7 @@ from fastrun_algorithms.conv.epilogue import (
     bounds,
     clamp,
     epilogue_args,
-    finish_span,
+    finish_into,
     residual_operand,
 )
 from fastrun_algorithms.conv.geometry import ConvGeometry, geometry
@@ -160,12 +160,13 @@ def _compute_kernel(mr: int, nr: int) -> Callable[..., None]:
                 if bounded and not has_residual:
                     for t in range(columns):
                         out[n, i0 + a, y, U(x0 + t)] = clamp(acc[a, t] + b, floor, ceiling)
-                else:  # the raw sums, then the epilogue in vector loops (finish_span)
-                    row = out[n, i0 + a, y]
+                else:  # the epilogue in vector loops, on a copy of the row (finish_into)
+                    values = numba.carray(stack_buffer(nr, out.dtype), (nr,))
                     for t in range(columns):
-                        row[U(x0 + t)] = acc[a, t]
-                    z_row = z[n, i0 + a, y] if has_residual else z[0, 0, 0]
-                    finish_span(row, x0, columns, b, z_row, has_residual, code, low_v, high_v)
+                        values[t] = acc[a, t]
+                    z_row = z[n, i0 + a, y, x0:] if has_residual else z[0, 0, 0]
+                    finish_into(out[n, i0 + a, y], x0, values, columns, b, z_row,
+                                has_residual, code, low_v, high_v)
 
     return compute
 

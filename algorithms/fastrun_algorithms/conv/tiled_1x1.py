@@ -73,7 +73,7 @@ from fastrun_algorithms.conv.epilogue import (
     bounds,
     clamp,
     epilogue_args,
-    finish_span,
+    finish_into,
     residual_operand,
 )
 from fastrun_algorithms.conv.geometry import ConvGeometry, geometry
@@ -145,13 +145,13 @@ def _tiled_kernel(x: np.ndarray, w: np.ndarray, bias: np.ndarray, has_bias: bool
             elif bounded:
                 for t in range(width):
                     out[n, k, p0 + U(t)] = clamp(acc[i, t] + b, floor, ceiling)
-            else:  # the raw sums, then the epilogue in vector loops (finish_span)
-                row = out[n, k]
+            else:  # the epilogue in vector loops, on a copy of the row (finish_into)
+                values = numba.carray(stack_buffer(NR, out.dtype), (NR,))
                 for t in range(width):
-                    row[p0 + U(t)] = acc[i, t]
-                z_row = z[n, k] if has_residual else z[0, 0]
-                finish_span(row, np.int64(p0), width, b, z_row, has_residual, code, low_v,
-                            high_v)
+                    values[t] = acc[i, t]
+                z_row = z[n, k, p0:] if has_residual else z[0, 0]
+                finish_into(out[n, k], np.int64(p0), values, width, b, z_row, has_residual,
+                            code, low_v, high_v)
 
 
 def _gather_kernel(x: np.ndarray, sh: int, sw: int, parts: int, out: np.ndarray) -> None:
