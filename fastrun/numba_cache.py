@@ -63,7 +63,7 @@ def sweep_stale_kernels(root: str | os.PathLike) -> int:
     kernel that inlines a helper from another file (a conv's epilogue, say) kept the old helper
     after that file changed, and computed the old thing without a word.  An editable install
     updated with ``git pull`` changes some files and not others; a wheel replaces them all.
-    One stat per source file (about 1 ms for the compute library).  A tree numba cannot write
+    One stat per source file (about 3 ms for the compute library).  A tree numba cannot write
     to keeps its kernels elsewhere, or none, and is left alone.
     """
     root = Path(root)
