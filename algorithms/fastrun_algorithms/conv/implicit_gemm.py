@@ -172,16 +172,22 @@ def _compute_kernel(mr: int, nr: int) -> Callable[..., None]:
 
 
 @functools.cache
-def _compiled(dtype: np.dtype, x_layout: str,
-              tile: tuple[int, int]) -> tuple[Callable[..., None], Callable[..., None]]:
-    """(stage, compute) kernels for one dtype, input layout ("C" or "A") and tile, compiled (or
-    loaded from numba's cache) on first use."""
+def _compiled_stage(dtype: np.dtype, x_layout: str) -> Callable[..., None]:
+    """The staging kernel for one dtype and input layout ("C" or "A"), compiled (or loaded
+    from numba's cache) on first use; the same for every tile."""
     intp = types.intp
-    stage = numba.njit(
+    return numba.njit(
         types.void(types.Array(item_type(dtype), 4, x_layout, readonly=True), intp,
                    buffer(dtype, 1), intp, intp, intp, intp, intp),
         parallel=True, cache=CACHE)(_stage_kernel)
-    compute = numba.njit(
+
+
+@functools.cache
+def _compiled_compute(dtype: np.dtype, tile: tuple[int, int]) -> Callable[..., None]:
+    """The compute kernel for one dtype and tile, compiled (or loaded from numba's cache) on
+    first use; it reads the staged image, whatever the input's layout."""
+    intp = types.intp
+    return numba.njit(
         types.void(types.Array(item_type(dtype), 2, "C", readonly=True),
                    types.Array(item_type(dtype), 1, "C", readonly=True),
                    types.Array(types.int64, 1, "C", readonly=True), readonly(dtype, 1),
@@ -189,7 +195,6 @@ def _compiled(dtype: np.dtype, x_layout: str,
                    intp, intp, intp, intp, types.Array(item_type(dtype), 4, "C", readonly=True),
                    types.boolean),
         parallel=True, cache=CACHE, fastmath=FASTMATH)(_compute_kernel(*tile))
-    return stage, compute
 
 
 class _Plan:
@@ -254,7 +259,8 @@ class ImplicitGemmConv(ConvAlgorithm):
         plan = _plan(problem)
         x, w, bias = operands(geo, inputs)
         dtype = x.dtype
-        stage, compute = _compiled(dtype, "C" if x.flags.c_contiguous else "A", plan.tile)
+        stage = _compiled_stage(dtype, "C" if x.flags.c_contiguous else "A")
+        compute = _compiled_compute(dtype, plan.tile)
         weights = np.ascontiguousarray(w.reshape(geo.k, math.prod(w.shape[1:])))
         out = np.empty((geo.n, geo.k, geo.oh, geo.ow), dtype=dtype)
         scratch = _SCRATCH.take(problem.key, lambda: (np.zeros(plan.staged, dtype=dtype),))
