@@ -180,12 +180,23 @@ def one_by_one_case(draw: Any, operator: Operator, dtypes: Sequence[str],
         params["strides"] = [draw(st.integers(1, 3)) for _ in spatial]
         out_spatial = [(side - 1) // step + 1
                        for side, step in zip(spatial, params["strides"], strict=True)]
-    shapes = [(n, c, *spatial), (k, c, *[1] * len(spatial))]
+    return conv_case(draw, operator, dtype, (n, c, *spatial), (k, c, *[1] * len(spatial)),
+                     (n, k, *out_spatial), params)
+
+
+def conv_case(draw: Any, operator: Operator, dtype: str, x_shape: Sequence[int],
+              w_shape: Sequence[int], out_shape: Sequence[int],
+              params: dict[str, Any]) -> tuple[Problem, list[np.ndarray]]:
+    """A conv problem of these shapes and its inputs, for hypothesis's ``st.composite``: the
+    bias and a residual (of ``out_shape``) each drawn or not, and X sometimes a strided view."""
+    from hypothesis import strategies as st
+
+    shapes = [tuple(x_shape), tuple(w_shape)]
     if draw(st.booleans()):
-        shapes.append((k,))
+        shapes.append((w_shape[0],))
     if draw(st.booleans()):
-        shapes.append((n, k, *out_spatial))
-        params["residual"] = True
+        shapes.append(tuple(out_shape))
+        params = {**params, "residual": True}
     problem = operator.problem(shapes, [dtype] * len(shapes), **params)
     inputs = operator.random_inputs(problem, np.random.default_rng(draw(st.integers(0, 2**31))))
     if draw(st.booleans()):

@@ -20,9 +20,9 @@ from tests.algorithms._helpers import (
     NoSubProblems,
     assert_matches_reference,
     assert_same_bits_across_threads_and_concurrent_calls,
+    conv_case,
     conv_epilogue_params,
     cpu_registry,
-    every_other_column_view,
     numba_threads,
 )
 
@@ -36,18 +36,8 @@ def cases(draw: st.DrawFn) -> tuple[Any, list[np.ndarray]]:
     dtype = draw(st.sampled_from(["float32", "float64"]))
     n, c, k = draw(st.integers(1, 3)), draw(st.integers(1, 80)), draw(st.integers(1, 13))
     side = draw(st.sampled_from([(1, 1), (2, 3), (3, 3)]))
-    params = conv_epilogue_params(draw)
-    shapes = [(n, c, *side), (k, c, *side)]
-    if draw(st.booleans()):
-        shapes.append((k,))
-    if draw(st.booleans()):
-        shapes.append((n, k, 1, 1))
-        params["residual"] = True
-    problem = OPERATOR.problem(shapes, [dtype] * len(shapes), **params)
-    inputs = OPERATOR.random_inputs(problem, np.random.default_rng(draw(st.integers(0, 2**31))))
-    if draw(st.booleans()):
-        inputs[0] = every_other_column_view(inputs[0])
-    return problem, inputs
+    return conv_case(draw, OPERATOR, dtype, (n, c, *side), (k, c, *side), (n, k, 1, 1),
+                     conv_epilogue_params(draw))
 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
