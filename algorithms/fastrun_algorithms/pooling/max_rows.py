@@ -59,11 +59,11 @@ def _reduce_rows(x, n, c, v, pl, ih0, rows, dh):
             v[U(pl + i)] = nan_max(v[U(pl + i)], a[U(i)])
 
 
-def _max_rows_kernel(x, out, kh, kw, sh, sw, dh, dw, pt, pl):
-    """out = maxpool(x), one (image, channel) plane per task (see the module docstring)."""
+def _max_rows_kernel(x, out, kh, kw, sh, sw, dh, dw, pt, pl, span):
+    """out = maxpool(x), one (image, channel) plane per task (see the module docstring);
+    ``span``: the entries of the row buffer in use (:func:`_span`)."""
     images, channels, height, width = x.shape
     out_h, out_w = out.shape[2], out.shape[3]
-    span = (out_w - 1) * sw + (kw - 1) * dw + 1  # padded columns the windows read
     for plane in prange(images * channels):
         n = plane // channels
         c = plane - n * channels
@@ -101,7 +101,7 @@ def _compiled(dtype: np.dtype, layout: str) -> Callable[..., None]:
     """The kernel for one dtype and X layout ("C", or "A" for strided views read in place)."""
     item = numba.from_dtype(dtype)
     signature = types.void(types.Array(item, 4, layout, readonly=True),
-                           types.Array(item, 4, "C"), *[types.intp] * 8)
+                           types.Array(item, 4, "C"), *[types.intp] * 9)
     return numba.njit(signature, parallel=True, cache=CACHE)(_max_rows_kernel)
 
 
@@ -136,7 +136,8 @@ class MaxRowsPool(Algorithm):
         x4, out4 = (x[:, :, None, :], out[:, :, None, :]) if geo.spatial == 1 else (x, out)
         (kh, kw), (sh, sw), (dh, dw), (pt, pl), _, _ = as_2d(geo)
         layout = "C" if x4.flags.c_contiguous else "A"
-        _compiled(np.dtype(geo.dtype), layout)(x4, out4, kh, kw, sh, sw, dh, dw, pt, pl)
+        _compiled(np.dtype(geo.dtype), layout)(x4, out4, kh, kw, sh, sw, dh, dw, pt, pl,
+                                               _span(geo))
         return out
 
     def heuristic_rank(self, problem: Problem) -> tuple[float, ...]:
