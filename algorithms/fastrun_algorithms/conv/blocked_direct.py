@@ -75,10 +75,11 @@ from fastrun_algorithms.conv import heuristic
 from fastrun_algorithms.conv._gemm_common import buffer, item_type, no_bias, operands, readonly
 from fastrun_algorithms.conv.base import ConvAlgorithm
 from fastrun_algorithms.conv.epilogue import (
+    bounds,
     epilogue_args,
     epilogue_residual,
     epilogue_value,
-    finish_into,
+    finish_tile,
     residual_operand,
 )
 from fastrun_algorithms.conv.geometry import ConvGeometry, geometry
@@ -287,23 +288,31 @@ def _compute_kernel(xs: np.ndarray, packed: np.ndarray, base: np.ndarray, taps: 
     kg = k_total // group
     per_image = group * _per_group(blocks, base)
     low_v, high_v = out.dtype.type(low), out.dtype.type(high)
+    bounded, floor, ceiling = bounds(code, low, high, out)
     for job in prange(batch * per_image):
         n, g, b0, b1, p0 = _job(job, per_image, blocks, base)
         acc = numba.carray(stack_buffer(TILE, out.dtype), (2, PIXELS, LANES))
         _accumulate(acc, xs, n, packed, g, b0, b1, base, p0, g * group_stride, taps)
         last = min(PIXELS, pixels - p0)
-        for i in range(2 if b1 > b0 else 1):
-            k0 = (b0 + i) * LANES
-            for t in range(min(LANES, kg - k0)):
-                k = g * kg + k0 + t
-                b = bias[k] if has_bias else bias[0] - bias[0]
-                # the epilogue in vector loops, on a copy of the row (finish_into)
-                values = numba.carray(stack_buffer(PIXELS, out.dtype), (PIXELS,))
+        filled = 2 if b1 > b0 else 1  # channel blocks this job computes
+        # The sums plus bias (and residual) copied out of the register tile, finished in one
+        # loop, then stored transposed (epilogue.store_tile says why).
+        scratch = numba.carray(stack_buffer(TILE, out.dtype), (TILE,))
+        for i in range(filled):
+            kb = g * kg + (b0 + i) * LANES
+            lanes = min(LANES, kg - (b0 + i) * LANES)
+            for p in range(last):
+                for t in range(lanes):
+                    v = acc[i, p, t] + (bias[kb + t] if has_bias else bias[0] - bias[0])
+                    scratch[(i * PIXELS + p) * LANES + t] = (v + z[n, kb + t, p0 + p]
+                                                             if has_residual else v)
+        finish_tile(scratch, filled * PIXELS * LANES, bounded, floor, ceiling, code, low_v,
+                    high_v)
+        for i in range(filled):
+            kb = g * kg + (b0 + i) * LANES
+            for t in range(min(LANES, kg - (b0 + i) * LANES)):
                 for p in range(last):
-                    values[p] = acc[i, p, t]
-                z_row = z[n, k, p0:] if has_residual else z[0, 0]
-                finish_into(out[n, k], p0, values, last, b, z_row, has_residual, code, low_v,
-                            high_v)
+                    out[n, kb + t, p0 + p] = scratch[(i * PIXELS + p) * LANES + t]
 
 
 @numba.njit(inline="always")
@@ -492,8 +501,9 @@ class BlockedDirectConv(RunsThroughBind, ConvAlgorithm):
     operator = "conv"
     name = "blocked_direct"
     attributes = AlgoAttribute.REPRODUCIBLE
-    #: 2: the NCHW store's epilogue in vector loops (``epilogue.finish_span``)
-    version = 2
+    #: 2: the NCHW store's epilogue in vector loops; 3: over the whole tile at once
+    #: (``epilogue.finish_tile``)
+    version = 3
 
     layouts = (NCHW, BLOCKED)
     #: where the staged inputs of padded problems are kept between calls

@@ -65,10 +65,9 @@ from fastrun_algorithms.conv._kernels_common import stage_row
 from fastrun_algorithms.conv.base import ConvAlgorithm
 from fastrun_algorithms.conv.epilogue import (
     bounds,
-    clamp,
     epilogue_args,
-    finish_into,
     residual_operand,
+    store_tile,
 )
 from fastrun_algorithms.conv.geometry import ConvGeometry, geometry
 
@@ -123,6 +122,8 @@ def _compute_kernel(mr: int, nr: int) -> Callable[..., None]:
         per_row = col_tiles * row_blocks
         low_v, high_v = out.dtype.type(low), out.dtype.type(high)
         bounded, floor, ceiling = bounds(code, low, high, out)
+        out3 = out.reshape((out.shape[0], k_total, out_h * out_w))
+        z3 = z.reshape((z.shape[0], z.shape[1], z.shape[2] * z.shape[3]))
         for job in prange(out_h * per_row):
             y = job // per_row
             rest = job - y * per_row
@@ -131,6 +132,7 @@ def _compute_kernel(mr: int, nr: int) -> Callable[..., None]:
             x0 = min(tj * nr, out_w - nr) if out_w >= nr else 0
             i_0, r1, r2, r3, r4, r5, r6, r7 = tile_rows8(i0, k_total - 1)
             acc = numba.carray(stack_buffer(tile, out.dtype), (mr, nr))
+            scratch = numba.carray(stack_buffer(tile, out.dtype), (tile,))
             for a in range(mr):
                 for t in range(nr):
                     acc[a, t] = 0
@@ -154,19 +156,9 @@ def _compute_kernel(mr: int, nr: int) -> Callable[..., None]:
                         w0, w1, w2 = w[i_0, k], w[r1, k], w[r2, k]
                         for t in range(nr):
                             tile_fma3(acc, t, staged[base + U(t)], w0, w1, w2)
-            columns = min(nr, out_w)
-            for a in range(min(mr, k_total - i0)):
-                b = bias[i0 + a] if has_bias else bias[0] - bias[0]
-                if bounded and not has_residual:
-                    for t in range(columns):
-                        out[n, i0 + a, y, U(x0 + t)] = clamp(acc[a, t] + b, floor, ceiling)
-                else:  # the epilogue in vector loops, on a copy of the row (finish_into)
-                    values = numba.carray(stack_buffer(nr, out.dtype), (nr,))
-                    for t in range(columns):
-                        values[t] = acc[a, t]
-                    z_row = z[n, i0 + a, y, x0:] if has_residual else z[0, 0, 0]
-                    finish_into(out[n, i0 + a, y], x0, values, columns, b, z_row,
-                                has_residual, code, low_v, high_v)
+            store_tile(out3, z3, has_residual, n, i0, min(mr, k_total - i0), U(y * out_w + x0),
+                       min(nr, out_w), acc, scratch, bias, has_bias, bounded, floor, ceiling,
+                       code, low_v, high_v)
 
     return compute
 
@@ -235,8 +227,9 @@ class ImplicitGemmConv(ConvAlgorithm):
     name = "implicit_gemm"
     attributes = AlgoAttribute.REPRODUCIBLE
     #: 2: the 4 x 16 tile on 16 registers; 3: hard_swish, sigmoid, silu and hard_sigmoid in
-    #: vector loops (``epilogue.finish_span``), and the 3 x 32 tile on wide rows there
-    version = 3
+    #: vector loops, and the 3 x 32 tile on wide rows there;
+    #: 4: the epilogue over the whole tile (``epilogue.store_tile``)
+    version = 4
     #: where its staged image is kept between calls
     scratch = _SCRATCH
 

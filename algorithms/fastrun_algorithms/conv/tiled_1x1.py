@@ -71,10 +71,9 @@ from fastrun_algorithms.conv._gemm_common import buffer, item_type, no_bias, ope
 from fastrun_algorithms.conv.base import ConvAlgorithm
 from fastrun_algorithms.conv.epilogue import (
     bounds,
-    clamp,
     epilogue_args,
-    finish_into,
     residual_operand,
+    store_tile,
 )
 from fastrun_algorithms.conv.geometry import ConvGeometry, geometry
 
@@ -121,6 +120,7 @@ def _tiled_kernel(x: np.ndarray, w: np.ndarray, bias: np.ndarray, has_bias: bool
         tile = rest // k_tiles
         k0 = (rest - tile * k_tiles) * MR
         acc = numba.carray(stack_buffer(TILE, out.dtype), (MR, NR))
+        scratch = numba.carray(stack_buffer(TILE, out.dtype), (TILE,))
         for i in range(MR):
             for t in range(NR):
                 acc[i, t] = 0
@@ -135,23 +135,8 @@ def _tiled_kernel(x: np.ndarray, w: np.ndarray, bias: np.ndarray, has_bias: bool
             width = pixels
             for c in range(channels):
                 _channel_step(acc, x, w, n, c, p0, pixels, r0, r1, r2, r3, r4, r5, r6, r7)
-        for i in range(min(MR, k_total - k0)):
-            k = k0 + i
-            b = bias[k] if has_bias else bias[0] - bias[0]
-            if bounded and has_residual:
-                for t in range(width):
-                    out[n, k, p0 + U(t)] = clamp((acc[i, t] + b) + z[n, k, p0 + U(t)], floor,
-                                                 ceiling)
-            elif bounded:
-                for t in range(width):
-                    out[n, k, p0 + U(t)] = clamp(acc[i, t] + b, floor, ceiling)
-            else:  # the epilogue in vector loops, on a copy of the row (finish_into)
-                values = numba.carray(stack_buffer(NR, out.dtype), (NR,))
-                for t in range(width):
-                    values[t] = acc[i, t]
-                z_row = z[n, k, p0:] if has_residual else z[0, 0]
-                finish_into(out[n, k], np.int64(p0), values, width, b, z_row, has_residual,
-                            code, low_v, high_v)
+        store_tile(out, z, has_residual, n, k0, min(MR, k_total - k0), p0, width, acc,
+                   scratch, bias, has_bias, bounded, floor, ceiling, code, low_v, high_v)
 
 
 def _gather_kernel(x: np.ndarray, sh: int, sw: int, parts: int, out: np.ndarray) -> None:
@@ -204,8 +189,9 @@ class Tiled1x1Conv(RunsThroughBind, ConvAlgorithm):
     attributes = AlgoAttribute.REPRODUCIBLE
     #: 2: strided problems became usable (their entries are measured again with it); 3: the
     #: 4 x 16 tile on 16 registers; 4: the 3 x 32 one; 5: hard_swish, sigmoid, silu and
-    #: hard_sigmoid in vector loops (``epilogue.finish_span``)
-    version = 5
+    #: hard_sigmoid in vector loops; 6: the epilogue over the whole tile
+    #: (``epilogue.store_tile``)
+    version = 6
     #: where the gathered inputs of strided problems are kept between calls
     scratch = _SCRATCH
 
