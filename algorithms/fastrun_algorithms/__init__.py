@@ -34,6 +34,7 @@ def register(registry) -> None:
         pooling,
         reduce,
         resize,
+        squeeze_excite,
         tensor,
     )
 
@@ -46,5 +47,6 @@ def register(registry) -> None:
     pooling.register(registry)
     reduce.register(registry)
     resize.register(registry)
+    squeeze_excite.register(registry)
     tensor.register(registry)
     layout.register(registry)

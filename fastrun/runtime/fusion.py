@@ -27,6 +27,11 @@ Before all this, multi-step patterns that one operator computes become that oper
 (:mod:`fastrun.runtime.patterns`: GELU's Erf spelling, a LayerNorm spelled out, a projection
 with its bias and activation).
 
+Last, two multi-step blocks become one step each where the device has an algorithm for the
+operator they fuse into: a classifier head (``pool_linear``) and a squeeze-and-excitation block
+(``squeeze_excite``: MobileNetV3's, EfficientNet's and RegNet-Y's, four steps of a few
+microseconds each).
+
 A step is only merged into the step that produces its input when that output has no other
 reader and is not a graph output: otherwise the unfused value is still needed.
 """
@@ -88,7 +93,8 @@ def fuse(steps: list[Step], outputs: Iterable[Value], registry: Registry,
         if step.problem is not None:
             producer[id(step.output)] = step
         kept.append(step)
-    return _pool_linear_heads(kept, outputs, registry, device_kind)
+    kept = _pool_linear_heads(kept, outputs, registry, device_kind)
+    return _squeeze_excitations(kept, outputs, registry, device_kind)
 
 
 def _pool_linear_heads(steps: list[Step], outputs: Iterable[Value], registry: Registry,
@@ -131,6 +137,92 @@ def _pool_linear_heads(steps: list[Step], outputs: Iterable[Value], registry: Re
         replaced[id(head[-1])] = fused
         dropped.update(id(s) for s in head[:-1])
     return [replaced.get(id(step), step) for step in steps if id(step) not in dropped]
+
+
+def _squeeze_excitations(steps: list[Step], outputs: Iterable[Value], registry: Registry,
+                         device_kind: str) -> list[Step]:
+    """A squeeze-excitation block, ``x * gate(conv1x1(act(conv1x1(global_avgpool(x)))))``
+    (its activations already in the convs' epilogues), as one ``squeeze_excite`` step where
+    an algorithm of ``device_kind`` takes it: four steps for a few microseconds of work each
+    became one.  The fused step runs where the multiply ran; the pool and the two convs had no
+    other reader and are no graph output."""
+    operator = patterns.operator_on(registry, "squeeze_excite", device_kind)
+    if operator is None:
+        return steps
+    only_reader = patterns.Readers(steps, outputs).only
+    producer = {id(step.output): step for step in steps if step.problem is not None}
+    replaced: dict[int, Step] = {}  # id of the multiply -> the fused step
+    dropped: set[int] = set()
+    for mul in steps:
+        if mul.operator != "mul" or len(mul.inputs) != 2:
+            continue
+        for x, gate in (mul.inputs, mul.inputs[::-1]):
+            block = _squeeze_excitation(x, gate, mul, producer, only_reader)
+            if block is None:
+                continue
+            pool, reduce, expand = block
+            first, second = _matrix_of(reduce), _matrix_of(expand)
+            params = {"activation": reduce.params.get("activation", "none"),
+                      "gate": expand.params.get("activation", "none")}
+            if params["gate"] == "hard_sigmoid":
+                params.update(alpha=expand.params.get("alpha", 0.2),
+                              beta=expand.params.get("beta", 0.5))
+            inputs = [x, *first, *second]
+            try:
+                problem = pose(operator, inputs, **params)
+            except ValueError:
+                continue  # an activation or gate it does not take
+            if not any(a.device_kind == device_kind and a.unusable_reason(problem) is None
+                       for a in registry.algorithms(operator.name)):
+                continue
+            head = [pool, reduce, expand, mul]
+            replaced[id(mul)] = Step(node="+".join(s.node for s in head),
+                                     op_type="+".join(s.op_type for s in head), inputs=inputs,
+                                     output=mul.output, problem=problem, params=params)
+            dropped.update(id(s) for s in head[:-1])
+            break
+    return [replaced.get(id(step), step) for step in steps if id(step) not in dropped]
+
+
+def _squeeze_excitation(x: Value, gate: Value, mul: Step, producer: dict[int, Step],
+                        only_reader) -> tuple[Step, Step, Step] | None:
+    """(pool, reduce, expand) when ``gate`` is computed from ``x`` by a squeeze-excitation
+    chain whose values only the chain reads, else None."""
+    expand = producer.get(id(gate))
+    reduce = producer.get(id(expand.inputs[0])) if _pointwise_on_vector(expand) else None
+    pool = producer.get(id(reduce.inputs[0])) if _pointwise_on_vector(reduce) else None
+    if (pool is None or pool.operator != "global_avgpool" or pool.inputs[0] is not x
+            or len(x.shape) != 4 or gate.shape != (*x.shape[:2], 1, 1)
+            or mul.output.shape != x.shape or only_reader(gate) is not mul
+            or only_reader(reduce.output) is not expand or only_reader(pool.output) is not reduce):
+        return None
+    return pool, reduce, expand
+
+
+def _pointwise_on_vector(step: Step | None) -> bool:
+    """Whether ``step`` is a plain 1x1 conv on a (N, C, 1, 1) value with constant weights:
+    one group, no padding, stride or dilation, no residual."""
+    if step is None or step.operator != "conv" or len(step.inputs) not in (2, 3):
+        return False
+    problem = step.problem
+    weight = step.inputs[1]
+    return (step.inputs[0].shape[2:] == (1, 1) and weight.is_const and weight.shape[2:] == (1, 1)
+            and all(v.is_const for v in step.inputs[2:]) and problem.param("group", 1) == 1
+            and not problem.param("residual", False)
+            and not any(problem.param("pads", (0,)))
+            and all(v == 1 for v in problem.param("strides", (1,)))
+            and all(v == 1 for v in problem.param("dilations", (1,))))
+
+
+def _matrix_of(conv: Step) -> tuple[Value, Value]:
+    """A 1x1 conv's weight as the matrix (C, K) a matmul takes, and its bias (zeros when it
+    has none)."""
+    weight = conv.inputs[1]
+    matrix = np.ascontiguousarray(weight.const.reshape(weight.shape[:2]).T)
+    bias = (conv.inputs[2].const if len(conv.inputs) > 2
+            else np.zeros(weight.shape[0], weight.dtype))
+    return (Value(weight.name, matrix.shape, weight.dtype, matrix),
+            Value(weight.name + ".bias", bias.shape, weight.dtype, bias))
 
 
 def _bias_of(step: Step | None, product: Value) -> tuple[Step, Value] | None:

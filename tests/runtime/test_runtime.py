@@ -194,9 +194,10 @@ def test_a_mobilenet_v3_block_with_hard_activations_matches_onnxruntime():
     cache = InMemoryCache()
     model = load(proto, fastrun.session(cache=cache, strategy="fast-run", **FAST))
     assert "hard_sigmoid" not in {step.operator for step in model.steps}
-    gate = next(s for s in model.steps if s.params.get("activation") == "hard_sigmoid")
-    assert gate.operator == "conv" and gate.params["beta"] == 0.5
-    assert gate.params["alpha"] == pytest.approx(1 / 6)
+    block = next(s for s in model.steps if s.operator == "squeeze_excite")
+    assert block.problem.param("gate") == "hard_sigmoid" and block.problem.param("beta") == 0.5
+    assert block.problem.param("alpha") == pytest.approx(1 / 6)
+    assert block.problem.param("activation") == "relu"
     assert "hard_swish" in {step.params.get("activation") for step in model.steps}
     assert_matches_onnxruntime(proto, model, model.random_inputs(seed=3))
     served = fastrun.session(cache=cache, strategy="heuristic", progress=False)
@@ -488,6 +489,49 @@ def test_silu_hard_swish_and_sigmoid_fold_into_the_conv():
     model = load(proto, fastrun.session(cache=InMemoryCache(), strategy="fast-run", **FAST))
     assert [(step.operator, step.params.get("activation")) for step in model.steps] == [
         ("conv", "silu"), ("conv", "hard_swish"), ("conv", "sigmoid")]
+    assert_matches_onnxruntime(proto, model, model.random_inputs())
+
+
+def test_a_squeeze_excitation_block_is_one_step():
+    """MobileNetV3's block (Relu, then a HardSigmoid gate) and EfficientNet's (SiLU, then a
+    Sigmoid gate; here its first conv without a bias, the gate multiplied from the left): the
+    pool, the two 1x1 convs, their activations and the Mul become one squeeze_excite step."""
+    proto = _models.mobilenet_v3_block()
+    model = load(proto, heuristic_session())
+    assert [step.operator for step in model.steps] == ["conv", "conv", "squeeze_excite", "conv"]
+    block = model.steps[2]
+    assert block.op_type == "GlobalAveragePool+Conv+Relu+Conv+HardSigmoid+Mul"
+    assert [v.shape for v in block.inputs] == [(1, 48, 10, 10), (48, 8), (8,), (8, 48), (48,)]
+    assert_matches_onnxruntime(proto, model, model.random_inputs(seed=2))
+
+    w = _models.GraphWriter(3)
+    x = w.node("Conv", ["x", w.weight("w", (12, 3, 3, 3))], "c", pads=[1] * 4)
+    pooled = w.node("GlobalAveragePool", [x], "pool")
+    h = w.node("Conv", [pooled, w.weight("w1", (4, 12, 1, 1))], "reduce")
+    h = w.node("Mul", [h, w.node("Sigmoid", [h], "reduce_sigmoid")], "reduce_silu")
+    g = w.node("Conv", [h, w.weight("w2", (12, 4, 1, 1)), w.weight("b2", (12,))], "expand")
+    w.node("Mul", [w.node("Sigmoid", [g], "gate"), x], "y")
+    proto = w.model((2, 3, 9, 9), "y", opset=17)
+    model = load(proto, fastrun.session(cache=InMemoryCache(), strategy="fast-run", **FAST))
+    assert [step.operator for step in model.steps] == ["conv", "squeeze_excite"]
+    block = model.steps[1].problem
+    assert (block.param("activation"), block.param("gate", "sigmoid")) == ("silu", "sigmoid")
+    np.testing.assert_array_equal(model.steps[1].inputs[2].const, np.zeros(4, np.float32))
+    assert_matches_onnxruntime(proto, model, model.random_inputs(seed=3))
+
+
+def test_a_squeeze_excitation_whose_values_have_other_readers_stays_apart():
+    """The pooled vector read again (an Add after the block): the chain's steps are kept."""
+    w = _models.GraphWriter(4)
+    x = w.node("Conv", ["x", w.weight("w", (8, 3, 1, 1))], "c")
+    pooled = w.node("GlobalAveragePool", [x], "pool")
+    h = w.node("Relu", [w.node("Conv", [pooled, w.weight("w1", (2, 8, 1, 1))], "r")], "rr")
+    g = w.node("Sigmoid", [w.node("Conv", [h, w.weight("w2", (8, 2, 1, 1))], "e")], "g")
+    w.node("Add", [w.node("Mul", [x, g], "scaled"), pooled], "y")
+    proto = w.model((1, 3, 6, 6), "y", opset=17)
+    model = load(proto, heuristic_session())
+    assert "squeeze_excite" not in {step.operator for step in model.steps}
+    assert "global_avgpool" in {step.operator for step in model.steps}
     assert_matches_onnxruntime(proto, model, model.random_inputs())
 
 

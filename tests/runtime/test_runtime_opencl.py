@@ -166,6 +166,20 @@ def test_the_classifier_head_is_one_step_on_the_device(device):
     assert _relative(model.run(feeds)["y"], reference.run(feeds)["y"]) <= 1e-5
 
 
+def test_a_squeeze_excitation_block_keeps_its_steps_on_the_device(device):
+    """squeeze_excite has a CPU algorithm only: on OpenCL the block stays a pool, two convs
+    and a multiply, and matches the CPU's fused step."""
+    proto = _models.mobilenet_v3_block()
+    model = _on_device(proto, device, batch=1)
+    assert "squeeze_excite" not in {step.operator for step in model.steps}
+    assert "global_avgpool" in {step.operator for step in model.steps}
+    reference = _on_cpu(proto, batch=1)
+    reference.search()
+    assert "squeeze_excite" in {step.operator for step in reference.steps}
+    feeds = reference.random_inputs(seed=6)
+    assert _relative(model.run(feeds)["y"], reference.run(feeds)["y"]) <= 1e-4
+
+
 def test_a_head_without_a_bias_fuses_and_one_with_another_reader_does_not(device):
     w = GraphWriter()
     x = w.node("Conv", ["x", w.weight("w", (6, 3, 3, 3))], "conv")

@@ -32,18 +32,25 @@ def activation_code(geo: ConvGeometry) -> int:
 
 
 def epilogue_args(geo: ConvGeometry) -> tuple[int, float, float]:
-    """(code, low, high): what every kernel passes to :func:`activate`.  ``low`` and ``high``
+    """(code, low, high): what every kernel passes to :func:`activate` (see
+    :func:`activation_args`)."""
+    return activation_args(geo.activation, geo.clip_min, geo.clip_max, geo.alpha, geo.beta)
+
+
+def activation_args(name: str, clip_min: float = -np.inf, clip_max: float = np.inf,
+                    alpha: float = 0.2, beta: float = 0.5) -> tuple[int, float, float]:
+    """(code, low, high) of activation ``name`` for :func:`activate`.  ``low`` and ``high``
     are clip's bounds, hard_swish's shift 3 and scale 1/6, hard_sigmoid's alpha and beta, or
     sigmoid's and silu's 1: the kernels convert them to the output's type once, so that the
     activation computes in that type (a literal would make numba promote a float32 value to
     float64)."""
-    code = activation_code(geo)
+    code = _CODES[name]
     if code == CLIP:
-        return code, float(geo.clip_min), float(geo.clip_max)
+        return code, float(clip_min), float(clip_max)
     if code == HARD_SWISH:
         return code, 3.0, 1.0 / 6.0
     if code == HARD_SIGMOID:
-        return code, float(geo.alpha), float(geo.beta)
+        return code, float(alpha), float(beta)
     return code, 1.0, 1.0
 
 

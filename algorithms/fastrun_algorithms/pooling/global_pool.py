@@ -74,14 +74,14 @@ def _mean_planes(x, out):
         out[p] = total / (height * width)
 
 
-#: The one reassociation :func:`_row_sum` allows: LLVM may split the sum into vector lanes
+#: The one reassociation :func:`row_sum` allows: LLVM may split the sum into vector lanes
 #: and partial sums, an order fixed when the kernel is compiled for this instruction set (part
 #: of the CPU device's cache category), so a plane's sum is the same on every run.
 SUM_FASTMATH = {"contract", "reassoc"}
 
 
 @numba.njit(cache=CACHE, fastmath=SUM_FASTMATH)
-def _row_sum(x, start, length):
+def row_sum(x, start, length):
     """The float64 sum of ``x[start:start + length]`` (flat), as vectors of partial sums."""
     total = 0.0
     for i in range(start, start + length):
@@ -93,7 +93,7 @@ def _row_sum(x, start, length):
 def _mean_rows(x, length, out):
     """``out[p]`` = the mean of the ``p``-th run of ``length`` values of flat X."""
     for p in prange(out.shape[0]):
-        out[p] = _row_sum(x, p * length, length) / length
+        out[p] = row_sum(x, p * length, length) / length
 
 
 @numba.njit(parallel=True, cache=CACHE)
