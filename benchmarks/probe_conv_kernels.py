@@ -1,8 +1,9 @@
 """Conv algorithms against onnxruntime's Conv, layer by layer, each engine in its own process.
 
 For a set of layers (``--layers``: ResNet-18's 3x3 and first layers, ResNet-50's 1x1 layers,
-the strided downsampling ones among them, or the grouped 3x3 layers of RegNet-Y-400MF and
-ResNeXt-50 32x4d; batch 1, bias + Relu, constant weights: onnxruntime
+the strided downsampling ones among them, the grouped 3x3 layers of RegNet-Y-400MF and
+ResNeXt-50 32x4d, MobileNet's depthwise and 1x1 layers, or the mobile models' 3-channel stems
+and strided depthwise layers (``strided-dw``); batch 1, bias + Relu, constant weights: onnxruntime
 prepacks them, fastrun runs with weight preprocessing), a steady loop of ``--calls`` calls per
 layer, first in a fastrun process (every algorithm of ``--algorithm``, comma-separated), then
 in an onnxruntime process, alternating ``--pairs`` times.  Printed: GFLOP/s of each and the
