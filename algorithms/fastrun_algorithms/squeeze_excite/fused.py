@@ -16,7 +16,9 @@ the operator takes W1 as (C, S) and W2 as (S, C).  The vectors between the loops
 kilobytes, allocated per call.
 The activations are the conv epilogue's (``conv.epilogue.activate``).
 
-REPRODUCIBLE: every value is summed in a fixed order by one task, whatever the thread count.
+REPRODUCIBLE: every value is summed by one task in a fixed order, whatever the thread count
+(a plane's sum in the vector order ``row_sum`` compiles to for this instruction set, as
+``global_avgpool``'s).
 """
 
 from __future__ import annotations
