@@ -164,9 +164,10 @@ def _squeeze_excitations(steps: list[Step], outputs: Iterable[Value], registry: 
             first, second = _matrix_of(reduce), _matrix_of(expand)
             params = {"activation": reduce.params.get("activation", "none"),
                       "gate": expand.params.get("activation", "none")}
-            if params["gate"] == "hard_sigmoid":
-                params.update(alpha=expand.params.get("alpha", 0.2),
-                              beta=expand.params.get("beta", 0.5))
+            # hard_sigmoid's alpha and beta as the conv's epilogue has them (the operator
+            # fills in ONNX's defaults for any it lacks)
+            params.update({name: expand.params[name] for name in ("alpha", "beta")
+                           if name in expand.params})
             inputs = [x, *first, *second]
             try:
                 problem = pose(operator, inputs, **params)

@@ -27,10 +27,6 @@ _CODES = {"none": NONE, "relu": RELU, "clip": CLIP, "hard_swish": HARD_SWISH,
           "sigmoid": SIGMOID, "silu": SILU, "hard_sigmoid": HARD_SIGMOID}
 
 
-def activation_code(geo: ConvGeometry) -> int:
-    return _CODES[geo.activation]
-
-
 def epilogue_args(geo: ConvGeometry) -> tuple[int, float, float]:
     """(code, low, high): what every kernel passes to :func:`activate` (see
     :func:`activation_args`)."""
