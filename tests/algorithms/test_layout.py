@@ -19,10 +19,11 @@ from fastrun.api import Session
 from fastrun.cache import InMemoryCache
 from fastrun.core.strategy import Strategy
 from fastrun.operator import Problem
-from fastrun_algorithms.conv import blocked_depthwise, blocked_direct, via_nchw
+from fastrun_algorithms.conv import blocked_1x1, blocked_depthwise, blocked_direct, via_nchw
+from fastrun_algorithms.conv.geometry import geometry
 from fastrun_algorithms.conv.operator import ConvOperator
 from fastrun_algorithms.layout import algorithms as reorders
-from fastrun_algorithms.layout.blocking import LANES, blocks, to_blocked
+from fastrun_algorithms.layout.blocking import LANES, blocked_shape, blocks, to_blocked
 from fastrun_algorithms.layout.operator import ReorderOperator
 from tests.algorithms._helpers import (
     CONV_ACTIVATIONS,
@@ -35,6 +36,7 @@ CONV = ConvOperator()
 REORDER = ReorderOperator()
 DIRECT = blocked_direct.BlockedDirectConv()
 DEPTHWISE = blocked_depthwise.BlockedDepthwiseConv()
+POINTWISE = blocked_1x1.BlockedPointwiseConv()
 #: what a blocked tensor's padding lanes hold in these tests: consumers must never read them
 GARBAGE = 1e6
 
@@ -130,7 +132,7 @@ def test_nchw_algorithms_refuse_blocked_problems():
 # -- the algorithms ------------------------------------------------------------------------------
 
 @st.composite
-def cases(draw: st.DrawFn, depthwise: bool, three_by_three: bool = False
+def cases(draw: st.DrawFn, depthwise: bool, unrolled: bool = False
           ) -> tuple[Problem, list[np.ndarray]]:
     n = draw(st.integers(1, 2))
     if depthwise:
@@ -139,15 +141,15 @@ def cases(draw: st.DrawFn, depthwise: bool, three_by_three: bool = False
         group = draw(st.sampled_from([1, 1, 1, 2]))
         c = group * (LANES * draw(st.integers(1, 2)) if group > 1 else draw(st.integers(1, 40)))
         k = group * (LANES if group > 1 else draw(st.integers(1, 40)))
-    kernel = [3, 3] if three_by_three else [draw(st.integers(1, 5 if depthwise else 3))
-                                            for _ in range(2)]
+    kernel = [draw(st.sampled_from([3, 5]))] * 2 if unrolled else \
+        [draw(st.integers(1, 5 if depthwise else 3)) for _ in range(2)]
     spatial = [draw(st.integers(kk, 13)) for kk in kernel]
     params: dict[str, Any] = {"group": group, "layout": "nchw16c"}
     if draw(st.booleans()):
         params["strides"] = [draw(st.integers(1, 3)) for _ in kernel]
     if draw(st.booleans()):
         params["pads"] = [draw(st.integers(0, 2)) for _ in range(4)]
-    if draw(st.booleans()) and not three_by_three:
+    if draw(st.booleans()) and not unrolled:
         params["dilations"] = [1 if size < 2 * kk - 1 else draw(st.integers(1, 2))
                                for kk, size in zip(kernel, spatial, strict=True)]
     activation = draw(st.sampled_from(CONV_ACTIVATIONS))
@@ -203,13 +205,73 @@ def test_blocked_depthwise_matches_the_reference(case, threads):
 
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(case=cases(depthwise=True, three_by_three=True), threads=st.sampled_from([1, 2, 3]))
-def test_blocked_depthwise_3x3_matches_the_reference(case, threads):
-    """The 3x3 kernel of its own (zero rows above and below the input, border columns
-    tested) at every stride and padding."""
+@given(case=cases(depthwise=True, unrolled=True), threads=st.sampled_from([1, 2, 3]))
+def test_blocked_depthwise_3x3_and_5x5_match_the_reference(case, threads):
+    """The unrolled kernel of 3x3 and 5x5 layers (input rows staged zero-padded, the
+    activation and residual in a pass of their own) at every stride and padding."""
     problem, inputs = case
     first = _check(DEPTHWISE, problem, inputs, threads)
     assert np.array_equal(first, _check(DEPTHWISE, problem, inputs, 1))
+
+
+@pytest.mark.parametrize("width", [40, 260])
+def test_blocked_depthwise_planes_too_wide_to_stage_take_the_general_kernel(width):
+    """A 5x5 layer whose five padded input rows outgrow the unrolled kernel's stack buffer
+    (260 pixels) is computed by the general kernel, to the same result as a narrower one."""
+    rng = np.random.default_rng(width)
+    x = rng.uniform(-1, 1, (1, 20, 6, width)).astype(np.float32)
+    w = rng.uniform(-1, 1, (20, 1, 5, 5)).astype(np.float32)
+    problem = CONV.problem([blocked_shape(x.shape), w.shape], ["float32"] * 2, group=20,
+                           pads=[2, 2, 2, 2], activation="hard_swish", layout="nchw16c")
+    assert blocked_depthwise._unrolled(geometry(problem)) == (width < 200)
+    _check(DEPTHWISE, problem, [_blocked_input(x), w], 2)
+
+
+@st.composite
+def pointwise_cases(draw: st.DrawFn) -> tuple[Problem, list[np.ndarray]]:
+    """1x1 layers at stride 1: channel counts on and off block boundaries, planes smaller and
+    larger than a tile, every activation, with and without bias and residual."""
+    n, c, k = draw(st.integers(1, 2)), draw(st.integers(1, 40)), draw(st.integers(1, 70))
+    spatial = draw(st.sampled_from([(1, 1), (2, 3), (7, 7), (5, 13), (14, 14)]))
+    params: dict[str, Any] = {"layout": "nchw16c"}
+    activation = draw(st.sampled_from(CONV_ACTIVATIONS))
+    if activation != "none":
+        params["activation"] = activation
+    if activation == "clip":
+        params["clip_min"], params["clip_max"] = 0.1, 0.5
+    if draw(st.booleans()):
+        params["weight_preprocess"] = True
+    rng = np.random.default_rng(draw(st.integers(0, 2**31)))
+    inputs = [_blocked_input(rng.uniform(-1, 1, (n, c, *spatial)).astype(np.float32)),
+              rng.uniform(-1, 1, (k, c, 1, 1)).astype(np.float32)]
+    if draw(st.booleans()):
+        inputs.append(rng.uniform(-1, 1, k).astype(np.float32))
+    if draw(st.booleans()):
+        inputs.append(_blocked_input(rng.uniform(-1, 1, (n, k, *spatial)).astype(np.float32)))
+        params["residual"] = True
+    return CONV.problem([a.shape for a in inputs], ["float32"] * len(inputs), **params), inputs
+
+
+@settings(max_examples=50, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(case=pointwise_cases(), threads=st.sampled_from([1, 2, 3]))
+def test_blocked_1x1_matches_the_reference(case, threads):
+    problem, inputs = case
+    first = _check(POINTWISE, problem, inputs, threads)
+    assert np.array_equal(first, _check(POINTWISE, problem, inputs, 1))
+
+
+def test_blocked_1x1_refuses_what_it_cannot_compute():
+    def reason(w_shape, **params):
+        problem = CONV.problem([(1, 2, 8, 8, 16), w_shape], ["float32"] * 2, layout="nchw16c",
+                               **params)
+        return POINTWISE.unusable_reason(problem)
+
+    assert "1x1 kernel at stride 1" in reason((16, 32, 3, 3))
+    assert "1x1 kernel at stride 1" in reason((16, 32, 1, 1), strides=[2, 2])
+    assert "no padding" in reason((16, 32, 1, 1), pads=[1, 1, 1, 1])
+    assert "one group" in reason((32, 16, 1, 1), group=2)
+    nchw = CONV.problem([(1, 32, 8, 8), (16, 32, 1, 1)], ["float32"] * 2)
+    assert "not nchw" in POINTWISE.unusable_reason(nchw)
 
 
 def test_blocked_depthwise_refuses_what_it_cannot_compute():

@@ -10,6 +10,7 @@ def register(registry) -> None:
     """Add the conv operator and every conv algorithm: the CPU ones (naive last), then the
     OpenCL ones where pyopencl is installed."""
     from fastrun_algorithms.conv import (
+        blocked_1x1,
         blocked_depthwise,
         blocked_direct,
         conv1x1,
@@ -29,9 +30,9 @@ def register(registry) -> None:
     )
 
     registry.register_operator(ConvOperator())
-    for module in (direct, blocked_direct, depthwise, depthwise_lanes, blocked_depthwise,
-                   grouped_lanes, im2col, implicit_gemm, conv1x1, pointwise, tiled_1x1,
-                   matvec, tapwise, winograd, via_nchw, naive):
+    for module in (direct, blocked_direct, blocked_1x1, depthwise, depthwise_lanes,
+                   blocked_depthwise, grouped_lanes, im2col, implicit_gemm, conv1x1, pointwise,
+                   tiled_1x1, matvec, tapwise, winograd, via_nchw, naive):
         for algorithm in module.algorithms():
             registry.register_algorithm(algorithm)
     if opencl_installed():

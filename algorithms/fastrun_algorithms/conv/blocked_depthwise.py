@@ -7,19 +7,25 @@ or spend the time staging and re-indexing (``conv/depthwise.py``'s flat mode).  
 every pixel, so one tap of one output pixel is one vector load of X, one of W and one vector
 multiply-add, whatever the plane size: the layout MLAS and oneDNN use for the same reason.
 
-How.  The weights are packed once into (C/16, R*S, 16), zero past C, like the bias.  A task is
-(image, channel block, output row), enough for every thread at batch 1.  Each row's valid kernel
-rows are found once; its interior pixels (every tap inside the input) go four at a time, four
-vector accumulators in registers; the border pixels go one at a time over their valid taps, so
-no padded copy is made.  The epilogue (bias, residual, activation) is applied at the store, and
-lanes past C are stored as zeros.
+How.  The weights are packed once into (C/16, R*S, 16), zero past C, like the bias.
 
-A 3x3 kernel without dilation, nearly every depthwise layer of MobileNets, has a kernel of its
-own (:func:`_compute3x3_kernel`): kernel rows above and below the input read a zero row instead
-of being tested, so an interior pixel is nine taps unrolled with no loop and no branch, and
-the lane loop is one vector operation per tap: the general loop's variable tap ranges and
-border tests cost it about half its speed on these layers (measured by the search's timings in
-``benchmarks.bench_scaling``, docs/performance.md).
+3x3 and 5x5 kernels without dilation, nearly every depthwise layer of MobileNets and
+EfficientNets, take an unrolled kernel (:func:`_compute_kernel`).  A task is a few output rows
+of a plane; it copies the input rows they read into a stack buffer, zero-padded, so that every
+output pixel is its 9 or 25 taps unrolled with no test and no loop: per tap a vector load of
+X and a multiply-add, the block's weights held in registers, the lane loop one vector operation.
+The pixels go to a stack chunk, and the chunk through the epilogue (bias, residual, activation)
+into the output.  Testing the border columns per pixel instead, and applying the activation
+per lane as each pixel was stored (only a Relu's loop then vectorised), took 1.5-4x as long on
+5x5 layers and on 3x3 layers with a HardSwish (2-core AVX-512 VM, both kernels in one process);
+the staging copy costs most on 112x112 planes at stride 2, up to 1.14x a direct Relu kernel.
+``python -m benchmarks.probe_conv_kernels --layers mobilenet-dw --layout nchw16c --algorithm
+blocked_depthwise`` measures it against onnxruntime.
+
+Other kernels, dilations, and planes too wide to stage take the general kernel
+(:func:`_general_kernel`): a task is (image, channel block, output row); each row's valid kernel
+rows are found once; its interior pixels go four at a time, four vector accumulators in
+registers; the border pixels one at a time over their valid taps.
 
 Float32 only, channel multiplier 1 (K == C == group), any kernel, stride, dilation and padding.
 REPRODUCIBLE: each output sums its taps in row-major order in one task.
@@ -38,13 +44,22 @@ from numba import prange, types
 from fastrun.algorithm import Algorithm, RunContext
 from fastrun.attribute import AlgoAttribute
 from fastrun.operator import Problem
-from fastrun_algorithms._common import CACHE, FASTMATH, U, stack_buffer
+from fastrun_algorithms._common import (
+    CACHE,
+    FASTMATH,
+    PARTS_PER_THREAD,
+    U,
+    stack_buffer,
+    thread_count,
+)
 from fastrun_algorithms.conv._gemm_common import buffer, item_type, readonly
 from fastrun_algorithms.conv.base import ConvAlgorithm
 from fastrun_algorithms.conv.epilogue import (
+    activate_in_place,
+    bounds,
+    clamp,
     epilogue_args,
-    epilogue_residual,
-    epilogue_value,
+    finish_span,
     residual_operand,
 )
 from fastrun_algorithms.conv.geometry import ConvGeometry, geometry
@@ -54,6 +69,14 @@ from fastrun_algorithms.layout.blocking import BLOCKED, LANES, blocks
 #: the multiply-adds.
 TILE = 4
 TILE_ELEMENTS = TILE * LANES
+#: Output pixels the unrolled kernel computes into a stack chunk before finishing and storing
+#: them: a whole row of every MobileNet plane (112 pixels wide at most), 7 KiB of float32.
+CHUNK = 112
+CHUNK_ELEMENTS = CHUNK * LANES
+#: Elements of the unrolled kernel's staged input rows (a stack buffer): 32 KiB of float32,
+#: four padded rows of a 112-pixel plane.  Layers whose kernel rows do not fit take the
+#: general kernel.
+STAGE_ELEMENTS = 16384
 
 
 def _pack_kernel(w: np.ndarray, bias: np.ndarray, has_bias: bool, packed: np.ndarray,
@@ -71,35 +94,132 @@ def _pack_kernel(w: np.ndarray, bias: np.ndarray, has_bias: bool, packed: np.nda
 
 
 @numba.njit(inline="always")
-def _store(acc, i, out, plane, o, zb, code, low, high, zero):
-    """Pixel ``o`` of the output plane from ``acc[i]``, through the epilogue (``zb`` is the
-    residual's plane, or an empty row without one): all 16 lanes, a loop of constant length
-    (one vector operation); the caller zeroes the lanes past C afterwards."""
-    base = o * LANES
-    if zb.shape[0] > 0:
-        for t in range(LANES):
-            out[plane, U(base + t)] = epilogue_residual(acc[i, t], zero,
-                                                        zb[U(base + t)], code, low, high)
-    else:
-        for t in range(LANES):
-            out[plane, U(base + t)] = epilogue_value(acc[i, t], zero, code, low, high)
+def _finish_chunk(chunk, count, out, plane, first, z, code, low, high):
+    """``chunk[:count]`` (a stack vector of raw sums plus bias) through the rest of the epilogue,
+    stored to ``out[plane, first:first + count]``: the residual (``z``, laid out as the output;
+    None without one, a type of its own so the test is decided when the kernel compiles), then
+    relu and clip as clamps in the storing loop, the other activations in a loop of their own
+    per activation before it.  With the activation applied per lane as each pixel was stored,
+    only relu's loop vectorised, and a HardSwish or no activation at all took 2.5x the time of
+    a Relu on 672 planes of 14x14."""
+    if z is not None:
+        for i in range(count):
+            chunk[i] += z[plane, U(first + i)]
+    bounded, floor, ceiling = bounds(code, low, high, out)
+    if not bounded:
+        activate_in_place(chunk, 0, count, code, low, high)
+    for i in range(count):
+        out[plane, U(first + i)] = clamp(chunk[i], floor, ceiling)
 
 
-def _compute_kernel(x: np.ndarray, packed: np.ndarray, bias: np.ndarray, offsets: np.ndarray,
+@numba.njit(inline="always")
+def _kernel_row(acc, src, at, packed, b, tap, t, taps):
+    """``acc`` plus one kernel row's ``taps`` (3 or 5) taps on lane ``t``: the input pixels at
+    ``at``, ``at + 16``, ... times taps ``tap`` on of block ``b``, in column order."""
+    acc = ((acc + src[U(at + t)] * packed[b, U(tap * LANES + t)])
+           + src[U(at + LANES + t)] * packed[b, U((tap + 1) * LANES + t)]) \
+        + src[U(at + 2 * LANES + t)] * packed[b, U((tap + 2) * LANES + t)]
+    if taps == 5:
+        acc = (acc + src[U(at + 3 * LANES + t)] * packed[b, U((tap + 3) * LANES + t)]) \
+            + src[U(at + 4 * LANES + t)] * packed[b, U((tap + 4) * LANES + t)]
+    return acc
+
+
+@numba.njit(inline="always")
+def _compute_pixels(chunk, stage, first, c0, c1, sw, padded, packed, bias, b, size):
+    """Output pixels ``c0`` to ``c1`` of a row into ``chunk``: each pixel's ``size`` x
+    ``size`` taps from the staged rows (the row's first kernel row at ``first``), one
+    expression per lane."""
+    for ow in range(c0, c1):
+        c = first + ow * sw * LANES
+        at = (ow - c0) * LANES
+        for t in range(LANES):
+            acc = bias[U(b * LANES + t)]
+            acc = _kernel_row(acc, stage, c, packed, b, 0, t, size)
+            acc = _kernel_row(acc, stage, c + padded, packed, b, size, t, size)
+            acc = _kernel_row(acc, stage, c + 2 * padded, packed, b, 2 * size, t, size)
+            if size == 5:
+                acc = _kernel_row(acc, stage, c + 3 * padded, packed, b, 15, t, 5)
+                acc = _kernel_row(acc, stage, c + 4 * padded, packed, b, 20, t, 5)
+            chunk[U(at + t)] = acc
+
+
+def _compute_kernel(x: np.ndarray, packed: np.ndarray, bias: np.ndarray, width: int, sh: int,
+                    sw: int, pt: int, pl: int, ow_total: int, size: int, rows: int, code: int,
+                    low: float, high: float, z: np.ndarray | None, out: np.ndarray) -> None:
+    """A ``size`` x ``size`` kernel, 3 or 5, no dilation, any stride and padding: x (N*B,
+    H*W*16), packed (B, size*size*16), out and z (N*B, OH*OW*16), flat planes.
+
+    A task is ``rows`` output rows of a plane (a task per row cost as much again as its
+    multiply-adds on 14x14 planes).  It first copies the input rows it reads into a stack
+    buffer, zero-padded left and right and zero where they fall outside the input, so that
+    every pixel takes all its taps with no test: per tap one vector load and one multiply-add,
+    the lane loop one vector operation, the weights held in registers.  Testing the border
+    pixels' taps instead took a third of the time on 14x14 planes, and the copy costs about
+    one vector move per input value.  Pixels are computed into a stack chunk of :data:`CHUNK`
+    pixels, then finished and stored (:func:`_finish_chunk`): stores into the output, which
+    LLVM cannot prove apart from the weights, made it load every tap's weights again for every
+    pixel."""
+    planes, nb = x.shape[0], packed.shape[0]
+    height = x.shape[1] // (width * LANES)
+    oh_total = out.shape[1] // (ow_total * LANES)
+    low_v, high_v = out.dtype.type(low), out.dtype.type(high)
+    padded = _padded_width(width, pl, ow_total, sw, size) * LANES
+    row_blocks = (oh_total + rows - 1) // rows
+    for task in prange(planes * row_blocks):
+        plane = task // row_blocks
+        oh0 = (task - plane * row_blocks) * rows
+        oh1 = min(oh0 + rows, oh_total)
+        b = plane % nb
+        stage = numba.carray(stack_buffer(STAGE_ELEMENTS, out.dtype), STAGE_ELEMENTS)
+        chunk = numba.carray(stack_buffer(CHUNK_ELEMENTS, out.dtype), CHUNK_ELEMENTS)
+        top = oh0 * sh - pt
+        for i in range((oh1 - oh0 - 1) * sh + size):
+            at = i * padded
+            if 0 <= top + i < height:
+                begin = (top + i) * width * LANES
+                for e in range(pl * LANES):
+                    stage[U(at + e)] = 0
+                for e in range(width * LANES):
+                    stage[U(at + pl * LANES + e)] = x[plane, U(begin + e)]
+                for e in range((pl + width) * LANES, padded):
+                    stage[U(at + e)] = 0
+            else:
+                for e in range(padded):
+                    stage[U(at + e)] = 0
+        for oh in range(oh0, oh1):
+            first = (oh - oh0) * sh * padded
+            for c0 in range(0, ow_total, CHUNK):
+                c1 = min(ow_total, c0 + CHUNK)
+                if size == 5:  # the tap count a constant in each inlined copy
+                    _compute_pixels(chunk, stage, first, c0, c1, sw, padded, packed, bias, b, 5)
+                else:
+                    _compute_pixels(chunk, stage, first, c0, c1, sw, padded, packed, bias, b, 3)
+                _finish_chunk(chunk, (c1 - c0) * LANES, out, plane,
+                              (oh * ow_total + c0) * LANES, z, code, low_v, high_v)
+
+
+@numba.njit(inline="always")
+def _padded_width(width, pl, ow_total, sw, size):
+    """Pixels of a staged input row: the padding on the left, the row, and on the right as
+    many zero pixels as the last output pixel reads past the row."""
+    return max(pl + width, (ow_total - 1) * sw + size)
+
+
+def _general_kernel(x: np.ndarray, packed: np.ndarray, bias: np.ndarray, offsets: np.ndarray,
                     width: int,
                     sh: int, sw: int, dh: int, dw: int, pt: int, pl: int, kernel_w: int,
                     channels: int, ow_total: int, code: int, low: float, high: float,
                     z: np.ndarray, has_residual: bool, out: np.ndarray) -> None:
-    """x (N*B, H*W*16), packed (B, R*S*16), out and z (N*B, OH*OW*16): flat planes.
-    ``offsets[r*S + s]`` is tap (r, s)'s offset in a plane; the interior pixels loop over the
+    """Any kernel and dilation: operands as :func:`_compute_kernel`'s, ``offsets[r*S + s]``
+    tap (r, s)'s offset in a plane.  The interior pixels go four at a time and loop over the
     row's valid taps as one flat loop (nested tap loops made LLVM keep the four accumulators
-    in memory)."""
+    in memory); the border pixels one at a time over their valid taps."""
     planes, nb = x.shape[0], packed.shape[0]
     height = x.shape[1] // (width * LANES)
     oh_total = out.shape[1] // (ow_total * LANES)
     kernel_h = packed.shape[1] // (kernel_w * LANES)
     low_v, high_v = out.dtype.type(low), out.dtype.type(high)
-    zero = out.dtype.type(0)
     # interior columns: every tap inside the input
     first = min((pl + sw - 1) // sw, ow_total)
     last = (width - 1 + pl - (kernel_w - 1) * dw) // sw + 1
@@ -114,8 +234,8 @@ def _compute_kernel(x: np.ndarray, packed: np.ndarray, bias: np.ndarray, offsets
         top = oh * sh - pt
         r_lo = max(0, (-top + dh - 1) // dh)
         r_hi = min(kernel_h, (height - top + dh - 1) // dh)
-        one = numba.carray(stack_buffer(LANES, out.dtype), (1, LANES))
         tile = numba.carray(stack_buffer(TILE_ELEMENTS, out.dtype), (TILE, LANES))
+        start = oh * ow_total * LANES
         ow = 0
         while ow < ow_total:
             if first <= ow and ow + TILE <= last:  # four interior pixels
@@ -133,135 +253,73 @@ def _compute_kernel(x: np.ndarray, packed: np.ndarray, bias: np.ndarray, offsets
                         tile[2, t] += x[plane, U(at + 2 * step + t)] * wv
                         tile[3, t] += x[plane, U(at + 3 * step + t)] * wv
                 for i in range(TILE):
-                    _store(tile, i, out, plane, oh * ow_total + ow + i, zb, code, low_v,
-                           high_v, zero)
+                    for t in range(LANES):
+                        out[plane, U(start + (ow + i) * LANES + t)] = tile[i, t]
                 ow += TILE
             else:  # one pixel, its valid taps only
+                at_out = start + ow * LANES
                 for t in range(LANES):
-                    one[0, t] = bias[U(b * LANES + t)]
+                    out[plane, U(at_out + t)] = bias[U(b * LANES + t)]
                 left = ow * sw - pl
                 s_lo = max(0, (-left + dw - 1) // dw)
                 s_hi = min(kernel_w, (width - left + dw - 1) // dw)
                 for r in range(r_lo, r_hi):
-                    start = (top + r * dh) * row + left * LANES
+                    begin = (top + r * dh) * row + left * LANES
                     for s in range(s_lo, s_hi):
-                        at = start + s * dw * LANES
+                        at = begin + s * dw * LANES
                         wat = (r * kernel_w + s) * LANES
                         for t in range(LANES):
-                            one[0, t] += x[plane, U(at + t)] * packed[b, U(wat + t)]
-                _store(one, 0, out, plane, oh * ow_total + ow, zb, code, low_v, high_v, zero)
+                            out[plane, U(at_out + t)] += x[plane, U(at + t)] \
+                                * packed[b, U(wat + t)]
                 ow += 1
-
-
-@numba.njit(inline="always")
-def _put(out, plane, at, value, z, code, low, high, zero):
-    """One output value through the epilogue, plus the residual unless ``z`` is None (a test
-    decided when the kernel compiles: None is a type of its own)."""
-    if z is None:
-        out[plane, U(at)] = epilogue_value(value, zero, code, low, high)
-    else:
-        out[plane, U(at)] = epilogue_residual(value, zero, z[plane, U(at)], code, low, high)
-
-
-@numba.njit(inline="always")
-def _kernel_row(acc, src, at, packed, b, tap, t):
-    """``acc`` plus one kernel row's three taps on lane ``t``: the input pixels at ``at``,
-    ``at + 16`` and ``at + 32`` times taps ``tap`` to ``tap + 2`` of block ``b``."""
-    return ((acc + src[U(at + t)] * packed[b, U(tap * LANES + t)])
-            + src[U(at + LANES + t)] * packed[b, U((tap + 1) * LANES + t)]) \
-        + src[U(at + 2 * LANES + t)] * packed[b, U((tap + 2) * LANES + t)]
-
-
-def _compute3x3_kernel(x: np.ndarray, packed: np.ndarray, bias: np.ndarray, zeros: np.ndarray,
-                       width: int, sh: int, sw: int, pt: int, pl: int, ow_total: int,
-                       code: int, low: float, high: float, z: np.ndarray | None,
-                       out: np.ndarray) -> None:
-    """The 3x3 kernel (no dilation, any stride and padding): operands as
-    :func:`_compute_kernel`'s, ``zeros`` a zero row at least one input row long.
-
-    A task is one output row.  Its three kernel rows read the input, or ``zeros`` where they
-    fall above or below it, so the interior pixels (every column inside) take all nine taps
-    with no test: per pixel 9 vector loads of X, 9 of W and 9 multiply-adds, the lane loop
-    one vector operation.  The few border pixels test their columns."""
-    planes, nb = x.shape[0], packed.shape[0]
-    height = x.shape[1] // (width * LANES)
-    oh_total = out.shape[1] // (ow_total * LANES)
-    low_v, high_v = out.dtype.type(low), out.dtype.type(high)
-    zero = out.dtype.type(0)
-    row = width * LANES
-    # interior columns: ow * sw - pl >= 0 and ow * sw - pl + 2 <= width - 1
-    first = min((pl + sw - 1) // sw, ow_total)
-    last = max(first, min((width - 3 + pl) // sw + 1, ow_total))
-    for task in prange(planes * oh_total):
-        plane = task // oh_total
-        oh = task - plane * oh_total
-        b = plane % nb
-        top = oh * sh - pt
-        s0 = x[plane] if 0 <= top < height else zeros
-        s1 = x[plane] if 0 <= top + 1 < height else zeros
-        s2 = x[plane] if 0 <= top + 2 < height else zeros
-        a0 = top * row if 0 <= top < height else 0
-        a1 = (top + 1) * row if 0 <= top + 1 < height else 0
-        a2 = (top + 2) * row if 0 <= top + 2 < height else 0
-        start = oh * ow_total * LANES
-        for ow in range(first, last):
-            c = (ow * sw - pl) * LANES
-            at = start + ow * LANES
-            for t in range(LANES):
-                acc = bias[U(b * LANES + t)]
-                acc = _kernel_row(acc, s0, a0 + c, packed, b, 0, t)
-                acc = _kernel_row(acc, s1, a1 + c, packed, b, 3, t)
-                acc = _kernel_row(acc, s2, a2 + c, packed, b, 6, t)
-                _put(out, plane, at + t, acc, z, code, low_v, high_v, zero)
-        for ow in range(ow_total):
-            if first <= ow < last:
-                continue
-            left = ow * sw - pl
-            at = start + ow * LANES
-            for t in range(LANES):
-                acc = bias[U(b * LANES + t)]
-                for s in range(3):
-                    if 0 <= left + s < width:
-                        c = (left + s) * LANES + t
-                        acc = ((acc + s0[U(a0 + c)] * packed[b, U(s * LANES + t)])
-                               + s1[U(a1 + c)] * packed[b, U((3 + s) * LANES + t)]) \
-                            + s2[U(a2 + c)] * packed[b, U((6 + s) * LANES + t)]
-                _put(out, plane, at + t, acc, z, code, low_v, high_v, zero)
+        # the residual and the activation over the row; adding -0.0 as the bias (already in)
+        # leaves every value, the sign of a zero included, as it is
+        finish_span(out[plane], start, ow_total * LANES, out.dtype.type(-0.0), zb,
+                    has_residual, code, low_v, high_v)
 
 
 @functools.cache
 def _compiled() -> tuple[Callable[..., None], ...]:
-    """(pack, compute, compute3x3) for float32, compiled (or loaded from numba's cache) on
-    first use."""
+    """(pack, general, unrolled) for float32, compiled (or loaded from numba's cache) on first
+    use."""
     f32 = np.dtype(np.float32)
     intp = types.intp
     c_in = functools.partial(types.Array, item_type(f32), layout="C", readonly=True)
     pack = numba.njit(types.void(readonly(f32, 4), readonly(f32, 1), types.boolean,
                                  buffer(f32, 3), buffer(f32, 1)), cache=CACHE)(_pack_kernel)
-    compute = numba.njit(
+    general = numba.njit(
         types.void(c_in(ndim=2), c_in(ndim=2), c_in(ndim=1),
                    types.Array(types.int64, 1, "C", readonly=True), *[intp] * 10, intp,
                    types.float64, types.float64, c_in(ndim=2), types.boolean, buffer(f32, 2)),
-        parallel=True, cache=CACHE, fastmath=FASTMATH)(_compute_kernel)
-    head = (c_in(ndim=2), c_in(ndim=2), c_in(ndim=1), c_in(ndim=1), *[intp] * 6, intp,
+        parallel=True, cache=CACHE, fastmath=FASTMATH)(_general_kernel)
+    head = (c_in(ndim=2), c_in(ndim=2), c_in(ndim=1), *[intp] * 8, intp,
             types.float64, types.float64)
-    compute3x3 = numba.njit(
+    unrolled = numba.njit(
         [types.void(*head, residual, buffer(f32, 2)) for residual in (types.none, c_in(ndim=2))],
-        parallel=True, cache=CACHE, fastmath=FASTMATH)(_compute3x3_kernel)
-    return pack, compute, compute3x3
+        parallel=True, cache=CACHE, fastmath=FASTMATH)(_compute_kernel)
+    return pack, general, unrolled
 
 
-def _three_by_three(geo: ConvGeometry) -> bool:
-    """Whether :func:`_compute3x3_kernel` serves the problem: a 3x3 kernel, no dilation."""
-    return (geo.r, geo.s, geo.dil_h, geo.dil_w) == (3, 3, 1, 1)
+def _staged_rows(geo: ConvGeometry) -> int:
+    """Input rows of a plane the unrolled kernel's stack buffer holds."""
+    width = _padded_width(geo.w, geo.pad_left, geo.ow, geo.stride_w, geo.s)
+    return STAGE_ELEMENTS // (width * LANES)
 
 
-@functools.lru_cache(maxsize=64)
-def _zero_row(length: int) -> np.ndarray:
-    """A read-only zero row that the 3x3 kernel reads for kernel rows outside the input."""
-    row = np.zeros(length, dtype=np.float32)
-    row.flags.writeable = False
-    return row
+def _rows_per_task(geo: ConvGeometry, planes: int) -> int:
+    """Output rows per task of the unrolled kernel: as many as leave
+    :data:`~fastrun_algorithms._common.PARTS_PER_THREAD` tasks per thread, and whose input rows
+    fit the stack buffer."""
+    tasks = PARTS_PER_THREAD * thread_count()
+    fit = (_staged_rows(geo) - geo.r) // geo.stride_h + 1
+    return max(1, min(geo.oh, planes * geo.oh // tasks, fit))
+
+
+def _unrolled(geo: ConvGeometry) -> bool:
+    """Whether :func:`_compute_kernel` serves the problem: a 3x3 or 5x5 kernel, no dilation,
+    and the kernel's input rows fit its stack buffer."""
+    return (geo.r == geo.s and geo.r in (3, 5) and (geo.dil_h, geo.dil_w) == (1, 1)
+            and _staged_rows(geo) >= geo.r)
 
 
 @functools.lru_cache(maxsize=1024)
@@ -281,6 +339,9 @@ class BlockedDepthwiseConv(ConvAlgorithm):
     operator = "conv"
     name = "blocked_depthwise"
     attributes = AlgoAttribute.REPRODUCIBLE
+    #: 2: every activation and the residual in a pass over each finished row, and 5x5 kernels
+    #: unrolled as 3x3 ones are (:func:`_compute_kernel`)
+    version = 2
     layouts = (BLOCKED,)
 
     def conv_unusable_reason(self, problem: Problem) -> str | None:
@@ -320,10 +381,10 @@ class BlockedDepthwiseConv(ConvAlgorithm):
         z = residual_operand(geo, inputs)
         z = z.reshape(planes, -1) if geo.has_residual else z.reshape(1, 1)
         epilogue = epilogue_args(geo)
-        if _three_by_three(geo):
-            _compiled()[2](x, packed.reshape(blocks(geo.c), -1), packed_bias,
-                           _zero_row(geo.w * LANES), geo.w, geo.stride_h, geo.stride_w,
-                           geo.pad_top, geo.pad_left, geo.ow, *epilogue,
+        if _unrolled(geo):
+            _compiled()[2](x, packed.reshape(blocks(geo.c), -1), packed_bias, geo.w,
+                           geo.stride_h, geo.stride_w, geo.pad_top, geo.pad_left, geo.ow,
+                           geo.r, _rows_per_task(geo, planes), *epilogue,
                            z if geo.has_residual else None, out.reshape(planes, -1))
         else:
             _compiled()[1](x, packed.reshape(blocks(geo.c), -1), packed_bias,
