@@ -1,7 +1,7 @@
 """``squeeze_excite``: the operator's shape and parameter rules, and ``fused`` against the
 float64 reference over random blocks (every activation and gate, several images, planes of one
-pixel to thousands, squeezed widths of one upward), the same bits on every thread count, and
-the workspace it declares."""
+pixel to thousands, squeezed widths of one upward, NCHW and ``nchw16c``), the same bits on
+every thread count, and the workspace it declares."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from fastrun_algorithms import squeeze_excite
+from fastrun_algorithms.layout.blocking import LANES, blocked_shape
 from fastrun_algorithms.squeeze_excite import fused
 from fastrun_algorithms.squeeze_excite.operator import ACTIVATIONS, GATES
 from tests.algorithms._helpers import (
@@ -28,8 +29,10 @@ OPERATOR = REGISTRY.operator("squeeze_excite")
 FUSED = fused.FusedSqueezeExcite()
 
 
-def _shapes(n: int, c: int, s: int, spatial=(7, 7)) -> list[tuple[int, ...]]:
-    return [(n, c, *spatial), (c, s), (s,), (s, c), (c,)]
+def _shapes(n: int, c: int, s: int, spatial=(7, 7), blocked: bool = False
+            ) -> list[tuple[int, ...]]:
+    x = (n, c, *spatial)
+    return [blocked_shape(x) if blocked else x, (c, s), (s,), (s, c), (c,)]
 
 
 def _case(shapes, dtype: str, seed: int = 0, **params):
@@ -45,7 +48,10 @@ def cases(draw: st.DrawFn):
               "gate": draw(st.sampled_from(GATES))}
     if params["gate"] == "hard_sigmoid" and draw(st.booleans()):
         params.update(alpha=1 / 6, beta=0.5)  # torch's HardSigmoid; ONNX's defaults otherwise
-    return _case(_shapes(n, c, s, spatial), draw(st.sampled_from(["float32", "float64"])),
+    blocked = draw(st.booleans())
+    if blocked:
+        params["layout"] = "nchw16c"
+    return _case(_shapes(n, c, s, spatial, blocked), draw(st.sampled_from(["float32", "float64"])),
                  draw(st.integers(0, 9)), **params)
 
 
@@ -56,14 +62,18 @@ def test_fused_matches_the_reference(case, threads):
     with numba_threads(min(threads, numba.config.NUMBA_NUM_THREADS)):
         output = FUSED.run(problem, inputs, NoSubProblems())
     assert_matches_reference(OPERATOR, FUSED, problem, inputs, output)
+    if problem.param("layout") == "nchw16c" and problem.shapes[1][0] % LANES:
+        assert np.all(output[:, -1, ..., problem.shapes[1][0] % LANES:] == 0)  # padding lanes
 
 
 def test_mobilenet_v3_blocks_repeat_exactly_and_allocate_what_they_declare():
     """MobileNetV3-Large's widest block (960 channels squeezed to 240, 7x7) and an early one
     (72 channels squeezed to 24 on 28x28 planes)."""
-    for n, c, s, side in ((1, 960, 240, 7), (2, 72, 24, 28)):
-        problem, inputs = _case(_shapes(n, c, s, (side, side)), "float32", activation="relu",
-                                gate="hard_sigmoid", alpha=1 / 6, beta=0.5)
+    for n, c, s, side, layout in ((1, 960, 240, 7, "nchw"), (2, 72, 24, 28, "nchw"),
+                                  (1, 960, 240, 7, "nchw16c"), (2, 72, 24, 56, "nchw16c")):
+        problem, inputs = _case(_shapes(n, c, s, (side, side), layout == "nchw16c"), "float32",
+                                activation="relu", gate="hard_sigmoid", alpha=1 / 6, beta=0.5,
+                                layout=layout)
 
         def call(problem=problem, inputs=inputs):
             return FUSED.run(problem, inputs, NoSubProblems())
@@ -87,7 +97,8 @@ def test_a_plane_of_many_large_values_keeps_its_mean():
 def test_defaults_share_one_key():
     shapes = _shapes(1, 8, 2)
     plain = OPERATOR.problem(shapes, ["float32"] * 5)
-    assert OPERATOR.problem(shapes, ["float32"] * 5, activation="none", gate="sigmoid") == plain
+    assert OPERATOR.problem(shapes, ["float32"] * 5, activation="none", gate="sigmoid",
+                            layout="nchw") == plain
     hard = OPERATOR.problem(shapes, ["float32"] * 5, gate="hard_sigmoid")
     assert (hard.param("alpha"), hard.param("beta")) == (0.2, 0.5)
 
@@ -101,6 +112,9 @@ def test_defaults_share_one_key():
     ([(1, 8, 3, 3), (7, 2), (2,), (2, 8), (8,)], {}, "needs W1 (8, S)"),
     ([(1, 8, 3, 3), (8, 2), (2,), (3, 8), (8,)], {}, "needs W1 (8, S)"),
     ([(8, 3), *_shapes(1, 8, 2)[1:]], {}, "needs X of shape (N, C, *spatial)"),
+    (_shapes(1, 8, 2), {"layout": "nhwc"}, "layout must be one of"),
+    (_shapes(1, 8, 2), {"layout": "nchw16c"}, "must have shape (N, ceil(C/16)"),
+    ([(1, 2, 7, 7, 16), *_shapes(1, 8, 2)[1:]], {"layout": "nchw16c"}, "i.e. (N, 1, ..., 16)"),
 ])
 def test_malformed_problems_are_refused_with_the_reason(shapes, params, message):
     with pytest.raises(ValueError) as caught:

@@ -15,6 +15,10 @@ that a kernel runs over a layer's outputs in vectors.
 Parameters: ``activation`` after the first layer (none, relu, silu or hard_swish; default
 none), ``gate`` after the second (sigmoid or hard_sigmoid; default sigmoid), and
 hard_sigmoid's ``alpha`` and ``beta`` (defaults 0.2 and 0.5, ONNX's), kept only with that gate.
+``layout``: ``nchw`` (the default) or ``nchw16c``, X and Y in the channel-blocked layout
+(:mod:`fastrun_algorithms.layout.blocking`), C then read from W1: a mobile network's blocks
+run blocked from their expansion to their projection only if the block's squeeze-and-excitation
+does too.
 """
 
 from __future__ import annotations
@@ -24,6 +28,14 @@ from collections.abc import Sequence
 import numpy as np
 
 from fastrun.operator import Operator, Problem, Shape
+from fastrun_algorithms.layout.blocking import (
+    BLOCKED,
+    LAYOUTS,
+    NCHW,
+    check_blocked,
+    to_blocked,
+    to_nchw,
+)
 
 ACTIVATIONS = ("none", "relu", "silu", "hard_swish")
 GATES = ("sigmoid", "hard_sigmoid")
@@ -35,13 +47,15 @@ class SqueezeExciteOperator(Operator):
     module docstring)."""
 
     name = "squeeze_excite"
-    parameters = frozenset({"activation", "gate", "alpha", "beta"})
+    parameters = frozenset({"activation", "gate", "alpha", "beta", "layout"})
 
     def problem(self, shapes: Sequence[Sequence[int]], dtypes: Sequence[object],
                 **params: object) -> Problem:
         """Defaults dropped, hard_sigmoid's alpha and beta filled in: one key per block."""
         if params.get("activation") == "none":
             params = {k: v for k, v in params.items() if k != "activation"}
+        if params.get("layout") == NCHW:
+            params = {k: v for k, v in params.items() if k != "layout"}
         if params.get("gate", "sigmoid") == "hard_sigmoid":
             params = {**params, "alpha": float(params.get("alpha", 0.2)),
                       "beta": float(params.get("beta", 0.5))}
@@ -57,6 +71,10 @@ class SqueezeExciteOperator(Operator):
                              f"got {activation!r}")
         if gate not in GATES:
             raise ValueError(f"{self.name} gate must be one of {', '.join(GATES)}, got {gate!r}")
+        layout = problem.param("layout", NCHW)
+        if layout not in LAYOUTS:
+            raise ValueError(f"{self.name} layout must be one of {', '.join(LAYOUTS)}, got "
+                             f"{layout!r}")
         if gate != "hard_sigmoid" and (problem.param("alpha") is not None
                                        or problem.param("beta") is not None):
             raise ValueError(f"{self.name} alpha/beta need gate='hard_sigmoid'")
@@ -70,6 +88,9 @@ class SqueezeExciteOperator(Operator):
         if len(x) < 3 or min(x) < 1:
             raise ValueError(f"{self.name} needs X of shape (N, C, *spatial), got {x}")
         channels = x[1]
+        if layout == BLOCKED:
+            channels = w1[0] if w1 else 0
+            check_blocked(x, channels, f"{self.name} X")
         squeezed = w1[1] if len(w1) == 2 else 0
         expected = ((channels, squeezed), (squeezed,), (squeezed, channels), (channels,))
         if squeezed < 1 or (w1, b1, w2, b2) != expected:
@@ -85,10 +106,14 @@ class SqueezeExciteOperator(Operator):
 
     def reference(self, problem: Problem, inputs: Sequence[np.ndarray]) -> np.ndarray:
         x, w1, b1, w2, b2 = (np.asarray(v, np.float64) for v in inputs)
+        blocked = problem.param("layout", NCHW) == BLOCKED
+        if blocked:
+            x = to_nchw(x, w1.shape[0])
         pooled = x.reshape(x.shape[0], x.shape[1], -1).mean(axis=2)
         hidden = _activate(pooled @ w1 + b1, problem.param("activation", "none"), problem)
         gate = _activate(hidden @ w2 + b2, problem.param("gate", "sigmoid"), problem)
-        return x * gate.reshape(*gate.shape, *([1] * (x.ndim - 2)))
+        out = x * gate.reshape(*gate.shape, *([1] * (x.ndim - 2)))
+        return to_blocked(out) if blocked else out
 
 
 def _activate(values: np.ndarray, name: str, problem: Problem) -> np.ndarray:
