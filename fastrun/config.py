@@ -231,7 +231,7 @@ MEMORY_LIMIT = declare(
     "64GiB (default: this machine's memory); larger ones are refused before allocation, "
     "naming the node", "runtime", parse_size, parse_explicit=True)
 BLOCKED_LAYOUT = declare(
-    "FASTRUN_BLOCKED_LAYOUT", "1: a CPU model's search may run convolutions in the "
-    "channel-blocked layout where that is measured to pay, and keeps that plan only if whole "
-    "inferences run faster than all NCHW (docs/runtime.md, Layouts); 0 (default) keeps every "
-    "step NCHW", "runtime", parse_switch, False)
+    "FASTRUN_BLOCKED_LAYOUT", "1 (default): a CPU model's search may run convolutions and "
+    "squeeze-excitation blocks in the channel-blocked layout where that is measured to pay, "
+    "and keeps that plan only if whole inferences run faster than all NCHW (docs/runtime.md, "
+    "Layouts); 0 keeps every step NCHW", "runtime", parse_switch, True)

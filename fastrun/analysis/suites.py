@@ -298,15 +298,19 @@ def model_suite(model: Any, registry: Registry | None = None, name: str | None =
     """
     from fastrun.api import Session
     from fastrun.cache import InMemoryCache
-    from fastrun.runtime import load
+    from fastrun.runtime import layout, load
 
     registry = registry or default_registry()
     session = Session(cache=InMemoryCache(), strategy="heuristic", registry=registry,
                       progress=False)
     lowered = load(model, session, batch=batch, input_shapes=input_shapes)
+    posed = [(step.problem, str(step.node)) for step in lowered.steps]
+    if lowered.blocked_layout and device_kind == session.device.kind:
+        # the layout plan's problems: a search of the model decides them too
+        posed += [(problem, f"layout of {problem.operator}")
+                  for problem in layout.layout_problems(lowered.steps, lowered.outputs, session)]
     found: dict[tuple[str, str], list[Any]] = {}
-    for step in lowered.steps:
-        problem = step.problem
+    for problem, node in posed:
         if problem is None or sum(a.device_kind == device_kind
                                   for a in registry.algorithms(problem.operator)) < 2:
             continue
@@ -314,7 +318,7 @@ def model_suite(model: Any, registry: Registry | None = None, name: str | None =
         if ident in found:
             found[ident][1] += 1
         else:
-            found[ident] = [problem, 1, str(step.node)]
+            found[ident] = [problem, 1, node]
     problems = tuple(
         SuiteProblem(p.operator, p.shapes, p.dtypes, p.params, label, count)
         for p, count, label in found.values())

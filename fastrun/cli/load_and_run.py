@@ -64,9 +64,11 @@ def build_parser() -> argparse.ArgumentParser:
                         help="append every problem that misses the cache to this problems file "
                              "(default: FASTRUN_RECORD), to tune them later with fastrun tune "
                              "--problems (docs/fleet.md)")
-    parser.add_argument("--blocked-layout", action="store_true",
+    parser.add_argument("--blocked-layout", action=argparse.BooleanOptionalAction,
+                        default=None,
                         help="let the search run convolutions in the channel-blocked layout "
-                        "where that is measured to pay (default: FASTRUN_BLOCKED_LAYOUT, off)")
+                        "where that is measured to pay, or keep every step NCHW with "
+                        "--no-blocked-layout (default: FASTRUN_BLOCKED_LAYOUT, on)")
     parser.add_argument("--no-replay", action="store_true",
                         help="on the OpenCL device, issue every step through its algorithm on "
                         "every run instead of replaying the recorded launches (default: "
@@ -331,7 +333,7 @@ def run(args: argparse.Namespace) -> int:
     model = load(args.model, session,
                  input_shapes={**args.shapes, **{name: a.shape for name, a in given.items()}},
                  batch=args.batch, weight_preprocess=args.weight_preprocess,
-                 blocked_layout=True if args.blocked_layout else None,
+                 blocked_layout=args.blocked_layout,
                  replay=False if args.no_replay else None)
     load_seconds = time.perf_counter() - started
     feeds = {**model.random_inputs(args.seed), **given}

@@ -7,7 +7,8 @@ and the machine, and converting a tensor costs a pass over it.  So the decision 
 like every other one: each convolution is decided in both layouts, each conversion it would
 need is decided too, and the layouts that make the model's summed time smallest are kept.
 
-What may run blocked.  A 2-D float32 convolution (the conv operator's ``layout`` parameter);
+What may run blocked.  A 2-D float32 convolution and a squeeze-and-excitation block (the
+``layout`` parameter of the conv and squeeze_excite operators: :data:`LAYOUT_OPERATORS`);
 steps that do not care about the channel order: the elementwise activations and binary
 operations whose non-constant inputs all have the output's shape, and a concat along the
 channels where every input but the last fills whole blocks.  Everything else (pools, reshapes,
@@ -28,7 +29,11 @@ count as free in both layouts.
 Times come from the session's decisions: under a profiling strategy problems are searched (and
 cached), from a cache they are read back, so a run with the cache makes the search's layout
 choice without timing anything.  A problem without a time (heuristic-only, or a cache that
-lacks it) keeps its step in NCHW: nothing is converted on a guess.
+lacks it) keeps its step in NCHW: nothing is converted on a guess.  The exception is a step
+with one algorithm in each layout, which no search times (a squeeze-and-excitation block): it
+counts as the same cost in both, as a transparent step does (for that block a channel-mean
+pass and a scaling pass, the same work in either layout), and the end-to-end check
+(``layout_check.py``) still guards the plan.
 """
 
 from __future__ import annotations
@@ -54,13 +59,19 @@ TRANSPARENT = frozenset({"relu", "clip", "sigmoid", "tanh", "leaky_relu", "hard_
                          "add", "add_relu", "sub", "mul"})
 
 
-#: The share of the changed convs' NCHW time a layout change must gain to be kept.
+#: Operators with a ``layout`` parameter, decided in both layouts: X (their first input) and
+#: conv's residual are read in the step's layout, their other inputs (weights) as they are.
+#: A mobile network's block stays blocked from its expansion to its projection only if its
+#: squeeze-and-excitation does too.
+LAYOUT_OPERATORS = frozenset({"conv", "squeeze_excite"})
+
+#: The share of the changed steps' NCHW time a layout change must gain to be kept.
 MARGIN = 0.05
 
 
 def _stake(nodes: Iterable[_Node]) -> float:
-    """The NCHW time of ``nodes``' convolutions: what a layout change puts at stake."""
-    return sum(n.nchw_s or 0.0 for n in nodes if n.step.operator == "conv")
+    """The NCHW time of ``nodes``' measured steps: what a layout change puts at stake."""
+    return sum(n.nchw_s or 0.0 for n in nodes if n.step.operator in LAYOUT_OPERATORS)
 
 
 def _us(seconds: float | None) -> str:
@@ -80,7 +91,7 @@ class _Node:
     #: seconds in each layout (None: unknown, the step stays NCHW); transparent steps: 0, 0
     nchw_s: float | None
     blocked_s: float | None
-    #: the blocked form of a conv's problem
+    #: the step's problem as it runs blocked
     blocked_problem: Problem | None = None
     layout: str = NCHW
 
@@ -126,7 +137,6 @@ class _Planner:
         self.outputs = {id(v) for v in outputs}
         self.session = session
         self.decide = decide
-        self.conv = session.registry.operator("conv")
         self.reorder = session.registry.operator("reorder")
         self.nodes: dict[int, _Node] = {}  # id(step) -> node
         self.producer: dict[int, Step] = {}
@@ -144,7 +154,8 @@ class _Planner:
         """The capable steps with their times (each problem decided here), the step floor,
         and the values a conversion may sit on."""
         for step in self.steps:
-            node = self._conv_node(step) if step.operator == "conv" else self._transparent(step)
+            node = self._layout_node(step) if step.operator in LAYOUT_OPERATORS \
+                else self._transparent(step)
             if node is not None:
                 self.nodes[id(step)] = node
         #: what the cheapest convolution takes: the least a step of this model costs
@@ -160,20 +171,33 @@ class _Planner:
                     values[id(value)] = value
         self.values = list(values.values())
 
-    def _conv_node(self, step: Step) -> _Node | None:
+    def _layout_node(self, step: Step) -> _Node | None:
         x = step.inputs[0]
-        if len(x.shape) != 4 or x.dtype.name != "float32" or len(step.output.shape) != 4:
+        if len(x.shape) != 4 or x.dtype.name != "float32" or len(step.output.shape) != 4 \
+                or step.problem is None:
             return None
         params = {**step.params, "layout": BLOCKED}  # weight_preprocess included, if set
         shapes = [blocked_shape(x.shape), *[v.shape for v in step.inputs[1:]]]
         if step.problem.param("residual"):
             shapes[-1] = blocked_shape(step.inputs[-1].shape)
+        operator = self.session.registry.operator(step.operator)
         try:
-            blocked = self.conv.problem(shapes, [v.dtype for v in step.inputs], **params)
-        except ValueError as error:  # a library whose conv takes no layout
+            blocked = operator.problem(shapes, [v.dtype for v in step.inputs], **params)
+        except ValueError as error:  # a library whose operator takes no layout
             log.debug("%s stays NCHW: %s", step.node, error)
             return None
-        return _Node(step, self.decide(step.problem), self.decide(blocked), blocked)
+        nchw_s, blocked_s = self.decide(step.problem), self.decide(blocked)
+        if nchw_s is None and blocked_s is None and self._lone_candidate(step.problem) \
+                and self._lone_candidate(blocked):
+            # One algorithm in each layout, so no search times either: counted as costing the
+            # same in both, as a transparent step is; the convolutions around it decide.
+            nchw_s = blocked_s = 0.0
+        return _Node(step, nchw_s, blocked_s, blocked)
+
+    def _lone_candidate(self, problem: Problem) -> bool:
+        """Whether exactly one algorithm would compute ``problem`` (a search takes it without
+        timing it)."""
+        return len(self.session.chooser.candidates(problem)) == 1
 
     def _transparent(self, step: Step) -> _Node | None:
         if step.problem is None or len(step.output.shape) != 4 \
@@ -185,15 +209,22 @@ class _Planner:
             if axis != 1 or any(v.is_const or len(v.shape) != 4 for v in step.inputs) \
                     or any(c % LANES for c in heads):
                 return None
-            return _Node(step, 0.0, 0.0)
-        if step.operator not in TRANSPARENT:
+        elif step.operator not in TRANSPARENT:
             return None
         for value in step.inputs:
             if value.is_const and math.prod(value.shape) == 1:
                 continue  # a scalar broadcasts the same in any layout
-            if value.is_const or value.shape != step.output.shape:
+            if value.is_const or (step.operator != "concat" and value.shape != step.output.shape):
                 return None
-        return _Node(step, 0.0, 0.0)
+        # the step posed on its blocked inputs (scalars as they are), as it runs blocked
+        shapes = [v.shape if v.is_const else blocked_shape(v.shape) for v in step.inputs]
+        try:
+            blocked = self.session.registry.operator(step.operator).problem(
+                shapes, [v.dtype for v in step.inputs], **step.params)
+        except ValueError as error:
+            log.debug("%s stays NCHW: %s", step.node, error)
+            return None
+        return _Node(step, 0.0, 0.0, blocked)
 
     def reorder_problem(self, value: Value, to: str) -> tuple[Problem, dict[str, object]]:
         """The conversion of (NCHW) ``value`` into layout ``to``, and its parameters."""
@@ -222,7 +253,7 @@ class _Planner:
         node = self.nodes.get(id(step))
         if node is None or node.layout == NCHW:
             return NCHW
-        if step.operator == "conv" and value is not step.inputs[0] \
+        if step.operator in LAYOUT_OPERATORS and value is not step.inputs[0] \
                 and not (step.problem.param("residual") and value is step.inputs[-1]):
             return NCHW  # weights and bias keep their shapes
         if value.is_const:
@@ -352,12 +383,9 @@ class _Planner:
                 original = step.output
                 blocked = Value(original.name + "@" + BLOCKED, blocked_shape(original.shape),
                                 original.dtype)
-                if step.operator == "conv":
+                if step.operator in LAYOUT_OPERATORS:
                     step.params["layout"] = BLOCKED
-                    step.problem = node.blocked_problem
-                else:
-                    operator = self.session.registry.operator(step.operator)
-                    step.rebuild(operator)
+                step.problem = node.blocked_problem
                 step.output = blocked  # later readers find it through blocked_values
                 blocked_values[id(original)] = blocked
             result.append(step)
@@ -365,6 +393,17 @@ class _Planner:
             if id(value) in blocked_values:
                 outputs[index] = read(value, NCHW)
         return result, reorders
+
+
+def layout_problems(steps: list[Step], outputs: list[Value], session: Session) -> list[Problem]:
+    """Every problem :func:`choose_layouts` would decide for these steps, besides the steps'
+    own: each layout step's blocked form and each conversion a plan could need, both ways.
+    What a tune must cover so that a search of the model then hits its cache."""
+    planner = _Planner(steps, outputs, session, lambda problem: None)
+    found = [node.blocked_problem for node in planner.nodes.values()]
+    for value in planner.values:
+        found += [planner.reorder_problem(value, to)[0] for to in (BLOCKED, NCHW)]
+    return found
 
 
 def choose_layouts(steps: list[Step], outputs: list[Value], session: Session,

@@ -698,7 +698,7 @@ def load(model: Any, session: Session | None = None, *,
     (Winograd's filters), instead of in every call (on by default; see docs/runtime.md).
 
     ``blocked_layout``: whether the search may run convolutions in the channel-blocked layout
-    where measured to pay (default: ``FASTRUN_BLOCKED_LAYOUT``, off).
+    where measured to pay (default: ``FASTRUN_BLOCKED_LAYOUT``, on).
 
     ``replay``: on a queued device (OpenCL), whether runs replay a recorded launch plan
     (:meth:`Model.launch_plan`; default: ``FASTRUN_REPLAY``, on)."""

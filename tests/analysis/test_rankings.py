@@ -63,10 +63,14 @@ def test_model_suite_keeps_distinct_problems_with_a_choice():
     for operator in operators:  # each kept problem has a choice to rank
         cpu = [a for a in default_registry().algorithms(operator) if a.device_kind == "cpu"]
         assert len(cpu) >= 2, operator
-    # the conv layer table is the runtime's lowering of the model, weights included
+    # the conv layer table is the runtime's lowering of the model, weights included; with the
+    # blocked layout, the suite also holds each conv's nchw16c form, which a search decides
     table = {(p.operator, p.key): i.weight for i, p in suites.get_suite("resnet18").build()}
-    lowered = {(p.operator, p.key): i.weight for i, p in suite.build() if i.operator == "conv"}
+    lowered = {(p.operator, p.key): i.weight for i, p in suite.build()
+               if i.operator == "conv" and p.param("layout") is None}
     assert table == lowered
+    blocked = {p.key for i, p in suite.build() if p.param("layout") == "nchw16c"}
+    assert len(blocked) == len(table)
 
 
 def test_unknown_suite_names_the_known_ones():

@@ -50,8 +50,9 @@ def test_search_then_cached_run(tmp_path, cnn, capsys):
 
 
 def test_blocked_layout_flag(tmp_path, capsys):
-    """--blocked-layout: the search weighs both layouts, and the summary says what it chose
-    (which depends on this machine's timings); a cached run makes the same choice."""
+    """--blocked-layout (the default): the search weighs both layouts, and the summary says
+    what it chose (which depends on this machine's timings); a cached run makes the same
+    choice; --no-blocked-layout keeps every step NCHW."""
     path = tmp_path / "mix.onnx"
     onnx.save(_models.layout_mix(size=12), path)
     cache = str(tmp_path / "cache.bin")
@@ -62,7 +63,9 @@ def test_blocked_layout_flag(tmp_path, capsys):
     assert again["profiled"] == 0
     assert (again["blocked_steps"], again["layout_conversions"]) == \
         (first["blocked_steps"], first["layout_conversions"])
-    off = summary(tmp_path, str(path), "--algo-policy", cache, *FAST)
+    default = summary(tmp_path, str(path), "--algo-policy", cache, *FAST)
+    assert default["blocked_steps"] == first["blocked_steps"]
+    off = summary(tmp_path, str(path), "--algo-policy", cache, "--no-blocked-layout", *FAST)
     assert (off["blocked_steps"], off["layout_conversions"]) == (0, 0)
 
 
