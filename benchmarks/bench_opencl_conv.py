@@ -9,8 +9,11 @@ cuDNN's speed fastrun reaches (target: >= 50%), and the same for the 3x3 layers 
 (target at batch 32: >= 90%).  Without a CUDA GPU (PoCL here) the peer is
 fastrun's own CPU pick, and the output says so.
 
+``--also NAME`` times that registered algorithm (one without sub-problems, e.g.
+``cl_winograd_fused``) directly on every layer it can compute, beside the pick.
+
     python -m benchmarks.bench_opencl_conv --batch 1 [--batch 32] [--quick] [--kernel 3]
-        [--tuning-budget 0]
+        [--tuning-budget 0] [--also cl_winograd_fused]
 """
 
 from __future__ import annotations
@@ -103,6 +106,9 @@ def main() -> None:
                         help="candidates timed fully per problem (default: "
                              "FASTRUN_TUNING_CANDIDATES or 24; 0: every candidate, the oracle "
                              "a budgeted search's picks are compared with)")
+    parser.add_argument("--also", action="append", default=[],
+                        help="also time this registered algorithm (given as `fastrun "
+                             "algorithms` prints it; no sub-problems) beside the pick")
     args = parser.parse_args()
     try:
         import torch
@@ -130,8 +136,9 @@ def _batches(args, device, peer, layers) -> None:
         budget = {None: "default", 0: "0 (every candidate)"}.get(args.tuning_budget,
                                                                   args.tuning_budget)
         print(f"\n## batch {batch}, tuning budget {budget}")
+        also = _also(session, args.also)
         print(f"{'layer':<34} {'x':>2} {'search s':>9} {'fastrun ms':>11} {'peer ms':>9} "
-              f"{'share':>7}  pick")
+              f"{'share':>7}  pick" + "".join(f"  |  {name} ms, share" for name in also))
         total_ours = total_peer = 0.0
         square_ours = square_peer = 0.0  # the 3x3 layers alone (issue 18's batch-32 target)
         rng = np.random.default_rng(0)
@@ -154,7 +161,9 @@ def _batches(args, device, peer, layers) -> None:
                 square_peer += theirs * layer.count
             print(f"{layer.name:<34} {layer.count:>2} {search_s:>9.1f} {ours * 1e3:>11.3f} "
                   f"{theirs * 1e3:>9.3f} {theirs / ours:>6.0%}  {call.decision.policy.algorithm}"
-                  + "".join(f" [{c.algorithm}]" for c in call.decision.policy.children),
+                  + "".join(f" [{c.algorithm}]" for c in call.decision.policy.children)
+                  + "".join(_time_also(device, algorithm, call.problem, inputs, theirs)
+                            for algorithm in also.values()),
                   flush=True)
         share = total_peer / total_ours
         verdict = "met" if share >= TARGET else "MISSED"
@@ -166,6 +175,41 @@ def _batches(args, device, peer, layers) -> None:
             print(f"3x3 layers summed: fastrun {square_ours * 1e3:.2f} ms, peer "
                   f"{square_peer * 1e3:.2f} ms, share {share:.0%} (target at batch 32 >= "
                   f"{SQUARE_TARGET:.0%}: {verdict})")
+
+
+class _Context:
+    """What an algorithm without sub-problems needs of a run context: the device."""
+
+    def __init__(self, device):
+        self.device = device
+
+
+def _also(session, names: list[str]) -> dict:
+    """The registered conv algorithms named by ``--also``, by name."""
+    found = {a.desc.text: a for a in session.registry.algorithms("conv")}
+    missing = [name for name in names if name not in found]
+    if missing:
+        raise SystemExit(f"--also: no registered conv algorithm {', '.join(missing)}")
+    chosen = {name: found[name] for name in names}
+    with_subs = [name for name, a in chosen.items() if a.sub_operators]
+    if with_subs:
+        raise SystemExit(f"--also: {', '.join(with_subs)} call sub-problems; time them "
+                         "through a search instead")
+    return chosen
+
+
+def _time_also(device, algorithm, problem, inputs, peer_s: float) -> str:
+    """`  |  ms, share` of ``algorithm`` run directly on the layer, or why it cannot."""
+    reason = (algorithm.unusable_reason(problem)
+              or algorithm.device_unusable_reason(device, problem))
+    if reason:
+        return "  |  -"
+    context = _Context(device)
+    # weights preprocessed once where the runtime would (the pick's problem says), as the
+    # pick's call has them
+    prepared = algorithm.preprocess(problem, inputs) if problem.weight_preprocess else None
+    seconds = device_seconds(device, lambda: algorithm.run(problem, inputs, context, prepared))
+    return f"  |  {seconds * 1e3:.3f} {peer_s / seconds:.0%}"
 
 
 if __name__ == "__main__":

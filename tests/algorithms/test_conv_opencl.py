@@ -30,6 +30,7 @@ from fastrun_algorithms.conv.opencl import (
     opencl_algorithms,
 )
 from fastrun_algorithms.conv.opencl.space import igemm_configurations
+from fastrun_algorithms.conv.opencl.winograd_fused import FusedWinogradCLConv
 from fastrun_algorithms.conv.operator import ConvOperator
 from tests.algorithms._helpers import conv_registry
 from tests.onnx_cases import node_attributes, node_cases
@@ -149,7 +150,7 @@ def test_igemm_adds_the_residual_before_the_activation(device, algorithm, shapes
     assert "does not add a residual" in direct.unusable_reason(problem)
 
 
-WINOGRAD = [a for a in OPENCL if a.desc.name == "cl_winograd"]
+WINOGRAD = [a for a in OPENCL if a.desc.name in ("cl_winograd", "cl_winograd_fused")]
 
 
 @pytest.mark.parametrize("algorithm", WINOGRAD, ids=lambda a: a.desc.text)
@@ -187,10 +188,12 @@ def test_winograd_in_float64_and_its_usability(device):
     for needed, problem in unusable.items():
         for algorithm in WINOGRAD:
             assert needed in algorithm.unusable_reason(problem)
+    problem = _problem([(2, 6, 7, 9), (5, 6, 3, 3), (5,)], "float64", pads=[1, 1, 1, 1])
+    fused = next(a for a in WINOGRAD if a.desc.name == "cl_winograd_fused")
+    assert "float32 only" in fused.unusable_reason(problem)  # its local memory would double
     if "cl_khr_fp64" not in device.cl_device.extensions:
         pytest.skip(f"{device.name} has no float64 (cl_khr_fp64)")
-    problem = _problem([(2, 6, 7, 9), (5, 6, 3, 3), (5,)], "float64", pads=[1, 1, 1, 1])
-    for algorithm in WINOGRAD:
+    for algorithm in (a for a in WINOGRAD if a is not fused):
         inputs = OPERATOR.random_inputs(problem, np.random.default_rng(2))
         out = run(device, algorithm, problem, inputs)
         assert OPERATOR.error(problem, out, OPERATOR.reference(problem, inputs)) <= 1e-9
@@ -345,8 +348,9 @@ class Recording:
     (DepthwiseCLConv({"px": 4, "l": 32}), [(1, 4, 6, 6), (4, 1, 3, 3)], {"group": 4}),
     (IGEMM_EVERY_CASE[0], [(2, 4, 6, 6), (6, 2, 3, 3)], {"group": 2}),
     (IGEMM_EVERY_CASE[1], [(2, 40, 6, 6), (6, 40, 3, 3), (6,)], {"activation": "relu"}),
+    (FusedWinogradCLConv(), [(2, 9, 6, 6), (33, 9, 3, 3), (33,)], {"pads": [1, 1, 1, 1]}),
 ], ids=["im2col-batched", "im2col-per-image", "1x1-batched", "1x1-per-image", "direct",
-        "depthwise", "igemm", "igemm-split"])
+        "depthwise", "igemm", "igemm-split", "winograd-fused"])
 def test_workspace_is_exactly_what_run_allocates(device, algorithm, shapes, params):
     """Own buffers besides the output, plus the sub-problem products held until copied into
     the output (a product that *is* the output is not workspace)."""

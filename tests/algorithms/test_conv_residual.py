@@ -104,10 +104,11 @@ def test_the_algorithms_that_should_take_a_residual_do():
 
 @pytest.mark.parametrize("algorithm", OTHER, ids=lambda a: a.desc.text)
 def test_algorithms_of_other_devices_take_a_residual_or_refuse_it(algorithm: Algorithm):
-    """On OpenCL cl_igemm and cl_winograd add the residual (tests/algorithms/test_conv_opencl.py
-    runs them against the reference); every other configuration refuses it with the reason."""
+    """On OpenCL cl_igemm and both cl_winograd kernels add the residual
+    (tests/algorithms/test_conv_opencl.py runs them against the reference); every other
+    configuration refuses it with the reason."""
     reason = algorithm.unusable_reason(_problem(*CASES[0], EPILOGUES[0], True, "float32"))
-    if algorithm.desc.name in ("cl_igemm", "cl_winograd"):
+    if algorithm.desc.name in ("cl_igemm", "cl_winograd", "cl_winograd_fused"):
         assert reason is None or "residual" not in reason
     else:
         assert reason and "residual" in reason

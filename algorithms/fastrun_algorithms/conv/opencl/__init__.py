@@ -1,5 +1,5 @@
 """OpenCL conv algorithms (``cl_direct``, ``cl_depthwise``, ``cl_im2col``, ``cl_conv1x1``,
-``cl_igemm``, ``cl_winograd``).
+``cl_igemm``, ``cl_winograd``, ``cl_winograd_fused``).
 
 Importing this package does not import pyopencl: the algorithms import it when they run, so
 the plugin loads (and lists them) on machines without OpenCL, where the chooser never offers
@@ -22,6 +22,7 @@ from fastrun_algorithms.conv.opencl.algorithms import (
     OpenCLConv,
 )
 from fastrun_algorithms.conv.opencl.winograd import winograd_algorithms
+from fastrun_algorithms.conv.opencl.winograd_fused import fused_winograd_algorithms
 
 __all__ = [
     "DEPTHWISE_CONFIGS",
@@ -44,7 +45,7 @@ def opencl_algorithms() -> list[Algorithm]:
     algorithms += [DepthwiseCLConv({"px": px, "l": local}) for px, local in DEPTHWISE_CONFIGS]
     algorithms += [Im2colCLConv(), Conv1x1CLConv()]
     algorithms += [ImplicitGemmCLConv(c) for c in space.igemm_configurations()]
-    return algorithms + winograd_algorithms()
+    return algorithms + winograd_algorithms() + fused_winograd_algorithms()
 
 
 def register(registry: Registry) -> None:

@@ -84,6 +84,26 @@ def _products(matrix: Sequence[Sequence[float]], rows: int, outer: int, target: 
     return "\n".join(lines)
 
 
+def store_outputs(image: str, indent: int) -> str:
+    """OpenCL statements that store a tile's outputs ``y[M][M]`` of output channel ``k`` at
+    (``oy``, ``ox``) of image ``image``: the bias, the residual and the activation applied,
+    the overhang past the output's edge dropped.  Shared by both Winograd programs."""
+    text = f"""const real b = has_bias ? bias[b_off + k] : (real)0;
+const long base = ((long){image} * K + k) * OH * OW;
+#pragma unroll
+for (int r = 0; r < M; ++r) {{
+    #pragma unroll
+    for (int q = 0; q < M; ++q) {{
+        if (oy + r < OH && ox + q < OW) {{
+            const long at = base + (long)(oy + r) * OW + ox + q;
+            out[o_off + at] = conv_epilogue(
+                y[r][q] + b + (has_z ? z[z_off + at] : (real)0), act, lo, hi);
+        }}
+    }}
+}}"""
+    return "\n".join(" " * indent + line for line in text.splitlines()) + "\n"
+
+
 @functools.cache
 def source(m: int) -> str:
     """The program of F(m x m, 3 x 3): its three kernels with the transforms written out."""
@@ -189,20 +209,7 @@ __kernel void wino_output(const int K, const int OH, const int OW, const int TW,
     }}
     real y[M][M];
 {output_values}
-    const real b = has_bias ? bias[b_off + k] : (real)0;
-    const long base = ((long)n * K + k) * OH * OW;
-    #pragma unroll
-    for (int r = 0; r < M; ++r) {{
-        #pragma unroll
-        for (int q = 0; q < M; ++q) {{
-            if (oy + r < OH && ox + q < OW) {{
-                const long at = base + (long)(oy + r) * OW + ox + q;
-                out[o_off + at] = conv_epilogue(
-                    y[r][q] + b + (has_z ? z[z_off + at] : (real)0), act, lo, hi);
-            }}
-        }}
-    }}
-}}
+{store_outputs("n", 4)}}}
 """
 
 
