@@ -221,6 +221,23 @@ class _Filters:
         self.u: Any = None
 
 
+def transformed_filters(prepared: _Filters | None, weights: Any,
+                        make: Callable[[Any], Any]) -> Any:
+    """U for this call: made from ``weights`` now without preprocessing, else made by the
+    first call from the prepared weights and kept with them."""
+    if prepared is None:
+        return make(weights)
+    if prepared.u is None:
+        prepared.u = make(prepared.weights)
+    return prepared.u
+
+
+def tile_counts(geo: ConvGeometry, m: int) -> tuple[int, int]:
+    """(tile columns per image row of tiles, tiles per image) of m x m output tiles."""
+    across = ceil_div(geo.ow, m)
+    return across, ceil_div(geo.oh, m) * across
+
+
 class WinogradCLConv(OpenCLConv):
     """Winograd F(m x m, 3 x 3) for 3x3 convs with stride 1, dilation 1 and one group, any
     padding and batch; ``param``: ``m`` (2 or 4), the output tile size.  F(4,3) does 1.8x
@@ -245,8 +262,7 @@ class WinogradCLConv(OpenCLConv):
 
     def tiles(self, geo: ConvGeometry) -> tuple[int, int]:
         """(tile columns per image row of tiles, tiles per image)."""
-        across = ceil_div(geo.ow, self.m)
-        return across, ceil_div(geo.oh, self.m) * across
+        return tile_counts(geo, self.m)
 
     def shapes(self, geo: ConvGeometry) -> tuple[tuple[int, ...], ...]:
         """U (alpha^2, K, C), V (alpha^2, C, tiles) and the product (alpha^2, K, tiles)."""
@@ -288,12 +304,8 @@ class WinogradCLConv(OpenCLConv):
         _, v_shape, _ = self.shapes(geo)
         across, per = self.tiles(geo)
         tiles = geo.n * per
-        if prepared is None:
-            u = self._filter(device, geo, inputs[1])
-        else:
-            if prepared.u is None:
-                prepared.u = self._filter(device, geo, prepared.weights)
-            u = prepared.u
+        u = transformed_filters(prepared, inputs[1],
+                                lambda weights: self._filter(device, geo, weights))
         v = device.empty(v_shape, dtype)
         x_buf, x_off = common.buffer(inputs[0], "X")
         ints = [geo.c, geo.h, geo.w, across, per, tiles, geo.pad_top, geo.pad_left]

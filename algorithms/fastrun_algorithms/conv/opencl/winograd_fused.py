@@ -42,7 +42,13 @@ from fastrun_algorithms.conv.opencl.algorithms import (
     _in_output_shape,
     _residual_args,
 )
-from fastrun_algorithms.conv.opencl.winograd import _Filters, _products, store_outputs
+from fastrun_algorithms.conv.opencl.winograd import (
+    _Filters,
+    _products,
+    store_outputs,
+    tile_counts,
+    transformed_filters,
+)
 
 #: Output tile size and transform points (alpha^2) of F(2x2, 3x3).
 M, POINTS = 2, 16
@@ -261,7 +267,7 @@ class FusedWinogradCLConv(OpenCLConv):
     def family_rank(self, geo: ConvGeometry) -> tuple[float, ...]:
         """Right after ``cl_winograd(m=2)`` where its groups fill a large GPU, else after
         every Winograd (a batch-1 layer leaves most compute units idle)."""
-        groups = ceil_div(self.tiles(geo)[1] * geo.n, TT) * ceil_div(geo.k, TK)
+        groups = ceil_div(tile_counts(geo, M)[1] * geo.n, TT) * ceil_div(geo.k, TK)
         return (*heuristic.winograd_rank(geo, {"m": 2}), 0.5 if groups >= MIN_GROUPS else 2)
 
     def config_unusable_reason(self, problem: Problem) -> str | None:
@@ -279,12 +285,6 @@ class FusedWinogradCLConv(OpenCLConv):
             reason = (f"cl_winograd_fused needs {LOCAL_BYTES} bytes of local memory per "
                       f"group, {device.name} has {device.local_mem_size}")
         return reason
-
-    @staticmethod
-    def tiles(geo: ConvGeometry) -> tuple[int, int]:
-        """(tile columns per image row of tiles, tiles per image)."""
-        across = ceil_div(geo.ow, M)
-        return across, ceil_div(geo.oh, M) * across
 
     @staticmethod
     def padded(geo: ConvGeometry) -> tuple[int, int]:
@@ -315,13 +315,9 @@ class FusedWinogradCLConv(OpenCLConv):
             prepared: Any = None) -> Any:
         geo = geometry(problem)
         device, dtype = ctx.device, np.dtype(geo.dtype)
-        if prepared is None:
-            u = self._filter(device, geo, inputs[1])
-        else:
-            if prepared.u is None:
-                prepared.u = self._filter(device, geo, prepared.weights)
-            u = prepared.u
-        across, per = self.tiles(geo)
+        u = transformed_filters(prepared, inputs[1],
+                                lambda weights: self._filter(device, geo, weights))
+        across, per = tile_counts(geo, M)
         tiles = geo.n * per
         kp, cp = self.padded(geo)
         out = device.empty((geo.n, geo.k, geo.oh, geo.ow), dtype)
